@@ -1,0 +1,142 @@
+"""Small I/O helpers shared by every stage: atomic outputs, durable JSONL, spec loading, CLI errors."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class InputError(ValueError):
+    """Bad user input (config key, data row, file line): the message names what is wrong and where."""
+
+
+def _temporary_sibling(path: Path) -> Path:
+    """A fresh name next to ``path`` (same filesystem, so ``os.replace`` is atomic)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    os.unlink(name)
+    return Path(name)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary sibling of ``path``; on success rename it onto ``path``, on error delete it.
+
+    Works for files and directories alike: whatever the caller creates at the yielded path replaces ``path``.
+    """
+    target = Path(path)
+    temporary = _temporary_sibling(target)
+    try:
+        yield temporary
+        if not temporary.exists():
+            raise FileNotFoundError(f"nothing was written to the temporary output for {target}")
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(temporary, target)
+    finally:
+        _remove(temporary)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` atomically (fsync, then rename)."""
+    with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def atomic_write_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> None:
+    """Write one JSON object a line to ``path`` atomically."""
+    atomic_write_text(path, "".join(json.dumps(row, default=_json_default) + "\n" for row in rows))
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def append_jsonl_durably(handle: Any, rows: Iterable[dict[str, Any]]) -> None:
+    """Append rows to an open text handle and fsync, so that a killed process loses at most the line in flight."""
+    for row in rows:
+        handle.write(json.dumps(row, default=_json_default) + "\n")
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+def read_jsonl(path: str | os.PathLike[str], *, tolerate_torn_tail: bool = False) -> list[dict[str, Any]]:
+    """Read a JSONL file; a malformed line raises InputError naming the file and line number.
+
+    With ``tolerate_torn_tail`` a final line without its newline (a write cut by a kill) is dropped instead.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: file not found")
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    torn_tail = bool(lines) and lines[-1] != ""
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            if tolerate_torn_tail and torn_tail and number == len(lines):
+                break
+            raise InputError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
+def load_spec(text: str) -> Any:
+    """A structured CLI argument: inline JSON (starting with '{' or '[') or a path to a JSON/YAML file."""
+    stripped = text.strip()
+    if stripped.startswith(("{", "[")):
+        try:
+            return json.loads(stripped)
+        except json.JSONDecodeError as error:
+            raise InputError(f"inline JSON argument is not valid JSON: {error.msg}") from None
+    path = Path(stripped)
+    if not path.is_file():
+        raise InputError(f"{path}: spec file not found")
+    with open(path, encoding="utf-8") as handle:
+        try:
+            return yaml.safe_load(handle)
+        except yaml.YAMLError as error:
+            raise InputError(f"{path}: not valid YAML/JSON ({error})") from None
+
+
+def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
+    """Run a stage's ``main``; an InputError becomes a one-line message on stderr and exit status 2."""
+    try:
+        main(argv)
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,88 @@
+"""A tiny Qwen3 causal LM and a character-level ChatML tokenizer, built offline and seeded.
+
+Everything downstream loads them with ``AutoModelForCausalLM`` / ``AutoTokenizer`` like any hub model.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+PAD, UNK, IM_START, IM_END = "<pad>", "<unk>", "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = [PAD, UNK, IM_START, IM_END]
+CHARACTERS = string.digits + string.ascii_letters + string.punctuation + " \n"
+
+# ChatML, as Qwen models use; `enable_thinking` is accepted and ignored so that Qwen3-style calls work unchanged.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Architecture of the tiny model (about 0.5 M parameters at the defaults)."""
+
+    hidden_size: int = 128
+    intermediate_size: int = 512
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 32
+    max_position_embeddings: int = 512
+    seed: int = 0
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """Character-level tokenizer: one token per character, exact decode round trip, ChatML template."""
+    vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + list(CHARACTERS))}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens(SPECIAL_TOKENS)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token=PAD, unk_token=UNK, eos_token=IM_END, bos_token=None
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_model(spec: TinyModelSpec, tokenizer: PreTrainedTokenizerFast) -> Qwen3ForCausalLM:
+    """A randomly initialised tiny Qwen3 (seeded: the same spec gives the same weights)."""
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.head_dim,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        model = Qwen3ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def save_tiny_model(spec: TinyModelSpec, out_dir: str | Path) -> Path:
+    """Build and ``save_pretrained`` the tiny model and its tokenizer into ``out_dir``."""
+    tokenizer = build_tokenizer()
+    model = build_model(spec, tokenizer)
+    out_dir = Path(out_dir)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
