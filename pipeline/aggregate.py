@@ -1,0 +1,375 @@
+"""Stage `aggregate`: per-sample evaluation files -> scores.csv, summary tables (CSV/MD/XLSX) and figures.
+
+    python -m pipeline.aggregate --samples FILE... --train-metrics FILE... --out-dir DIR --figures-dir DIR
+
+Keys come from paths: samples files are ``.../<model>/<method>/seed<seed>/<checkpoint>/<benchmark>.jsonl`` and
+training metrics ``.../<model>/<method>/seed<seed>/metrics.jsonl``.
+
+Outputs (each written atomically):
+- ``scores.csv``: long format (model, method, seed, checkpoint, benchmark, metric, value), values as fractions;
+  metrics of ``pipeline.metrics.score_benchmark`` per benchmark, plus benchmarks ``average`` (unweighted) and
+  ``weighted_average`` (by items) per run;
+- ``summary.csv`` / ``summary.xlsx`` (sheet "summary": numbers; sheet "formatted": text cells) / ``summary.md``:
+  one row per (model, method, checkpoint), the baseline ``base``/``start`` first; per benchmark acc@n and pass@n
+  (n = the largest k with a pass@k), mean and std over seeds;
+- figures ``scores_by_benchmark.png`` and ``training_curves.png`` (reward and the grail/, oar_g/ statistics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+import zlib
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from pipeline.io import InputError, atomic_path, atomic_write_text, read_jsonl, run_cli
+from pipeline.metrics import score_benchmark
+
+SCORE_COLUMNS = ["model", "method", "seed", "checkpoint", "benchmark", "metric", "value"]
+AVERAGE_BENCHMARKS = ("average", "weighted_average")
+BASELINE_METHOD, BASELINE_CHECKPOINT, FINAL_CHECKPOINT = "base", "start", "final"
+# Counts are summed in the item-weighted average and averaged in the plain one (upstream spec 6.4).
+COUNT_METRICS = ("items", "samples", "no_answer")
+TRAINING_PREFIXES = ("grail/", "oar_g/")
+# The same colour for a method in every figure; other methods take the remaining matplotlib cycle colours.
+SUMMARY_NOTE = (
+    "Scores in percent, mean ± std (ddof 1) over seeds; `average` is unweighted over benchmarks, "
+    "`weighted_average` weights each benchmark by its item count."
+)
+METHOD_COLORS = {"base": "C7", "grpo": "C0", "oar_g": "C2", "grail": "C3"}
+SEED_PATTERN = re.compile(r"seed(-?\d+)")
+SAMPLES_LAYOUT = ".../MODEL/METHOD/seedS/CHECKPOINT/BENCHMARK.jsonl"
+RUN_LAYOUT = ".../MODEL/METHOD/seedS/metrics.jsonl"
+
+
+class SamplesKey(NamedTuple):
+    model: str
+    method: str
+    seed: int
+    checkpoint: str
+    benchmark: str
+
+
+class RunKey(NamedTuple):
+    model: str
+    method: str
+    seed: int
+
+
+def _seed(component: str, path: Path, layout: str) -> int:
+    match = SEED_PATTERN.fullmatch(component)
+    if match is None:
+        raise InputError(f"{path}: path component '{component}' is not 'seed<integer>' (layout: {layout})")
+    return int(match.group(1))
+
+
+def parse_samples_path(path: str | Path) -> SamplesKey:
+    """(model, method, seed, checkpoint, benchmark) from ``.../MODEL/METHOD/seedS/CKPT/BENCHMARK.jsonl``."""
+    path = Path(path)
+    parts = path.parts
+    if len(parts) < 5 or path.suffix != ".jsonl":
+        raise InputError(f"{path}: samples path does not follow the layout {SAMPLES_LAYOUT}")
+    model, method, seed, checkpoint = parts[-5:-1]
+    return SamplesKey(model, method, _seed(seed, path, SAMPLES_LAYOUT), checkpoint, path.stem)
+
+
+def parse_run_path(path: str | Path) -> RunKey:
+    """(model, method, seed) from ``.../MODEL/METHOD/seedS/metrics.jsonl``."""
+    path = Path(path)
+    parts = path.parts
+    if len(parts) < 4 or path.name != "metrics.jsonl":
+        raise InputError(f"{path}: training metrics path does not follow the layout {RUN_LAYOUT}")
+    return RunKey(parts[-4], parts[-3], _seed(parts[-2], path, RUN_LAYOUT))
+
+
+def score_files(paths: list[str]) -> pd.DataFrame:
+    """Long-format scores (SCORE_COLUMNS) of every samples file; a repeated key is refused."""
+    rows: list[dict[str, Any]] = []
+    seen: dict[SamplesKey, str] = {}
+    for path in tqdm(paths, desc="scoring", unit="file", file=sys.stderr):
+        key = parse_samples_path(path)
+        if key in seen:
+            raise InputError(f"{path}: same model/method/seed/checkpoint/benchmark as {seen[key]}")
+        seen[key] = path
+        scores = score_benchmark(read_jsonl(path), source=str(path))
+        if scores["samples"] != scores["items"] * _label_n(scores):
+            print(
+                f"warning: {path}: items have different sample counts; pass@k only up to the smallest", file=sys.stderr
+            )
+        rows.extend({**key._asdict(), "metric": metric, "value": float(value)} for metric, value in scores.items())
+    return pd.DataFrame(rows, columns=SCORE_COLUMNS)
+
+
+def _label_n(scores: dict[str, float | int]) -> int:
+    """The n of a score dict's acc@n metric."""
+    return next(int(name.split("@")[1]) for name in scores if name.startswith("acc@"))
+
+
+def _metric_average(metric: str, values: pd.Series, items: pd.Series, weighted: bool) -> float:
+    """Unweighted: mean_b v_b. Item-weighted: sum_b m_b v_b / sum_b m_b (m_b = items of benchmark b).
+
+    Counts (COUNT_METRICS) are summed in the weighted and averaged in the unweighted average (as upstream).
+    NaN values (mean_tokens of a benchmark without any answer) are left out.
+    """
+    if metric in COUNT_METRICS:
+        return float(values.sum()) if weighted else float(values.mean())
+    finite = values.notna()
+    if not finite.any():
+        return math.nan
+    if not weighted:
+        return float(values[finite].mean())
+    return float(np.average(values[finite], weights=items[finite]))
+
+
+def add_averages(scores: pd.DataFrame) -> pd.DataFrame:
+    """Append benchmarks ``average`` and ``weighted_average`` for every (model, method, seed, checkpoint).
+
+    Only metrics that every benchmark of the run has are averaged (no pass@3 where a benchmark has n < 3).
+    """
+    run_columns = ["model", "method", "seed", "checkpoint"]
+    averages: list[dict[str, Any]] = []
+    for run, frame in scores.groupby(run_columns, sort=False):
+        table = frame.pivot(index="benchmark", columns="metric", values="value")
+        complete = frame.groupby("metric").size().eq(len(table))
+        for name in AVERAGE_BENCHMARKS:
+            for metric in complete.index[complete]:
+                value = _metric_average(metric, table[metric], table["items"], name == "weighted_average")
+                averages.append(
+                    {
+                        **dict(zip(run_columns, run, strict=True)),
+                        "benchmark": name,
+                        "metric": metric,
+                        "value": value,
+                    }
+                )
+    return pd.concat([scores, pd.DataFrame(averages, columns=SCORE_COLUMNS)], ignore_index=True)
+
+
+def headline_metrics(scores: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """Per benchmark, the (acc@n, pass@n) metric names with n = the largest k of any pass@k it has.
+
+    Benchmarks are in sorted order, the averages last.
+    """
+    passes = scores[scores["metric"].str.startswith("pass@")]
+    largest = passes.groupby("benchmark")["metric"].agg(lambda m: max(int(x.split("@")[1]) for x in m))
+    order = sorted(b for b in largest.index if b not in AVERAGE_BENCHMARKS)
+    order += [b for b in AVERAGE_BENCHMARKS if b in largest.index]
+    return {b: (f"acc@{largest[b]}", f"pass@{largest[b]}") for b in order}
+
+
+def _row_order(key: tuple[str, str, str]) -> tuple[Any, ...]:
+    """Sort rows by model, then baseline (base/start), final checkpoints, then step-N checkpoints by step."""
+    model, method, checkpoint = key
+    if (method, checkpoint) == (BASELINE_METHOD, BASELINE_CHECKPOINT):
+        return (model, 0, method, 0, checkpoint)
+    if checkpoint == FINAL_CHECKPOINT:
+        return (model, 1, method, 0, checkpoint)
+    step = checkpoint.removeprefix("step-")
+    return (model, 2, method, int(step) if step.isdigit() else 0, checkpoint)
+
+
+def summary_table(scores: pd.DataFrame) -> pd.DataFrame:
+    """Rows (model, method, checkpoint); columns (benchmark, metric, stat) with stat mean / std over seeds.
+
+    std = sample standard deviation (ddof 1) across seeds, NaN with one seed; column ``seeds`` counts them.
+    """
+    headline = headline_metrics(scores)
+    wanted = [(b, m) for b, metrics in headline.items() for m in metrics]
+    keys = ["model", "method", "checkpoint"]
+    selected = scores.set_index(["benchmark", "metric"]).loc[lambda f: f.index.isin(wanted)].reset_index()
+    stats = selected.groupby([*keys, "benchmark", "metric"])["value"].agg(mean="mean", std="std")
+    table = stats.unstack(["benchmark", "metric"]).reorder_levels([1, 2, 0], axis=1)
+    columns = [(b, m, s) for b, m in wanted for s in ("mean", "std") if (b, m, s) in table.columns]
+    table = table.reindex(columns=pd.MultiIndex.from_tuples(columns, names=["benchmark", "metric", "stat"]))
+    table = table.reindex(sorted(table.index, key=_row_order))
+    table.insert(0, ("seeds", "", ""), scores.groupby(keys)["seed"].nunique().reindex(table.index))
+    return table
+
+
+def _cell(mean: float, std: float) -> str:
+    """'mean ± std' in percent; the std is left out when undefined (one seed); '–' for a missing score."""
+    if math.isnan(mean):
+        return "–"
+    return f"{100 * mean:.1f}" if math.isnan(std) else f"{100 * mean:.1f} ± {100 * std:.1f}"
+
+
+def formatted_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """The summary as text cells: model, method, checkpoint, seeds, then 'benchmark metric' = 'mean ± std' (%)."""
+    pairs = list(dict.fromkeys((b, m) for b, m, _ in table.columns if b != "seeds"))
+    rows = [
+        {
+            "model": model,
+            "method": method,
+            "checkpoint": checkpoint,
+            "seeds": str(int(row[("seeds", "", "")])),
+            **{
+                f"{b} {m}": _cell(row.get((b, m, "mean"), math.nan), row.get((b, m, "std"), math.nan)) for b, m in pairs
+            },
+        }
+        for (model, method, checkpoint), row in table.iterrows()
+    ]
+    return pd.DataFrame(rows)
+
+
+def summary_markdown(table: pd.DataFrame) -> str:
+    """A Markdown table: one row per (model, method, checkpoint), one column per (benchmark, metric)."""
+    formatted = formatted_summary(table)
+    lines = [
+        SUMMARY_NOTE,
+        "",
+        "| " + " | ".join(formatted.columns) + " |",
+        "|" + "---|" * len(formatted.columns),
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in formatted.itertuples(index=False, name=None)]
+    return "\n".join(lines) + "\n"
+
+
+def _flat_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """Columns 'benchmark/metric/stat' (and 'seeds'), values as fractions: the CSV and the first XLSX sheet."""
+    flat = table.copy()
+    flat.columns = ["/".join(part for part in column if part) for column in table.columns]
+    return flat.reset_index()
+
+
+def method_color(method: str) -> str:
+    """A fixed colour per method (METHOD_COLORS), else a cycle colour chosen by a stable hash of the name."""
+    spare = [f"C{i}" for i in range(10) if f"C{i}" not in METHOD_COLORS.values()]
+    return METHOD_COLORS.get(method) or spare[zlib.crc32(method.encode()) % len(spare)]
+
+
+def plot_scores(table: pd.DataFrame, path: Path) -> None:
+    """Grouped bars: per model a row of panels (acc@n, pass@n); x = benchmark, a bar per method, std bars.
+
+    Shows the baseline (base/start) and every method's final checkpoint.
+    """
+    headline = [
+        k for k in table.index if k[2] == FINAL_CHECKPOINT or (k[1], k[2]) == (BASELINE_METHOD, BASELINE_CHECKPOINT)
+    ]
+    shown = headline or list(table.index)
+    models = list(dict.fromkeys(k[0] for k in shown))
+    benchmarks = list(dict.fromkeys(b for b, _, _ in table.columns if b != "seeds"))
+    fig, axes = plt.subplots(
+        len(models), 2, figsize=(max(6, 1.6 * len(benchmarks)) * 2, 3.5 * len(models)), squeeze=False
+    )
+    for row_axes, model in zip(axes, models, strict=True):
+        rows = [k for k in shown if k[0] == model]
+        width = 0.8 / len(rows)
+        for panel, (axis, label) in enumerate(zip(row_axes, ("acc@n", "pass@n"), strict=True)):
+            metric_of = {b: m for b, m, _ in table.columns if b != "seeds" and m.startswith(("acc@", "pass@")[panel])}
+            for offset, key in enumerate(rows):
+                means = [table.loc[key].get((b, metric_of[b], "mean"), math.nan) for b in benchmarks]
+                stds = [table.loc[key].get((b, metric_of[b], "std"), math.nan) for b in benchmarks]
+                positions = np.arange(len(benchmarks)) + (offset - (len(rows) - 1) / 2) * width
+                axis.bar(
+                    positions,
+                    means,
+                    width,
+                    yerr=np.nan_to_num(stds),
+                    capsize=3,
+                    color=method_color(key[1]),
+                    label=key[1] if key[2] == FINAL_CHECKPOINT else f"{key[1]} ({key[2]})",
+                )
+            axis.set_xticks(np.arange(len(benchmarks)), [f"{b}\n{metric_of[b]}" for b in benchmarks], fontsize=8)
+            axis.set_ylim(0, 1)
+            axis.set_title(f"{model}: {label} (mean ± std over seeds)")
+        row_axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    _save_figure(fig, path)
+
+
+def _save_figure(fig: plt.Figure, path: Path) -> None:
+    with atomic_path(path) as temporary:
+        fig.savefig(temporary, format="png", dpi=120)
+    plt.close(fig)
+
+
+def load_training_curves(paths: list[str]) -> dict[RunKey, pd.DataFrame]:
+    """Per run, a frame indexed by ``step`` with the numeric logged values (rows without a value give NaN)."""
+    curves: dict[RunKey, pd.DataFrame] = {}
+    for path in paths:
+        key = parse_run_path(path)
+        if key in curves:
+            raise InputError(f"{path}: a second metrics file for run {key.model}/{key.method}/seed{key.seed}")
+        records = []
+        for number, row in enumerate(read_jsonl(path), start=1):
+            if not isinstance(row.get("step"), int) or isinstance(row.get("step"), bool):
+                raise InputError(f"{path}: record {number}: missing or non-integer 'step'")
+            records.append({k: v for k, v in row.items() if isinstance(v, int | float) and not isinstance(v, bool)})
+        curves[key] = pd.DataFrame(records).set_index("step").sort_index() if records else pd.DataFrame()
+    return curves
+
+
+def plot_training_curves(curves: dict[RunKey, pd.DataFrame], path: Path) -> None:
+    """One panel per logged key among ``reward`` and the grail/ and oar_g/ statistics; one line per run.
+
+    Colour = method, line style = seed.
+    """
+    logged = {key for curve in curves.values() for key in curve.columns if key.startswith(TRAINING_PREFIXES)}
+    keys = ["reward", *sorted(logged)]
+    columns = min(3, len(keys))
+    rows = math.ceil(len(keys) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.2 * rows), squeeze=False)
+    seeds = sorted({k.seed for k in curves})
+    styles = ["-", "--", ":", "-."]
+    for axis, key in zip(axes.flat, keys, strict=False):
+        for run, curve in sorted(curves.items()):
+            if key in curve.columns and curve[key].notna().any():
+                series = curve[key].dropna()
+                axis.plot(
+                    series.index,
+                    series.values,
+                    color=method_color(run.method),
+                    linestyle=styles[seeds.index(run.seed) % len(styles)],
+                    label=f"{run.model}/{run.method}/seed{run.seed}",
+                )
+        axis.set_title(key)
+        axis.set_xlabel("step")
+        if not axis.lines:
+            axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes)
+    for axis in axes.flat[len(keys) :]:
+        axis.set_visible(False)
+    if axes.flat[0].lines:
+        axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    _save_figure(fig, path)
+
+
+def write_outputs(scores: pd.DataFrame, curves: dict[RunKey, pd.DataFrame], out_dir: Path, figures_dir: Path) -> None:
+    """scores.csv, summary.{csv,md,xlsx} under ``out_dir``; the two PNG figures under ``figures_dir``."""
+    table = summary_table(scores)
+    with atomic_path(out_dir / "scores.csv") as temporary:
+        scores.to_csv(temporary, index=False)
+    with atomic_path(out_dir / "summary.csv") as temporary:
+        _flat_columns(table).to_csv(temporary, index=False)
+    atomic_write_text(out_dir / "summary.md", summary_markdown(table))
+    with atomic_path(out_dir / "summary.xlsx") as temporary, pd.ExcelWriter(temporary, engine="openpyxl") as excel:
+        _flat_columns(table).to_excel(excel, sheet_name="summary", index=False)
+        formatted_summary(table).to_excel(excel, sheet_name="formatted", index=False)
+    plot_scores(table, figures_dir / "scores_by_benchmark.png")
+    plot_training_curves(curves, figures_dir / "training_curves.png")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", nargs="+", required=True, help="per-sample evaluation JSONL files")
+    parser.add_argument("--train-metrics", nargs="*", default=[], help="training metrics.jsonl files")
+    parser.add_argument("--out-dir", type=Path, required=True, help="directory for scores.csv and summary.*")
+    parser.add_argument("--figures-dir", type=Path, required=True, help="directory for the PNG figures")
+    args = parser.parse_args(argv)
+    scores = add_averages(score_files(args.samples))
+    write_outputs(scores, load_training_curves(args.train_metrics), args.out_dir, args.figures_dir)
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,158 @@
+"""Stage `prepare_benchmarks`: one benchmark -> ``eval_data/<name>.jsonl`` and its gold audit.
+
+    python -m pipeline.prepare_benchmarks --name NAME --spec BENCH_SPEC --out eval_data/NAME.jsonl \\
+        --audit results/audit/NAME.json
+
+BENCH_SPEC keys: ``kind`` (math500, aime24, amc23, minerva, olympiadbench, collegemath, qwen_jsonl, generated);
+``hub_id``, ``config``, ``split``, ``revision``, ``cache_dir`` (override the kind's pinned Hub source; ``hub_id``
+may be a local dataset directory); ``path`` (a local JSONL file in the kind's format instead of the Hub; required
+for qwen_jsonl); ``subset_size``, ``subset_seed``, ``subset_ids_file`` (olympiadbench and collegemath default to
+200 items); ``generated`` (ArithmeticSpec fields, for kind generated).
+
+Subsets: when ``subset_ids_file`` exists, exactly its ids are used (reproducible across data orderings);
+otherwise ``subset_size`` items are drawn with ``random.Random(subset_seed)`` and, when ``subset_ids_file`` is
+named, the drawn ids are recorded there for the next run. Rows that cannot be used (missing, empty or mistyped
+fields) are skipped and listed in the audit, which also lists every gold that fails to verify against itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from pipeline.arith import arithmetic_problems
+from pipeline.benchmarks import (
+    DEFAULT_SUBSET_SEED,
+    SOURCE_FORMATS,
+    arithmetic_spec,
+    audit_golds,
+    check_keys,
+    items_with_ids,
+    load_hub_rows,
+    normalize_rows,
+    select_subset,
+)
+from pipeline.io import InputError, atomic_write_json, atomic_write_jsonl, load_spec, read_jsonl, run_cli
+
+KINDS = (*SOURCE_FORMATS, "generated")
+SPEC_KEYS = {
+    "kind",
+    "hub_id",
+    "config",
+    "split",
+    "revision",
+    "cache_dir",
+    "path",
+    "subset_size",
+    "subset_seed",
+    "subset_ids_file",
+    "generated",
+}
+
+
+def generated_items(name: str, spec: dict[str, Any]) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """Held-out arithmetic problems (pipeline.arith) in the benchmark schema, ids prefixed by ``name``."""
+    arithmetic = arithmetic_spec(spec.get("generated", {}), f"benchmarks.{name}.generated")
+    items = [{**row, "source": "generated"} for row in arithmetic_problems(arithmetic, id_prefix=name)]
+    return items, {"kind": "generated", "generated": asdict(arithmetic)}
+
+
+def source_items(name: str, spec: dict[str, Any]) -> tuple[list[dict[str, str]], list[dict[str, Any]], dict[str, Any]]:
+    """Normalized items, skipped rows and the provenance of a Hub or local-file benchmark."""
+    kind = spec["kind"]
+    source = SOURCE_FORMATS[kind]
+    if "path" in spec:
+        path = str(spec["path"])
+        rows = read_jsonl(path)
+        provenance = {"kind": kind, "path": path}
+        label = path
+    elif source.hub_id is None and "hub_id" not in spec:
+        raise InputError(f"benchmarks.{name}: kind '{kind}' reads a local file: set 'path'")
+    else:
+        provenance = {
+            "kind": kind,
+            "hub_id": spec.get("hub_id", source.hub_id),
+            "config": spec.get("config", source.config),
+            "split": spec.get("split", source.split or "test"),
+            "revision": str(spec.get("revision", source.revision or "main")),
+        }
+        rows = load_hub_rows(
+            provenance["hub_id"],
+            config=provenance["config"],
+            split=provenance["split"],
+            revision=provenance["revision"],
+            cache_dir=spec.get("cache_dir"),
+        )
+        label = provenance["hub_id"]
+    items, skipped = normalize_rows(rows, source, label)
+    return items, skipped, provenance | {"rows": len(rows)}
+
+
+def read_subset_ids(path: Path) -> list[str]:
+    """Ids of a recorded subset file: a JSON list, or an object with an ``ids`` list."""
+    recorded = load_spec(str(path))
+    ids = recorded.get("ids") if isinstance(recorded, dict) else recorded
+    if not isinstance(ids, list) or not ids:
+        raise InputError(f"{path}: expected a non-empty list of ids (or an object with 'ids')")
+    return [str(item) for item in ids]
+
+
+def apply_subset(
+    name: str, spec: dict[str, Any], items: list[dict[str, str]], provenance: dict[str, Any]
+) -> tuple[list[dict[str, str]], dict[str, Any] | None]:
+    """The benchmark's items after subsetting (module docstring), and a description of the subset (or None)."""
+    kind = spec["kind"]
+    default_size = SOURCE_FORMATS[kind].subset_size if kind in SOURCE_FORMATS else None
+    size = spec.get("subset_size", default_size)
+    seed = spec.get("subset_seed", DEFAULT_SUBSET_SEED)
+    for key, value in (("subset_size", size), ("subset_seed", seed)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise InputError(f"benchmarks.{name}.{key}: expected a non-negative integer, got {value!r}")
+    ids_file = Path(spec["subset_ids_file"]) if spec.get("subset_ids_file") else None
+    if ids_file is not None and ids_file.is_file():
+        chosen = items_with_ids(items, read_subset_ids(ids_file), ids_file)
+        return chosen, {"mode": "recorded", "ids_file": str(ids_file), "size": len(chosen)}
+    if size is None or size >= len(items):
+        return items, None
+    chosen = select_subset(items, size, seed)
+    subset = {"mode": "drawn", "seed": seed, "size": size, "from_items": len(items)}
+    if ids_file is not None:
+        record = {"benchmark": name, "source": provenance, **subset, "ids": [item["id"] for item in chosen]}
+        atomic_write_json(ids_file, record)
+        subset["ids_file"] = str(ids_file)
+    return chosen, subset
+
+
+def prepare_benchmark(name: str, spec: Any) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """Items of benchmark ``name`` and its audit record (gold audit, skipped rows, source, subset)."""
+    spec = check_keys(spec, SPEC_KEYS, f"benchmarks.{name}")
+    if spec.get("kind") not in KINDS:
+        raise InputError(f"benchmarks.{name}.kind: expected one of {', '.join(KINDS)}, got {spec.get('kind')!r}")
+    if spec["kind"] == "generated":
+        (items, provenance), skipped = generated_items(name, spec), []
+    else:
+        items, skipped, provenance = source_items(name, spec)
+    items, subset = apply_subset(name, spec, items, provenance)
+    if not items:
+        raise InputError(f"benchmarks.{name}: no usable items ({len(skipped)} rows skipped)")
+    audit = audit_golds(name, items)
+    audit |= {"skipped": skipped, "skipped_count": len(skipped), "source": provenance, "subset": subset}
+    return items, audit
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--name", required=True, help="benchmark name (config key)")
+    parser.add_argument("--spec", required=True, help="BENCH_SPEC: inline JSON or a JSON/YAML file")
+    parser.add_argument("--out", required=True, help="output JSONL (id, problem, answer, source)")
+    parser.add_argument("--audit", required=True, help="output gold-audit JSON")
+    args = parser.parse_args(argv)
+    items, audit = prepare_benchmark(args.name, load_spec(args.spec))
+    atomic_write_jsonl(args.out, items)
+    atomic_write_json(args.audit, audit)
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,245 @@
+"""Stage `report`: one Markdown file with the study's tables, figures, tests, data card, gold audit and provenance.
+
+Credentials never reach the report: values of environment variables whose names look like secrets
+(``*TOKEN*``, ``*KEY*``, ``*SECRET*``, ``*PASSWORD*``) are redacted from every line written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pipeline.io import InputError, atomic_write_text, load_spec, run_cli
+
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+REPORTED_PACKAGES = (
+    "torch",
+    "transformers",
+    "trl",
+    "accelerate",
+    "datasets",
+    "math-verify",
+    "snakemake",
+    "scipy",
+    "pandas",
+    "vllm",
+    "deepspeed",
+)
+SIGNIFICANCE_COLUMNS = ("method_a", "method_b", "metric", "n", "statistic", "p_value", "alternative", "test")
+
+
+def secret_values(environ: dict[str, str] | None = None) -> list[str]:
+    """Values of environment variables whose names look like credentials (longest first, 4+ characters)."""
+    environ = os.environ if environ is None else environ
+    values = {value for name, value in environ.items() if SECRET_NAME.search(name) and len(value) >= 4}
+    return sorted(values, key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """``text`` with every secret value replaced by ``[REDACTED]``."""
+    for value in secrets:
+        text = text.replace(value, "[REDACTED]")
+    return text
+
+
+def config_hash(config: Any) -> str:
+    """SHA-256 of the config's canonical JSON (sorted keys): equal configs, equal hashes."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def git_commit(directory: Path) -> str:
+    """The checkout's commit, with ``+dirty`` when tracked files changed; ``unknown`` outside git."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=directory, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages that shape the results (``absent`` when not installed)."""
+    versions = {}
+    for name in REPORTED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+def hardware() -> dict[str, Any]:
+    """Machine, CPU count and accelerators."""
+    info: dict[str, Any] = {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count()}
+    try:
+        import torch
+
+        info["cuda_devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        info["cuda_devices"] = []
+    return info
+
+
+def dataset_revisions(config: dict[str, Any]) -> dict[str, str]:
+    """Hub ids and pinned revisions of the training data and every benchmark that comes from a hub."""
+    revisions = {}
+    data = config.get("data", {})
+    if data.get("source") == "deepmath":
+        deepmath = data.get("deepmath", {})
+        revisions["training data"] = f"{deepmath.get('hub_id')}@{deepmath.get('revision')}"
+    else:
+        revisions["training data"] = f"{data.get('source', 'unknown')} (no hub revision)"
+    for name, spec in config.get("benchmarks", {}).items():
+        if spec.get("hub_id"):
+            revisions[name] = f"{spec['hub_id']}@{spec.get('revision', 'unpinned')}"
+        else:
+            revisions[name] = f"{spec.get('kind', 'unknown')} ({spec.get('path', 'generated')})"
+    return revisions
+
+
+def markdown_table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    """A GitHub-flavoured Markdown table of ``rows`` restricted to ``columns``."""
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(column, "")) for column in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def significance_section(path: Path) -> str:
+    """The Wilcoxon rows (one-sided exact first: the paper's test) and the bootstrap intervals."""
+    rows = json.loads(path.read_text())
+    if not isinstance(rows, list):
+        raise InputError(f"{path}: expected a JSON list of test results")
+    wilcoxon = [row for row in rows if str(row.get("test", "")).startswith("wilcoxon")]
+    wilcoxon.sort(key=lambda r: (r.get("test") != "wilcoxon_exact", r.get("alternative") != "greater"))
+    bootstrap = [row for row in rows if row.get("test") == "paired_bootstrap"]
+    parts = [markdown_table(wilcoxon, (*SIGNIFICANCE_COLUMNS, "p_holm", "rank_biserial"))]
+    if bootstrap:
+        parts.append("Paired bootstrap over items (difference of accuracy, 95 % interval):")
+        parts.append(markdown_table(bootstrap, ("method_a", "method_b", "benchmark", "metric", "ci_low", "ci_high")))
+    return "\n\n".join(parts)
+
+
+def audit_section(paths: list[Path]) -> str:
+    """Per benchmark: items, golds that fail to verify against themselves, and the first few of them."""
+    rows = []
+    for path in paths:
+        audit = json.loads(path.read_text())
+        examples = ", ".join(f"`{f['id']}`" for f in audit.get("failures", [])[:5])
+        rows.append(
+            {
+                "benchmark": audit.get("benchmark", path.stem),
+                "items": audit.get("items"),
+                "unverifiable golds": audit.get("failure_count"),
+                "examples": examples,
+            }
+        )
+    return markdown_table(rows, ("benchmark", "items", "unverifiable golds", "examples"))
+
+
+def token_analysis_section(directories: list[Path], report_dir: Path) -> str:
+    """U-shape index per analysed run and checkpoint, and each run's positional figure."""
+    rows, figures = [], []
+    for directory in directories:
+        summary = json.loads((directory / "summary.json").read_text())
+        for label, checkpoint in summary["checkpoints"].items():
+            rows.append(
+                {
+                    "run": str(directory.relative_to(directory.parents[2])),
+                    "checkpoint": label,
+                    "rollouts": checkpoint["rollouts"],
+                    "U-shape index": checkpoint["u_shape_index"],
+                }
+            )
+        figures.append(
+            f"![GRAIL weights by position]({os.path.relpath(directory / 'GRAIL_positional.png', report_dir)})"
+        )
+    return "\n\n".join([markdown_table(rows, ("run", "checkpoint", "rollouts", "U-shape index")), *figures])
+
+
+def provenance(config: dict[str, Any], repo_dir: Path) -> dict[str, Any]:
+    """What produced these numbers: code, config, packages, data revisions, hardware, time."""
+    return {
+        "git commit": git_commit(repo_dir),
+        "config sha256": config_hash(config),
+        "packages": package_versions(),
+        "dataset revisions": dataset_revisions(config),
+        "hardware": hardware(),
+        "generated": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def build_report(args: argparse.Namespace) -> str:
+    """Assemble the Markdown report from the stage outputs named on the command line."""
+    config = load_spec(str(args.config))
+    report_dir = args.out.parent
+    figures = sorted(args.figures_dir.glob("*.png"))
+    card = json.loads(args.data_card.read_text())
+    sections = [
+        "# GRAIL study report",
+        f"Models: {', '.join(config.get('models', {}))}. Methods: {', '.join(config.get('methods', {}))}. "
+        f"Seeds: {config.get('seeds')}. Benchmarks: {', '.join(config.get('benchmarks', {}))}.",
+        "## Main results",
+        "Rows: model / method, mean ± std over seeds; `base` is the starting model before RL.",
+        (args.tables_dir / "summary.md").read_text(),
+        "## Figures",
+        *[f"![{figure.stem}]({os.path.relpath(figure, report_dir)})" for figure in figures],
+        "## Significance",
+        "Wilcoxon signed-rank tests over (model, benchmark) pairs of seed-mean scores; `statistic` is W+ "
+        "(sum of positive ranks of method_a - method_b). The paper's test is the one-sided exact row.",
+        significance_section(args.significance),
+        "## Data card",
+        "```json\n" + json.dumps(card, indent=2) + "\n```",
+        "## Gold audit",
+        "Golds that do not verify against themselves can never be graded correct: a method-independent ceiling.",
+        audit_section(args.audit),
+    ]
+    if args.token_analysis:
+        sections += ["## Token analysis", token_analysis_section(args.token_analysis, report_dir)]
+    sections += ["## Provenance", "```json\n" + json.dumps(provenance(config, args.repo_dir), indent=2) + "\n```"]
+    return redact("\n\n".join(sections) + "\n", secret_values())
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="the resolved study config (inline JSON or a file)")
+    parser.add_argument("--tables-dir", required=True, type=Path)
+    parser.add_argument("--figures-dir", required=True, type=Path)
+    parser.add_argument("--significance", required=True, type=Path)
+    parser.add_argument("--data-card", required=True, type=Path)
+    parser.add_argument("--audit", nargs="*", default=[], type=Path)
+    parser.add_argument("--token-analysis", nargs="*", default=[], type=Path)
+    parser.add_argument("--repo-dir", type=Path, default=Path.cwd(), help="the checkout whose commit is recorded")
+    parser.add_argument("--out", required=True, type=Path)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    for path in [args.tables_dir / "summary.md", args.significance, args.data_card, *args.audit]:
+        if not path.is_file():
+            raise InputError(f"{path}: report input not found")
+    atomic_write_text(args.out, build_report(args))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    run_cli(main)

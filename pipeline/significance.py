@@ -1,0 +1,399 @@
+"""Stage `significance`: Wilcoxon signed-rank tests between methods, paired bootstrap CIs per benchmark, Holm.
+
+    python -m pipeline.significance --scores SCORES.csv --out OUT.json [--samples FILE...] [--markdown OUT.md]
+                                    [--checkpoint final] [--metrics acc@3 pass@3] [--resamples 10000] [--seed 0]
+
+Wilcoxon (one row per method pair, metric, test, zero handling and alternative):
+- Pairs are (model, benchmark) cells of SCORES.csv at one checkpoint (default ``final``; the baseline method
+  ``base`` and the rows ``average`` / ``weighted_average`` are left out); each cell's value is the mean over seeds.
+  d = round(a - b, 10) (rounded as scipy's docs advise, so float round-off cannot break ties).
+- ``statistic`` = W+ = sum of the ranks of |d| over pairs with d > 0 (method_a better) in every row, two-sided
+  ones included; ``scipy_statistic`` is what scipy returned (min(W+, W-) for two-sided tests).
+- ``alternative``: "greater" (H1: a > b) for every ordered pair, and "two-sided" once per unordered pair
+  (method_a sorting first).
+- ``zero_method``: "wilcox" drops zero differences before ranking; "zsplit" ranks them and adds half of their
+  ranks to W+ and half to W-.
+- ``test``: "wilcoxon_exact" = scipy ``method="exact"``: the null distribution of W+ for n untied ranks; scipy 1.17
+  neither warns nor refuses with ties or zeros, it rounds a non-integer W+ down ("greater") before looking it up,
+  which is conservative. This reproduces the paper's p = 1.3e-8 at W+ = 459.5 over 30 pairs.
+  "wilcoxon_approx" = scipy ``method="asymptotic"`` (normal approximation, tie-corrected variance, no continuity
+  correction). "wilcoxon_exact_conditional" = the exact permutation p-value given the observed (tied) ranks:
+  every nonzero difference's sign flips independently with probability 1/2 under H0 (computed here by dynamic
+  programming over doubled ranks); it is the exact test when ties or zeros are present.
+- ``rank_biserial`` = (W+ - W-) / (W+ + W-), the matched-pairs rank-biserial correlation.
+- ``p_holm``: Holm's step-down adjustment within one family = all rows sharing (test, alternative, zero_method),
+  i.e. over every method pair and metric tested the same way.
+
+Paired bootstrap (``--samples``; ``test`` = "paired_bootstrap", one row per model, benchmark and unordered pair):
+items are resampled with replacement; per item, acc = mean correctness over its samples and the seeds; the
+statistic is the mean over items of acc_a - acc_b; ``ci_low``/``ci_high`` the percentile interval; ``p_value``
+the two-sided bootstrap p = (1 + #{|delta*_b - delta| >= |delta|}) / (B + 1). Holm family: all bootstrap rows.
+Each row draws from its own generator seeded by (--seed, crc32 of 'model/benchmark/method_a/method_b'), so a
+row's interval does not depend on which other rows exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+import warnings
+import zlib
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+from tqdm import tqdm
+
+from pipeline.aggregate import AVERAGE_BENCHMARKS, BASELINE_METHOD, parse_samples_path
+from pipeline.io import InputError, atomic_write_json, atomic_write_text, read_jsonl, run_cli
+from pipeline.metrics import group_by_item
+
+REQUIRED_COLUMNS = ("model", "method", "seed", "benchmark", "metric", "value")
+DIFFERENCE_DECIMALS = 10
+ZERO_METHODS = ("wilcox", "zsplit")
+SCIPY_TESTS = {"wilcoxon_exact": "exact", "wilcoxon_approx": "asymptotic"}
+CONDITIONAL_TEST = "wilcoxon_exact_conditional"
+BOOTSTRAP_TEST = "paired_bootstrap"
+# Bound the (resamples x items) index matrix of one bootstrap chunk.
+BOOTSTRAP_CHUNK_CELLS = 2_000_000
+
+
+def holm(p_values: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values; None entries are not tests and stay None.
+
+    With the m valid p-values sorted ascending p_(1) <= ... <= p_(m):
+    p_holm_(i) = min(1, max_{j <= i} (m - j + 1) p_(j)).
+    """
+    valid = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, index) in enumerate(valid):
+        running = max(running, min(1.0, (len(valid) - rank) * p))
+        adjusted[index] = running
+    return adjusted
+
+
+def signed_ranks(d: np.ndarray, zero_method: str) -> tuple[np.ndarray, np.ndarray, float]:
+    """(ranks of the nonzero |d|, their signs, the constant part of W+).
+
+    Ranks are average ranks of |d| ("wilcox": over nonzero d only; "zsplit": over all d, and the zeros' ranks
+    contribute half to W+ and half to W-, so W+ gets the constant sum(zero ranks) / 2).
+    """
+    if zero_method not in ZERO_METHODS:
+        raise ValueError(f"zero_method must be one of {ZERO_METHODS}, got {zero_method!r}")
+    kept = d if zero_method == "zsplit" else d[d != 0]
+    ranks = stats.rankdata(np.abs(kept))
+    nonzero = kept != 0
+    return ranks[nonzero], np.sign(kept[nonzero]), float(ranks[~nonzero].sum()) / 2
+
+
+def rank_sums(d: np.ndarray, zero_method: str) -> tuple[float, float]:
+    """(W+, W-): sums of the signed ranks of d (zero handling as in ``signed_ranks``)."""
+    ranks, signs, zero_half = signed_ranks(d, zero_method)
+    return float(ranks[signs > 0].sum()) + zero_half, float(ranks[signs < 0].sum()) + zero_half
+
+
+def conditional_exact_pvalue(d: np.ndarray, zero_method: str, alternative: str) -> float:
+    """Exact permutation p-value of W+ given the observed ranks (ties and zeros included).
+
+    Under H0 each nonzero difference's sign is +/- with probability 1/2 independently, so
+    W+ = c + sum_i r_i B_i with B_i ~ Bernoulli(1/2). Average ranks are multiples of 1/2, so the distribution of
+    sum_i 2 r_i B_i lives on the integers and is built by the convolution P <- (P + shift(P, 2 r_i)) / 2.
+    greater: P(W+ >= w), less: P(W+ <= w), two-sided: min(1, 2 min(greater, less)).
+    """
+    ranks, signs, _ = signed_ranks(d, zero_method)
+    doubled = np.rint(2 * ranks).astype(np.int64)
+    distribution = np.zeros(int(doubled.sum()) + 1)
+    distribution[0] = 1.0
+    for step in doubled:
+        shifted = np.zeros_like(distribution)
+        shifted[step:] = distribution[: len(distribution) - step]
+        distribution = (distribution + shifted) / 2
+    observed = int(doubled[signs > 0].sum())
+    greater = float(distribution[observed:].sum())
+    less = float(distribution[: observed + 1].sum())
+    if alternative == "greater":
+        return greater
+    if alternative == "less":
+        return less
+    return min(1.0, 2 * min(greater, less))
+
+
+def _finite_or_none(value: float) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def wilcoxon_rows(d: np.ndarray, zero_method: str, alternative: str) -> list[dict[str, Any]]:
+    """The three Wilcoxon tests (scipy exact, scipy normal approximation, conditional exact) of one d."""
+    w_plus, w_minus = rank_sums(d, zero_method)
+    common = {
+        "n": len(d),
+        "n_zero": int((d == 0).sum()),
+        "statistic": w_plus,
+        "alternative": alternative,
+        "zero_method": zero_method,
+        "w_plus": w_plus,
+        "w_minus": w_minus,
+        "rank_biserial": _finite_or_none((w_plus - w_minus) / (w_plus + w_minus)) if w_plus + w_minus else None,
+        "mean_difference": float(d.mean()),
+    }
+    rows = []
+    for test, method in SCIPY_TESTS.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = stats.wilcoxon(d, zero_method=zero_method, alternative=alternative, method=method)
+        rows.append(
+            {
+                "test": test,
+                **common,
+                "p_value": _finite_or_none(result.pvalue),
+                "scipy_statistic": _finite_or_none(result.statistic),
+                "warnings": [str(w.message) for w in caught],
+            }
+        )
+    conditional = conditional_exact_pvalue(d, zero_method, alternative)
+    rows.append({"test": CONDITIONAL_TEST, **common, "p_value": conditional, "scipy_statistic": None, "warnings": []})
+    return rows
+
+
+def read_scores(path: Path, checkpoint: str) -> pd.DataFrame:
+    """Scores at ``checkpoint`` (a missing ``checkpoint`` column means every row is at it), base and averages out.
+
+    Raises InputError naming a missing column, a non-numeric value, a duplicated row or an empty selection.
+    """
+    if not path.is_file():
+        raise InputError(f"{path}: file not found")
+    scores = pd.read_csv(path)
+    missing = [column for column in REQUIRED_COLUMNS if column not in scores.columns]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(repr(c) for c in missing)}")
+    values = pd.to_numeric(scores["value"], errors="coerce")
+    bad = scores.index[values.isna() & scores["value"].notna()]
+    if len(bad):
+        raise InputError(f"{path}: line {bad[0] + 2}: column 'value' is not a number ({scores['value'][bad[0]]!r})")
+    scores = scores.assign(value=values)
+    if "checkpoint" in scores.columns:
+        scores = scores[scores["checkpoint"].astype(str) == checkpoint]
+    keys = ["model", "method", "seed", "benchmark", "metric"]
+    duplicated = scores.duplicated(keys)
+    if duplicated.any():
+        row = scores[duplicated].iloc[0]
+        raise InputError(f"{path}: duplicate score for {', '.join(f'{k}={row[k]}' for k in keys)}")
+    selected = scores[(scores["method"] != BASELINE_METHOD) & ~scores["benchmark"].isin(AVERAGE_BENCHMARKS)]
+    if selected.empty:
+        raise InputError(f"{path}: no per-benchmark scores of a trained method at checkpoint '{checkpoint}'")
+    return selected
+
+
+def default_metrics(scores: pd.DataFrame) -> list[str]:
+    """acc@n and pass@n for every n with an acc@n in the scores (intermediate pass@k are left out)."""
+    accs = sorted({m for m in scores["metric"] if m.startswith("acc@")})
+    return [name for acc in accs for name in (acc, "pass@" + acc.split("@")[1]) if name in set(scores["metric"])]
+
+
+def paired_cells(scores: pd.DataFrame, metric: str, method_a: str, method_b: str) -> tuple[np.ndarray, list[str]]:
+    """d = round(mean_seeds a - mean_seeds b, 10) over the (model, benchmark) cells both methods have."""
+    chosen = scores[scores["metric"] == metric]
+    means = chosen.groupby(["method", "model", "benchmark"])["value"].mean()
+    a, b = means.get(method_a), means.get(method_b)
+    if a is None or b is None:
+        return np.array([]), []
+    joined = pd.concat([a.rename("a"), b.rename("b")], axis=1, join="inner").sort_index()
+    d = np.round((joined["a"] - joined["b"]).to_numpy(dtype=float), DIFFERENCE_DECIMALS)
+    return d, [f"{model}/{benchmark}" for model, benchmark in joined.index]
+
+
+def wilcoxon_comparisons(scores: pd.DataFrame, metrics: list[str]) -> list[dict[str, Any]]:
+    """Every Wilcoxon row (module docstring) for every method pair and metric."""
+    methods = sorted(set(scores["method"]))
+    rows = []
+    for metric in metrics:
+        for method_a, method_b in itertools.permutations(methods, 2):
+            d, cells = paired_cells(scores, metric, method_a, method_b)
+            if not len(d):
+                continue
+            alternatives = ["greater", "two-sided"] if method_a < method_b else ["greater"]
+            for zero_method, alternative in itertools.product(ZERO_METHODS, alternatives):
+                for row in wilcoxon_rows(d, zero_method, alternative):
+                    rows.append({"method_a": method_a, "method_b": method_b, "metric": metric, **row, "pairs": cells})
+    return rows
+
+
+def item_accuracies(paths: list[str], checkpoint: str) -> dict[tuple[str, str], dict[str, tuple[pd.Series, int]]]:
+    """{(model, benchmark): {method: (per-item acc, n)}} from the samples files at ``checkpoint`` (base left out).
+
+    Per-item acc = mean over seeds of (mean correctness over the item's samples); n = the fewest samples of any
+    item in any seed (the acc@n label).
+    """
+    per_seed: dict[tuple[str, str, str], list[tuple[pd.Series, int]]] = defaultdict(list)
+    for path in tqdm(paths, desc="reading samples", unit="file", file=sys.stderr):
+        key = parse_samples_path(path)
+        if key.checkpoint != checkpoint or key.method == BASELINE_METHOD:
+            continue
+        items = group_by_item(read_jsonl(path), source=str(path))
+        accuracy = pd.Series({item: np.mean([row["correct"] for row in rows]) for item, rows in items.items()})
+        per_seed[key.model, key.benchmark, key.method].append((accuracy, min(map(len, items.values()))))
+    result: dict[tuple[str, str], dict[str, tuple[pd.Series, int]]] = defaultdict(dict)
+    for (model, benchmark, method), seeds in per_seed.items():
+        ids = set(seeds[0][0].index)
+        if any(set(accuracy.index) != ids for accuracy, _ in seeds):
+            raise InputError(f"{model}/{method}/{benchmark}: the seeds' samples files hold different item ids")
+        mean = pd.concat([accuracy for accuracy, _ in seeds], axis=1).mean(axis=1).sort_index()
+        result[model, benchmark][method] = (mean, min(n for _, n in seeds))
+    return result
+
+
+def paired_bootstrap(
+    d: np.ndarray, resamples: int, confidence: float, seed: int | list[int]
+) -> tuple[float, float, float]:
+    """(ci_low, ci_high, p) of mean(d) by resampling items with replacement.
+
+    delta*_b = mean of d over a resample of the m items; CI = the (1-confidence)/2 and (1+confidence)/2 quantiles
+    of delta*; p = (1 + #{|delta*_b - delta| >= |delta|}) / (B + 1) (two-sided, null-centred).
+    """
+    rng = np.random.default_rng(seed)
+    chunk = max(1, BOOTSTRAP_CHUNK_CELLS // len(d))
+    means = np.concatenate(
+        [
+            d[rng.integers(0, len(d), size=(min(chunk, resamples - start), len(d)))].mean(axis=1)
+            for start in range(0, resamples, chunk)
+        ]
+    )
+    low, high = np.quantile(means, [(1 - confidence) / 2, (1 + confidence) / 2])
+    observed = d.mean()
+    extreme = np.count_nonzero(np.abs(means - observed) >= abs(observed) - 1e-12)
+    return float(low), float(high), float((1 + extreme) / (resamples + 1))
+
+
+def bootstrap_comparisons(
+    accuracies: dict[tuple[str, str], dict[str, tuple[pd.Series, int]]], resamples: int, confidence: float, seed: int
+) -> list[dict[str, Any]]:
+    """One paired_bootstrap row per (model, benchmark) and unordered method pair (a sorting first)."""
+    rows = []
+    for (model, benchmark), by_method in sorted(accuracies.items()):
+        for method_a, method_b in itertools.combinations(sorted(by_method), 2):
+            (acc_a, n_a), (acc_b, n_b) = by_method[method_a], by_method[method_b]
+            if set(acc_a.index) != set(acc_b.index):
+                raise InputError(f"{model}/{benchmark}: {method_a} and {method_b} were scored on different items")
+            d = (acc_a - acc_b.reindex(acc_a.index)).to_numpy(dtype=float)
+            # A seed per comparison, so a row's result does not depend on which other rows exist.
+            row_seed = [seed, zlib.crc32(f"{model}/{benchmark}/{method_a}/{method_b}".encode())]
+            low, high, p = paired_bootstrap(d, resamples, confidence, row_seed)
+            rows.append(
+                {
+                    "method_a": method_a,
+                    "method_b": method_b,
+                    "metric": f"acc@{min(n_a, n_b)}",
+                    "n": len(d),
+                    "statistic": float(d.mean()),
+                    "p_value": p,
+                    "alternative": "two-sided",
+                    "test": BOOTSTRAP_TEST,
+                    "model": model,
+                    "benchmark": benchmark,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "confidence": confidence,
+                    "resamples": resamples,
+                    "seed": seed,
+                }
+            )
+    return rows
+
+
+def add_holm(rows: list[dict[str, Any]]) -> None:
+    """Set ``p_holm`` on every row, adjusting within its family (test, alternative, zero_method)."""
+    families: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        families[row["test"], row["alternative"], row.get("zero_method")].append(row)
+    for family in families.values():
+        for row, adjusted in zip(family, holm([row["p_value"] for row in family]), strict=True):
+            row["p_holm"] = adjusted
+
+
+def _number(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}g}"
+
+
+def markdown_report(rows: list[dict[str, Any]], checkpoint: str) -> str:
+    """Markdown tables of the Wilcoxon rows (per metric) and of the bootstrap rows."""
+    lines = [
+        f"# Significance (checkpoint `{checkpoint}`)",
+        "",
+        "Wilcoxon signed-rank tests over (model, benchmark) pairs of seed-averaged scores, d = method_a - method_b.",
+        "W+ is the rank sum of pairs where method_a is better; r = (W+ - W-)/(W+ + W-) (rank-biserial).",
+        "`wilcox` drops zero differences; `zsplit` splits their ranks between W+ and W-. `exact` is scipy's",
+        "exact test (untied null distribution), `approx` the normal approximation without continuity correction,",
+        "`exact_conditional` the exact permutation test given the tied ranks. Holm adjusts within each",
+        "(test, alternative, zero handling) family across method pairs and metrics.",
+        "",
+    ]
+    wilcoxon = [row for row in rows if row["test"] != BOOTSTRAP_TEST]
+    header = "| method_a | method_b | test | zeros | alternative | n | W+ | W- | r | p | p (Holm) |"
+    for metric in dict.fromkeys(row["metric"] for row in wilcoxon):
+        lines += [f"## {metric}", "", header, "|" + "---|" * 11]
+        for row in (r for r in wilcoxon if r["metric"] == metric):
+            lines.append(
+                f"| {row['method_a']} | {row['method_b']} | {row['test'].removeprefix('wilcoxon_')} | "
+                f"{row['zero_method']} | {row['alternative']} | {row['n']} | {row['w_plus']:g} | "
+                f"{row['w_minus']:g} | {_number(row['rank_biserial'])} | {_number(row['p_value'])} | "
+                f"{_number(row['p_holm'])} |"
+            )
+        lines.append("")
+    bootstrap = [row for row in rows if row["test"] == BOOTSTRAP_TEST]
+    if bootstrap:
+        first = bootstrap[0]
+        lines += [
+            "## Paired bootstrap over items",
+            "",
+            f"Mean per-item accuracy difference (method_a - method_b), {100 * first['confidence']:g} % percentile "
+            f"interval from {first['resamples']} resamples (seed {first['seed']}); Holm across all rows below.",
+            "",
+            "| model | benchmark | method_a | method_b | metric | items | difference | CI | p | p (Holm) |",
+            "|" + "---|" * 10,
+        ]
+        lines += [
+            f"| {r['model']} | {r['benchmark']} | {r['method_a']} | {r['method_b']} | {r['metric']} | {r['n']} | "
+            f"{r['statistic']:+.4f} | [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] | {_number(r['p_value'])} | "
+            f"{_number(r['p_holm'])} |"
+            for r in bootstrap
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scores", type=Path, required=True, help="scores.csv of the aggregate stage")
+    parser.add_argument("--out", type=Path, required=True, help="JSON list of test results")
+    parser.add_argument("--samples", nargs="*", default=[], help="per-sample files for the paired bootstrap")
+    parser.add_argument("--markdown", type=Path, help="optional Markdown summary")
+    parser.add_argument("--checkpoint", default="final", help="checkpoint compared (default: final)")
+    parser.add_argument("--metrics", nargs="+", help="metrics tested (default: acc@n and pass@n)")
+    parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    parser.add_argument("--confidence", type=float, default=0.95, help="bootstrap interval level")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    args = parser.parse_args(argv)
+    if args.resamples < 1 or not 0 < args.confidence < 1:
+        raise InputError("--resamples must be >= 1 and --confidence in (0, 1)")
+    scores = read_scores(args.scores, args.checkpoint)
+    metrics = args.metrics or default_metrics(scores)
+    unknown = sorted(set(metrics) - set(scores["metric"]))
+    if unknown:
+        raise InputError(f"{args.scores}: no scores for metric(s) {', '.join(unknown)}")
+    rows = wilcoxon_comparisons(scores, metrics)
+    if args.samples:
+        accuracies = item_accuracies(args.samples, args.checkpoint)
+        rows += bootstrap_comparisons(accuracies, args.resamples, args.confidence, args.seed)
+    add_holm(rows)
+    atomic_write_json(args.out, rows)
+    if args.markdown:
+        atomic_write_text(args.markdown, markdown_report(rows, args.checkpoint))
+
+
+if __name__ == "__main__":
+    run_cli(main)

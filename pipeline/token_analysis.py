@@ -1,0 +1,301 @@
+"""Stage `token_analysis` (spec 8): where in the reasoning do GRAIL's weights go?
+
+For each evaluated rollout of a checkpoint, GRAIL weights are recomputed with the training core's public
+functions (``find_boxed_spans``, ``saliency_scores``, ``grail_weights``). The reasoning span is the completion up
+to the first ``\\boxed{`` marker, tokens ``[0, R)``; token ``t`` gets the normalized position ``t / max(R - 1, 1)``.
+Positions are pooled into 20 equal bins on [0, 1] and summarized per bin (mean, population std, SEM = std/sqrt(n)),
+for all rollouts and separately for correct and wrong ones. Beyond upstream, a U-shape index summarizes the profile:
+
+    U = mean(weight in the outer 20 % of bins) - mean(weight in the middle 60 % of bins)
+
+(positive when the start and the end of the reasoning get more weight than its middle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, saliency_scores
+from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
+from pipeline.rewards import PROMPT_SUFFIX_CLEAN, build_prompt
+
+NUM_BINS = 20
+
+
+@dataclass(frozen=True)
+class TokenAnalysisSpec:
+    """Settings of the analysis; the defaults are upstream's standalone script (spec 1.10, 8.1)."""
+
+    temperature: float = 0.6
+    grail_mean: float = 1.0
+    grail_std: float = 0.5
+    grail_w_min: float = 0.5
+    grail_w_max: float = 5.0
+    grail_leaf: str = "embeddings"
+    grail_position: Literal["previous", "same"] = "previous"
+    batch_size: int = 8
+    max_rollouts: int | None = None
+    # "chat": the prompt the rollouts were generated from (chat template, template below);
+    # "upstream": upstream's analysis prompt (problem + instruction, no chat template).
+    prompt_format: Literal["chat", "upstream"] = "chat"
+    prompt_template: Literal["clean", "upstream"] = "clean"
+    enable_thinking: bool = False
+    enabled: bool = True
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any] | None) -> TokenAnalysisSpec:
+        """Build from a config mapping, refusing unknown keys by name."""
+        raw = dict(raw or {})
+        known = {field.name for field in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise InputError(f"token_analysis: unknown key(s) {unknown}; known: {sorted(known)}")
+        return cls(**raw)
+
+
+@dataclass
+class Rollout:
+    """One evaluated completion with its prompt text and correctness."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    correct: bool
+
+
+def prompt_ids(tokenizer: Any, problem: str, spec: TokenAnalysisSpec) -> list[int]:
+    """Token ids of the prompt a rollout is analysed under."""
+    if spec.prompt_format == "upstream":
+        return tokenizer(problem + PROMPT_SUFFIX_CLEAN, add_special_tokens=True)["input_ids"]
+    messages = [{"role": "user", "content": build_prompt(problem, spec.prompt_template)}]
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=spec.enable_thinking
+    )
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def load_rollouts(tokenizer: Any, samples_path: Path, benchmark_path: Path, spec: TokenAnalysisSpec) -> list[Rollout]:
+    """Pair each evaluated sample with its problem; the completion is re-tokenized without special tokens."""
+    problems = {row["id"]: row["problem"] for row in read_jsonl(benchmark_path)}
+    rollouts = []
+    for number, sample in enumerate(read_jsonl(samples_path), start=1):
+        if sample.get("id") not in problems:
+            raise InputError(f"{samples_path}:{number}: id {sample.get('id')!r} is not in {benchmark_path}")
+        completion = tokenizer(sample["completion"], add_special_tokens=False)["input_ids"]
+        if completion:
+            rollouts.append(Rollout(prompt_ids(tokenizer, problems[sample["id"]], spec), completion, sample["correct"]))
+    return rollouts[: spec.max_rollouts] if spec.max_rollouts else rollouts
+
+
+def collate(rollouts: list[Rollout], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Left-padded prompts followed by right-padded completions: (input_ids, attention_mask, completion ids, mask)."""
+    prompt_len = max(len(r.prompt_ids) for r in rollouts)
+    completion_len = max(len(r.completion_ids) for r in rollouts)
+    input_ids = torch.full((len(rollouts), prompt_len + completion_len), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    for row, rollout in enumerate(rollouts):
+        prompt_start = prompt_len - len(rollout.prompt_ids)
+        completion_end = prompt_len + len(rollout.completion_ids)
+        input_ids[row, prompt_start:prompt_len] = torch.tensor(rollout.prompt_ids)
+        input_ids[row, prompt_len:completion_end] = torch.tensor(rollout.completion_ids)
+        attention[row, prompt_start:completion_end] = 1
+    return input_ids, attention, input_ids[:, prompt_len:], attention[:, prompt_len:]
+
+
+def rollout_weights(model: Any, tokenizer: Any, batch: list[Rollout], spec: TokenAnalysisSpec) -> tuple:
+    """GRAIL weights, raw scores and first-box spans of one batch (symmetry "both": every row is reweighted)."""
+    input_ids, attention, completion_ids, completion_mask = collate(batch, tokenizer.pad_token_id)
+    spans = find_boxed_spans(tokenizer, completion_ids, completion_mask, which="first")
+    answer_mask = answer_mask_from_spans(spans, completion_ids.shape[1])
+    scores = saliency_scores(
+        model,
+        input_ids,
+        attention,
+        answer_mask,
+        leaf=spec.grail_leaf,
+        temperature=spec.temperature,
+        position=spec.grail_position,
+    )
+    rewards = torch.tensor([float(r.correct) for r in batch])
+    weights = grail_weights(
+        scores,
+        completion_mask,
+        rewards,
+        spans,
+        mean=spec.grail_mean,
+        std=spec.grail_std,
+        w_min=spec.grail_w_min,
+        w_max=spec.grail_w_max,
+        symmetry="both",
+    )
+    return weights, scores, spans
+
+
+def positional_records(batch: list[Rollout], weights: torch.Tensor, scores: torch.Tensor, spans: torch.Tensor):
+    """Per reasoning token: (normalized position, weight, raw score, correct); rollouts with R < 2 are skipped."""
+    for row, rollout in enumerate(batch):
+        reasoning_end = int(spans[row, 0])
+        if reasoning_end < 2:
+            continue
+        positions = np.arange(reasoning_end) / max(reasoning_end - 1, 1)
+        yield (
+            positions,
+            weights[row, :reasoning_end].double().numpy(),
+            scores[row, :reasoning_end].double().numpy(),
+            rollout.correct,
+        )
+
+
+def bin_statistics(positions: np.ndarray, values: np.ndarray) -> dict[str, list[float]]:
+    """Mean, population std, SEM (NaN when n <= 1) and count of ``values`` in 20 equal bins of ``positions``."""
+    edges = np.linspace(0.0, 1.0, NUM_BINS + 1)
+    bins = np.minimum(np.searchsorted(edges[1:], positions, side="left"), NUM_BINS - 1)
+    mean, std, sem, count = [], [], [], []
+    for index in range(NUM_BINS):
+        selected = values[bins == index]
+        n = selected.size
+        mean.append(float(selected.mean()) if n else math.nan)
+        std.append(float(selected.std()) if n else math.nan)
+        sem.append(float(selected.std() / math.sqrt(n)) if n > 1 else math.nan)
+        count.append(int(n))
+    return {"mean": mean, "std": std, "sem": sem, "count": count}
+
+
+def u_shape_index(mean_weight: list[float]) -> float:
+    """Outer 20 % of bins minus middle 60 % (NaN-aware); positive for a U-shaped profile."""
+    profile = np.asarray(mean_weight, dtype=float)
+    outer = np.concatenate([profile[: NUM_BINS // 5], profile[-NUM_BINS // 5 :]])
+    middle = profile[NUM_BINS // 5 : -NUM_BINS // 5]
+    if np.isnan(outer).all() or np.isnan(middle).all():
+        return math.nan
+    return float(np.nanmean(outer) - np.nanmean(middle))
+
+
+def summarize(records: list[tuple]) -> dict[str, Any]:
+    """Spec 8.1's per-checkpoint summary keys, plus the U-shape index and the number of rollouts used."""
+    edges = np.linspace(0.0, 1.0, NUM_BINS + 1)
+    summary: dict[str, Any] = {"bin_centres": ((edges[:-1] + edges[1:]) / 2).tolist(), "rollouts": len(records)}
+    if not records:
+        positions = weights = scores = np.zeros(0)
+        correct = np.zeros(0, dtype=bool)
+    else:
+        positions = np.concatenate([r[0] for r in records])
+        weights = np.concatenate([r[1] for r in records])
+        scores = np.concatenate([r[2] for r in records])
+        correct = np.concatenate([np.full(r[0].size, r[3]) for r in records])
+    overall = bin_statistics(positions, weights)
+    summary |= {
+        "mean_weight": overall["mean"],
+        "std_weight": overall["std"],
+        "sem_weight": overall["sem"],
+        "count": overall["count"],
+        "mean_raw_score": bin_statistics(positions, scores)["mean"],
+    }
+    for label, selector in (("correct", correct), ("wrong", ~correct)):
+        group = bin_statistics(positions[selector], weights[selector])
+        summary |= {
+            f"mean_weight_{label}": group["mean"],
+            f"std_weight_{label}": group["std"],
+            f"sem_weight_{label}": group["sem"],
+            f"count_{label}": group["count"],
+        }
+    summary["u_shape_index"] = u_shape_index(summary["mean_weight"])
+    return summary
+
+
+def analyse_checkpoint(model_dir: str, samples: Path, benchmark: Path, spec: TokenAnalysisSpec) -> dict[str, Any]:
+    """Load one checkpoint, recompute GRAIL weights for its rollouts and summarize them by position."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    rollouts = load_rollouts(tokenizer, samples, benchmark, spec)
+    records: list[tuple] = []
+    batches = range(0, len(rollouts), spec.batch_size)
+    for start in tqdm(batches, desc=f"token analysis {Path(model_dir).name}", unit="batch"):
+        batch = rollouts[start : start + spec.batch_size]
+        weights, scores, spans = rollout_weights(model, tokenizer, batch, spec)
+        records.extend(positional_records(batch, weights, scores, spans))
+    return summarize(records)
+
+
+def plot_profiles(summaries: dict[str, dict[str, Any]], path: Path) -> None:
+    """Upstream's three panels: weight by position per checkpoint, correct vs wrong (last), heatmap."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(summaries)
+    figure, axes = plt.subplots(1, 3, figsize=(20, 5))
+    colours = plt.cm.viridis(np.linspace(0.15, 0.9, max(len(labels), 1)))
+    for label, colour in zip(labels, colours, strict=False):
+        s = summaries[label]
+        centres, mean, sem = (np.asarray(s[k], dtype=float) for k in ("bin_centres", "mean_weight", "sem_weight"))
+        axes[0].plot(centres, mean, color=colour, label=label)
+        axes[0].fill_between(centres, mean - sem, mean + sem, color=colour, alpha=0.12)
+    last = summaries[labels[-1]]
+    centres = np.asarray(last["bin_centres"])
+    for group, colour in (("correct", "steelblue"), ("wrong", "tomato")):
+        mean = np.asarray(last[f"mean_weight_{group}"], dtype=float)
+        sem = np.asarray(last[f"sem_weight_{group}"], dtype=float)
+        axes[1].plot(centres, mean, color=colour, label=f"{group} rollouts")
+        axes[1].fill_between(centres, mean - sem, mean + sem, color=colour, alpha=0.15)
+    for axis, title in ((axes[0], "Mean GRAIL weight by checkpoint"), (axes[1], f"Correct vs wrong ({labels[-1]})")):
+        axis.axhline(1.0, linestyle="--", color="grey", label="uniform")
+        axis.set(xlabel="normalized position in reasoning span", ylabel="mean GRAIL weight", title=title)
+        axis.legend()
+    heat = np.array([summaries[label]["mean_weight"] for label in labels], dtype=float)
+    image = axes[2].imshow(
+        heat, aspect="auto", cmap="RdBu_r", vmin=0.6, vmax=1.4, origin="lower", extent=(0, 1, -0.5, len(labels) - 0.5)
+    )
+    axes[2].set_yticks(range(len(labels)), labels)
+    axes[2].set(xlabel="normalized position in reasoning span", title="Mean weight by bin")
+    figure.colorbar(image, ax=axes[2], label="Mean GRAIL weight")
+    figure.tight_layout()
+    with atomic_path(path) as temporary:
+        figure.savefig(temporary, dpi=150, format="png")
+    plt.close(figure)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.token_analysis", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--checkpoint",
+        nargs=3,
+        action="append",
+        required=True,
+        metavar=("LABEL", "MODEL_DIR", "SAMPLES_JSONL"),
+        help="a checkpoint to analyse: its label, its model directory and its evaluation samples",
+    )
+    parser.add_argument("--benchmark", required=True, type=Path, help="the benchmark JSONL the samples answer")
+    parser.add_argument("--spec", default="{}", help="token-analysis settings (inline JSON or a YAML/JSON file)")
+    parser.add_argument("--out-dir", required=True, type=Path)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    spec = TokenAnalysisSpec.from_dict(load_spec(args.spec))
+    summaries = {
+        label: analyse_checkpoint(model_dir, Path(samples), args.benchmark, spec)
+        for label, model_dir, samples in args.checkpoint
+    }
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    plot_profiles(summaries, args.out_dir / "GRAIL_positional.png")
+    atomic_write_json(args.out_dir / "summary.json", {"spec": spec.__dict__, "checkpoints": summaries})
+    for label, summary in summaries.items():
+        print(f"{label}: {summary['rollouts']} rollouts, U-shape index {summary['u_shape_index']:+.3f}")
+
+
+if __name__ == "__main__":
+    run_cli(main)

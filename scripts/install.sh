@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install the pipeline into the current Python environment.
+#   bash scripts/install.sh          the package (CPU torch) — enough to run the default study
+#   bash scripts/install.sh --dev    plus the test, lint and cluster-test tooling
+# GPU machines: install torch for your CUDA first, then `pip install -e ".[gpu]"` (or use containers/Dockerfile).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras=""
+[ "${1:-}" = "--dev" ] && extras="[dev,slurm,kubernetes]"
+python3 -m pip install --upgrade --quiet pip
+if ! python3 -c "import torch" 2>/dev/null; then
+  # A bare `torch` requirement would pull a multi-GB CUDA build; the CPU wheel is what laptops and CI need.
+  python3 -m pip install --quiet "torch==2.13.0"
+fi
+python3 -m pip install --quiet -e ".${extras}"
+python3 -c "import pipeline, torch, trl, snakemake; print('installed: torch', torch.__version__, '| trl', trl.__version__)"

@@ -1,0 +1,137 @@
+import json
+import subprocess
+import sys
+
+from pipeline.report import config_hash, redact, secret_values
+
+
+def write_inputs(root):
+    tables, figures = root / "tables", root / "figures"
+    tables.mkdir()
+    figures.mkdir()
+    (tables / "summary.md").write_text(
+        "| model | method | math acc@3 |\n|---|---|---|\n| tiny | grail | 0.61 ± 0.02 |\n"
+    )
+    (figures / "scores_by_benchmark.png").write_bytes(b"\x89PNG fake")
+    rows = [
+        {
+            "method_a": "grail",
+            "method_b": "grpo",
+            "metric": "acc@3",
+            "n": 30,
+            "statistic": 459.5,
+            "p_value": 1.3e-8,
+            "alternative": "greater",
+            "test": "wilcoxon_exact",
+            "p_holm": 2.6e-8,
+            "rank_biserial": 0.976,
+        },
+        {
+            "method_a": "grail",
+            "method_b": "grpo",
+            "metric": "acc@3",
+            "benchmark": "math",
+            "test": "paired_bootstrap",
+            "ci_low": 0.01,
+            "ci_high": 0.05,
+        },
+    ]
+    (root / "significance.json").write_text(json.dumps(rows))
+    (root / "card.json").write_text(
+        json.dumps({"rows": 2000, "skipped": {"empty_answer": 3}, "note": "fetched with sk-test-secret-value-123"})
+    )
+    (root / "audit.json").write_text(
+        json.dumps({"benchmark": "math", "items": 500, "failure_count": 1, "failures": [{"id": "m7", "answer": ""}]})
+    )
+    config = {
+        "models": {"tiny": {}},
+        "methods": {"grpo": {}, "grail": {}},
+        "seeds": [0, 1],
+        "data": {"source": "deepmath", "deepmath": {"hub_id": "trl-lib/DeepMath-103K", "revision": "abc123"}},
+        "benchmarks": {"math": {"kind": "math500", "hub_id": "HuggingFaceH4/MATH-500", "revision": "r1"}},
+        "wandb_key_note": "sk-test-secret-value-123",
+    }
+    return config
+
+
+def test_report_gathers_every_section_and_redacts_secrets(tmp_path):
+    config = write_inputs(tmp_path)
+    env = {"HF_TOKEN": "hf_fake_token_987654", "WANDB_API_KEY": "sk-test-secret-value-123", "PATH": "/usr/bin:/bin"}
+    out = tmp_path / "report.md"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.report",
+            "--config",
+            json.dumps(config),
+            "--tables-dir",
+            str(tmp_path / "tables"),
+            "--figures-dir",
+            str(tmp_path / "figures"),
+            "--significance",
+            str(tmp_path / "significance.json"),
+            "--data-card",
+            str(tmp_path / "card.json"),
+            "--audit",
+            str(tmp_path / "audit.json"),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    text = out.read_text()
+    for expected in (
+        "## Main results",
+        "0.61 ± 0.02",
+        "![scores_by_benchmark](figures/scores_by_benchmark.png)",
+        "459.5",
+        "wilcoxon_exact",
+        "Paired bootstrap",
+        "`m7`",
+        "trl-lib/DeepMath-103K@abc123",
+        "HuggingFaceH4/MATH-500@r1",
+        config_hash(config),
+        '"skipped"',
+    ):
+        assert expected in text, expected
+    assert "sk-test-secret-value-123" not in text
+    assert "[REDACTED]" in text
+
+
+def test_missing_input_is_named(tmp_path):
+    write_inputs(tmp_path)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.report",
+            "--config",
+            "{}",
+            "--tables-dir",
+            str(tmp_path / "nope"),
+            "--figures-dir",
+            str(tmp_path / "figures"),
+            "--significance",
+            str(tmp_path / "significance.json"),
+            "--data-card",
+            str(tmp_path / "card.json"),
+            "--out",
+            str(tmp_path / "report.md"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "nope/summary.md: report input not found" in result.stderr
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_secret_values_and_redact():
+    env = {"HF_TOKEN": "hf_abcdef", "MY_PASSWORD": "pw12345", "HOME": "/root", "SHORT_KEY": "ab"}
+    assert secret_values(env) == ["hf_abcdef", "pw12345"]
+    assert redact("token hf_abcdef and pw12345 at /root", secret_values(env)) == (
+        "token [REDACTED] and [REDACTED] at /root"
+    )

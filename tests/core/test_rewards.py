@@ -1,0 +1,74 @@
+import time
+
+import pytest
+
+from pipeline.rewards import (
+    PROMPT_SUFFIX_UPSTREAM,
+    boxed_contents,
+    build_prompt,
+    gold_self_check,
+    last_boxed,
+    outcome_reward,
+    trl_outcome_reward,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (r"\boxed{3}", "3"),
+        (r"first \boxed{1} then \boxed{ \frac{1}{2} }", r"\frac{1}{2}"),
+        (r"\boxed{\{1,2\}}", r"\{1,2\}"),
+        (r"\boxed{1} and an unclosed \boxed{2", "1"),
+        (r"\boxed{x", None),
+        ("no box at all", None),
+        (r"\boxed{}", ""),
+    ],
+)
+def test_last_boxed(text, expected):
+    assert last_boxed(text) == expected
+
+
+def test_unbalanced_occurrence_is_skipped_and_scanning_continues():
+    text = r"\boxed{a \boxed{b}"
+    assert [text[s:e] for s, e in boxed_contents(text)] == ["b"]
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "reward"),
+    [
+        (r"so \boxed{\frac{1}{2}}", "0.5", 1.0),
+        (r"\boxed{1} wait, \boxed{2}", "2", 1.0),
+        (r"\boxed{2} wait, \boxed{1}", "2", 0.0),
+        ("the answer is 2", "2", 0.0),
+        (r"\boxed{27}", "27.0", 1.0),
+        (r"\boxed{x^2+2x+1}", "(x+1)^2", 1.0),
+    ],
+)
+def test_outcome_reward(completion, gold, reward):
+    assert outcome_reward(completion, gold) == reward
+
+
+def test_trl_reward_accepts_conversational_completions():
+    completions = [[{"role": "assistant", "content": r"\boxed{4}"}], [{"role": "assistant", "content": "4"}]]
+    assert trl_outcome_reward(completions, solution=["4", "4"]) == [1.0, 0.0]
+
+
+def test_megabyte_completion_is_scored_quickly():
+    start = time.perf_counter()
+    assert outcome_reward("1+" * 500_000 + r"\boxed{3}", "3") == 1.0
+    assert time.perf_counter() - start < 30
+
+
+def test_gold_self_check():
+    assert gold_self_check("27.0")
+    assert gold_self_check(r"\frac{10}{3}")
+    assert not gold_self_check("")
+    assert not gold_self_check("$")
+
+
+def test_upstream_prompt_reproduces_the_backspace_quirk():
+    assert "\x08oxed{}" in PROMPT_SUFFIX_UPSTREAM
+    assert build_prompt("1+1=?", "clean").endswith("within \\boxed{}.")
+    with pytest.raises(ValueError, match="prompt_template"):
+        build_prompt("1+1=?", "fancy")
