@@ -128,8 +128,14 @@ def significance_section(path: Path) -> str:
     rows = json.loads(path.read_text())
     if not isinstance(rows, list):
         raise InputError(f"{path}: expected a JSON list of test results")
-    wilcoxon = [row for row in rows if str(row.get("test", "")).startswith("wilcoxon")]
-    wilcoxon.sort(key=lambda r: (r.get("test") != "wilcoxon_exact", r.get("alternative") != "greater"))
+    # The full grid (both zero methods, both directions, three test variants) stays in the JSON; the report shows
+    # the paper's test (exact, one-sided) and its two-sided and tie-aware companions, zero differences dropped.
+    wilcoxon = [
+        row
+        for row in rows
+        if row.get("test") in ("wilcoxon_exact", "wilcoxon_exact_conditional") and row.get("zero_method") == "wilcox"
+    ]
+    wilcoxon.sort(key=lambda r: (r.get("metric"), r.get("test"), r.get("alternative") != "greater"))
     bootstrap = [row for row in rows if row.get("test") == "paired_bootstrap"]
     parts = [markdown_table(wilcoxon, (*SIGNIFICANCE_COLUMNS, "p_holm", "rank_biserial"))]
     if bootstrap:

@@ -1,7 +1,7 @@
 """Outcome reward (spec 4): the last complete ``\\boxed{...}`` of a completion, verified against the gold.
 
-    r(completion, gold) = 1  if verify(parse("$" + gold + "$"), parse("$" + last_boxed(completion) + "$"))
-                          0  otherwise (no box, parse failure, timeout, any exception)
+r(completion, gold) = 1  if verify(parse("$" + gold + "$"), parse("$" + last_boxed(completion) + "$"))
+                      0  otherwise (no box, parse failure, timeout, any exception)
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ def write_inputs(root):
             "p_value": 1.3e-8,
             "alternative": "greater",
             "test": "wilcoxon_exact",
+            "zero_method": "wilcox",
             "p_holm": 2.6e-8,
             "rank_biserial": 0.976,
         },
