@@ -1,0 +1,151 @@
+"""Bad inputs to ``pipeline.train``: each is refused before training with an error naming what is wrong."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from train_support import TRAINING_SPEC, training_rows
+from transformers import BertConfig, BertModel
+
+from pipeline.io import InputError, run_cli
+from pipeline.tiny_model import build_tokenizer
+from pipeline.train import main, merge_specs
+
+
+@pytest.fixture(scope="module")
+def rows_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("rows") / "train.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in training_rows(4, seed=0)), encoding="utf-8")
+    return path
+
+
+def argv(
+    model: Path | str, data: Path, out: Path, training: dict | None = None, method: dict | None = None, *extra: str
+) -> list[str]:
+    return [
+        "--model", str(model), "--training-spec", json.dumps(TRAINING_SPEC if training is None else training),
+        "--method-spec", json.dumps(method or {}), "--data", str(data), "--seed", "0", "--out", str(out), *extra,
+    ]  # fmt: skip
+
+
+def refused(arguments: list[str]) -> str:
+    with pytest.raises(InputError) as error:
+        main(arguments)
+    return str(error.value)
+
+
+def test_unknown_method_key_exits_2_naming_key_and_spec(untrained_model, rows_file, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(main, argv(untrained_model, rows_file, tmp_path / "run", method={"grail_stdd": 0.5}))
+    assert exit_info.value.code == 2
+    message = capsys.readouterr().err
+    assert "method spec: unknown key 'grail_stdd'" in message
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_training_key_named(untrained_model, rows_file, tmp_path):
+    message = refused(
+        argv(untrained_model, rows_file, tmp_path / "run", {**TRAINING_SPEC, "overwrite_output_dir": True})
+    )
+    assert message.startswith("training spec: unknown key 'overwrite_output_dir'")
+
+
+@pytest.mark.parametrize("key", ["output_dir", "seed", "save_only_model", "resume_from_checkpoint", "report_to"])
+def test_reserved_key_refused(untrained_model, rows_file, tmp_path, key):
+    message = refused(argv(untrained_model, rows_file, tmp_path / "run", method={key: True}))
+    assert message.startswith(f"method spec: key '{key}' may not be set")
+
+
+def test_bad_config_value_refused(untrained_model, rows_file, tmp_path):
+    message = refused(argv(untrained_model, rows_file, tmp_path / "run", method={"credit": "nope"}))
+    assert "credit must be one of" in message
+
+
+def test_trust_remote_code_must_be_boolean(untrained_model, rows_file, tmp_path):
+    message = refused(argv(untrained_model, rows_file, tmp_path / "run", method={"trust_remote_code": "yes"}))
+    assert message == "method spec: 'trust_remote_code' must be true or false, got 'yes'"
+
+
+def test_spec_must_be_a_mapping(untrained_model, rows_file, tmp_path):
+    arguments = argv(untrained_model, rows_file, tmp_path / "run")
+    arguments[arguments.index("--method-spec") + 1] = "[1, 2]"
+    assert refused(arguments) == "method spec: expected a mapping of option names to values, got list"
+
+
+def test_export_step_beyond_max_steps_refused(untrained_model, rows_file, tmp_path):
+    message = refused([*argv(untrained_model, rows_file, tmp_path / "run"), "--export-steps", "2", "5"])
+    assert message == "--export-steps: step 5 is outside 1..max_steps (4)"
+
+
+def test_row_missing_prompt_names_file_and_line(untrained_model, tmp_path):
+    rows = training_rows(3, seed=0)
+    del rows[1]["prompt"]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    assert refused(argv(untrained_model, data, tmp_path / "run")) == f"{data}:2: field 'prompt' missing"
+
+
+def test_row_line_number_counts_blank_lines(untrained_model, tmp_path):
+    rows = training_rows(2, seed=0)
+    rows[1]["solution"] = 7
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps(rows[0]) + "\n\n" + json.dumps(rows[1]) + "\n", encoding="utf-8")
+    assert refused(argv(untrained_model, data, tmp_path / "run")) == (
+        f"{data}:3: field 'solution' must be a str, got int"
+    )
+
+
+def test_row_with_malformed_messages_refused(untrained_model, tmp_path):
+    row = {**training_rows(1, seed=0)[0], "prompt": [{"role": "user"}]}
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    message = refused(argv(untrained_model, data, tmp_path / "run"))
+    assert message.startswith(f"{data}:1: field 'prompt' must be a non-empty list")
+
+
+def test_invalid_json_row_names_file_and_line(untrained_model, tmp_path):
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps(training_rows(1, seed=0)[0]) + "\n{not json\n", encoding="utf-8")
+    assert refused(argv(untrained_model, data, tmp_path / "run")).startswith(f"{data}:2: not valid JSON")
+
+
+def test_missing_data_file(untrained_model, tmp_path):
+    data = tmp_path / "absent.jsonl"
+    assert refused(argv(untrained_model, data, tmp_path / "run")) == f"{data}: file not found"
+
+
+def test_missing_model_path(rows_file, tmp_path):
+    model = tmp_path / "no" / "such-model"
+    assert refused(argv(model, rows_file, tmp_path / "run")) == f"{model}: model directory not found"
+
+
+def test_model_that_is_not_a_causal_lm(rows_file, tmp_path):
+    model_dir = tmp_path / "bert"
+    config = BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32)  # fmt: skip
+    BertModel(config).save_pretrained(model_dir)
+    build_tokenizer().save_pretrained(model_dir)  # a chat template, so only the model is wrong
+    assert refused(argv(model_dir, rows_file, tmp_path / "run")) == (
+        f"{model_dir}: not a causal language model (BertModel)"
+    )
+
+
+def test_tokenizer_without_chat_template(untrained_model, rows_file, tmp_path):
+    model_dir = tmp_path / "model"
+    shutil.copytree(untrained_model, model_dir)
+    (model_dir / "chat_template.jinja").unlink(missing_ok=True)
+    tokenizer_config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    tokenizer_config.pop("chat_template", None)
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    assert refused(argv(model_dir, rows_file, tmp_path / "run")) == (
+        f"{model_dir}: the tokenizer has no chat template (training prompts are conversational)"
+    )
+
+
+def test_merge_specs_method_wins_and_remembers_origin():
+    merged, origin = merge_specs({"learning_rate": 1.0, "max_steps": 3}, {"learning_rate": 2.0})
+    assert merged == {"learning_rate": 2.0, "max_steps": 3}
+    assert origin == {"learning_rate": "method spec", "max_steps": "training spec"}

@@ -1,0 +1,166 @@
+"""End-to-end runs of ``python -m pipeline.train`` on the warmed-up tiny model: a complete run, runs killed by
+SIGTERM and SIGKILL and resumed, and a run whose newest checkpoint is corrupt. A resumed run must end with exactly
+the weights of the uninterrupted run (same seed), which it only does if it continues at the checkpoint's step with
+the optimizer, scheduler, RNG, data position and TRL's generation buffer restored."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from train_support import REPO_ROOT, TRAINING_SPEC, run_train, subprocess_env, train_command
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pipeline.train import PREEMPTED_EXIT_CODE
+
+pytestmark = pytest.mark.slow
+EXPORT = ("--export-steps", "2")
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def step_lines(run_dir: Path) -> list[int]:
+    """Steps of the per-step log lines (the end-of-run summary excluded)."""
+    return [row["step"] for row in metrics(run_dir) if "train_runtime" not in row]
+
+
+def global_step(checkpoint: Path) -> int:
+    return json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+
+
+def newest_checkpoint_step(run_dir: Path) -> int:
+    return max(int(path.name.split("-")[1]) for path in (run_dir / "checkpoints").glob("checkpoint-*"))
+
+
+def assert_same_weights(first: Path, second: Path) -> None:
+    a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+def interrupt_after_checkpoint(command: list[str], run_dir: Path, signum: int) -> subprocess.CompletedProcess:
+    """Start a run, send ``signum`` once checkpoint-2 is published, and wait for the process to end."""
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 300
+    while not (run_dir / "checkpoints" / "checkpoint-2").is_dir():
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no checkpoint-2 within 300 s"
+        time.sleep(0.1)
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def reference_run(model_dir, train_jsonl, tmp_path_factory) -> Path:
+    """An uninterrupted 4-step run (checkpoints at 2 and 4, export of step 2)."""
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    result = run_train(train_command(model_dir, train_jsonl, run_dir, *EXPORT))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+def test_complete_run_layout(reference_run):
+    final = reference_run / "final"
+    model = AutoModelForCausalLM.from_pretrained(final)
+    tokenizer = AutoTokenizer.from_pretrained(final)
+    assert model.config.model_type == "qwen3" and tokenizer.chat_template
+    assert global_step(reference_run / "checkpoints" / "checkpoint-4") == 4
+    assert not list(reference_run.glob(".*")) and not list((reference_run / "checkpoints").glob(".*"))
+
+
+def test_metrics_have_one_line_per_step_with_rewards(reference_run):
+    rows = metrics(reference_run)
+    assert step_lines(reference_run) == [1, 2, 3, 4]
+    assert sum("train_runtime" in row for row in rows) == 1
+    rewards = [row["reward"] for row in rows if "reward" in row]
+    assert len(rewards) == 2  # one generation round per two steps (num_iterations 2)
+    assert all(0.0 <= reward <= 1.0 for reward in rewards) and max(rewards) > 0
+
+
+def test_training_changed_the_weights(reference_run, model_dir):
+    before, after = load_file(model_dir / "model.safetensors"), load_file(reference_run / "final/model.safetensors")
+    assert any(not torch.equal(before[name], after[name]) for name in before)
+
+
+def test_export_is_the_step_2_model(reference_run):
+    export = reference_run / "exports" / "step-2"
+    assert_same_weights(export, reference_run / "checkpoints" / "checkpoint-2")
+    assert (
+        os.stat(export / "model.safetensors").st_ino
+        == os.stat(reference_run / "checkpoints" / "checkpoint-2" / "model.safetensors").st_ino
+    )
+    assert not (export / "optimizer.pt").exists() and (export / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_killed_run_resumes_from_its_checkpoint(model_dir, train_jsonl, tmp_path, reference_run, signum):
+    run_dir = tmp_path / "run"
+    command = train_command(model_dir, train_jsonl, run_dir, *EXPORT)
+    interrupted = interrupt_after_checkpoint(command, run_dir, signum)
+    if signum == signal.SIGTERM:
+        assert interrupted.returncode == PREEMPTED_EXIT_CODE, interrupted.stderr[-3000:]
+        assert f"received SIGTERM: saving a checkpoint at step {newest_checkpoint_step(run_dir)}" in interrupted.stderr
+    else:
+        assert interrupted.returncode == -signal.SIGKILL
+    assert not (run_dir / "final").exists()
+    resumed_at = newest_checkpoint_step(run_dir)
+    assert 2 <= resumed_at <= 4
+    lines_before = (run_dir / "metrics.jsonl").read_text().splitlines()
+
+    rerun = run_train(command)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    checkpoint = run_dir / "checkpoints" / f"checkpoint-{resumed_at}"
+    assert f"resuming from {checkpoint} (step {resumed_at})" in rerun.stderr
+    assert step_lines(run_dir) == [1, 2, 3, 4]
+    # The lines up to the checkpoint are the first attempt's, byte for byte: those steps were not trained again.
+    kept = [line for line in lines_before if json.loads(line)["step"] <= resumed_at and "train_runtime" not in line]
+    assert (run_dir / "metrics.jsonl").read_text().splitlines()[: len(kept)] == kept
+    assert global_step(run_dir / "checkpoints" / "checkpoint-4") == 4
+    assert_same_weights(run_dir / "final", reference_run / "final")
+    assert_same_weights(run_dir / "exports" / "step-2", reference_run / "exports" / "step-2")
+
+
+def test_corrupt_newest_checkpoint_is_skipped(model_dir, train_jsonl, tmp_path, reference_run):
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference_run / "checkpoints", run_dir / "checkpoints")
+    shutil.copytree(reference_run / "exports", run_dir / "exports")
+    lines = (reference_run / "metrics.jsonl").read_text().splitlines()
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines[:3]) + "\n")
+    (run_dir / "checkpoints" / "checkpoint-4" / "trainer_state.json").write_text('{"global_step": 4, "log_')
+    (run_dir / "checkpoints" / ".staging" / "checkpoint-6").mkdir(parents=True)  # a save killed half-way
+
+    rerun = run_train(train_command(model_dir, train_jsonl, run_dir, *EXPORT))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    corrupt = run_dir / "checkpoints" / "checkpoint-4"
+    assert f"skipping checkpoint {corrupt}: trainer_state.json unreadable" in rerun.stderr
+    assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-2'} (step 2)" in rerun.stderr
+    assert global_step(corrupt) == 4
+    assert step_lines(run_dir) == [1, 2, 3, 4]
+    assert_same_weights(run_dir / "final", reference_run / "final")
+    assert not (run_dir / "checkpoints" / ".staging").exists()
+
+
+def test_grail_run_checkpoints_its_generation_buffer(model_dir, train_jsonl, tmp_path):
+    run_dir = tmp_path / "run"
+    spec = {**TRAINING_SPEC, "max_steps": 1, "save_steps": 1}
+    result = run_train(
+        train_command(model_dir, train_jsonl, run_dir, training_spec=spec, method_spec={"credit": "grail"})
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    buffer = torch.load(run_dir / "checkpoints/checkpoint-1/generation_buffer_rank0.pt", weights_only=True)
+    assert len(buffer) == 1 and "completion_ids" in buffer[0]
+    assert (run_dir / "final" / "model.safetensors").is_file()
+    assert any(key.startswith("grail/") for row in metrics(run_dir) for key in row)
