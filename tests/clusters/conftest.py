@@ -1,0 +1,36 @@
+"""Shared helpers of the cluster tests: paths, a command runner that reports its wall time, config loading."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_WORKFLOW = Path(__file__).resolve().parent / "workflow" / "Snakefile"
+
+
+def run_command(
+    command: list[str], *, cwd: Path, timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command``, print its wall time (pytest -s / the CI log), return stdout+stderr as ``stdout``."""
+    start = time.monotonic()
+    result = subprocess.run(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
+    )
+    print(f"[{time.monotonic() - start:6.1f} s] {' '.join(command[:4])} ... (exit {result.returncode})")
+    return result
+
+
+def study(config_path: Path) -> Any:
+    """The project's Study for a config file, with the schema's defaults filled in as the Snakefile does."""
+    from snakemake.utils import validate
+
+    from pipeline.config import Study
+
+    config = yaml.safe_load(config_path.read_text())
+    validate(config, str(REPO / "configs" / "schema.yaml"))
+    return Study.from_config(config)

