@@ -32,25 +32,41 @@ def build_prompt(problem: str, template: Literal["clean", "upstream"] = "clean")
         raise ValueError(f"prompt_template must be one of {sorted(PROMPT_TEMPLATES)}, got {template!r}") from None
 
 
+def closing_braces(text: str) -> dict[int, int]:
+    """Index of the matching ``}`` for every ``{`` of ``text`` that is closed (one stack pass, linear time).
+
+    The match of ``{`` at ``p`` is the first ``q > p`` where the brace depth counted from ``p`` returns to 0,
+    which is what a forward depth count from ``p`` finds; stray ``}`` with nothing open are ignored.
+    """
+    matches: dict[int, int] = {}
+    open_positions: list[int] = []
+    for index, character in enumerate(text):
+        if character == "{":
+            open_positions.append(index)
+        elif character == "}" and open_positions:
+            matches[open_positions.pop()] = index
+    return matches
+
+
 def boxed_contents(text: str) -> list[tuple[int, int]]:
     """Character spans ``(content_start, content_end)`` of every complete, non-overlapping ``\\boxed{...}``.
 
     Braces are balanced by depth counting; an occurrence whose braces never close is skipped and the scan
-    continues after its marker (as the training reward's recursive regex does).
+    continues after its marker (as the training reward's recursive regex does). Linear in ``len(text)``.
     """
+    if BOX_MARKER not in text:
+        return []
+    matches = closing_braces(text)
     spans: list[tuple[int, int]] = []
     position = 0
     while (start := text.find(BOX_MARKER, position)) != -1:
         content_start = start + len(BOX_MARKER)
-        depth, index = 1, content_start
-        while index < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[index], 0)
-            index += 1
-        if depth == 0:
-            spans.append((content_start, index - 1))
-            position = index
-        else:
+        close = matches.get(content_start - 1)
+        if close is None:
             position = content_start
+        else:
+            spans.append((content_start, close))
+            position = close + 1
     return spans
 
 

@@ -1,6 +1,8 @@
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pipeline.rewards import (
     PROMPT_SUFFIX_UPSTREAM,
@@ -72,3 +74,30 @@ def test_upstream_prompt_reproduces_the_backspace_quirk():
     assert build_prompt("1+1=?", "clean").endswith("within \\boxed{}.")
     with pytest.raises(ValueError, match="prompt_template"):
         build_prompt("1+1=?", "fancy")
+
+
+def naive_boxed_contents(text):
+    """The obvious quadratic scan: depth-count forward from each marker."""
+    spans, position, marker = [], 0, "\\boxed{"
+    while (start := text.find(marker, position)) != -1:
+        depth, index = 1, start + len(marker)
+        while index < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[index], 0)
+            index += 1
+        if depth == 0:
+            spans.append((start + len(marker), index - 1))
+            position = index
+        else:
+            position = start + len(marker)
+    return spans
+
+
+@given(st.lists(st.sampled_from(["\\boxed{", "{", "}", "a", "\\"]), max_size=30).map("".join))
+def test_linear_box_scan_matches_the_naive_scan(text):
+    assert boxed_contents(text) == naive_boxed_contents(text)
+
+
+def test_megabyte_of_unclosed_markers_is_linear():
+    start = time.perf_counter()
+    assert boxed_contents("\\boxed{" * 150_000) == []
+    assert time.perf_counter() - start < 10

@@ -1,0 +1,583 @@
+"""Stage `evaluate`: sample a model on one benchmark, grade every sample, resumably.
+
+    python -m pipeline.evaluate --model MODEL_DIR_OR_HUB_ID --benchmark eval_data/NAME.jsonl --spec EVAL_SPEC
+                                --seed S --out OUT.jsonl
+
+For every benchmark item and sample index s < n_samples (a "unit"), the model answers the chat prompt
+``[user: build_prompt(problem, prompt_template)]`` (thinking disabled). The completion is graded like the training
+reward: extracted = the last complete ``\\boxed{}``, correct = math-verify(gold, extracted) with a timeout, in the
+main thread (its timeout is SIGALRM based). Answers longer than ``max_answer_chars`` score 0 unparsed: no real
+benchmark answer is that long, and parsing megabytes costs a full timeout each time.
+
+Resume: graded rows are appended durably (fsync per batch) to ``OUT.partial`` whose first line fingerprints the
+model, benchmark, seed and the sampling/grading settings. A rerun keeps the valid rows of a matching partial file
+(dropping a torn last line), generates only the missing units, and finally writes OUT atomically with exactly one
+row per unit, sorted by (item order, sample), then deletes the partial file.
+
+Seeds: a unit's seed is ``derive_seed(seed, item_id, sample)``. The vllm backend seeds every request with its
+unit's seed, so a sample does not depend on batching or on resumes. The hf backend seeds each batch with the seed
+derived from its units' seeds; batches are planned over the full unit list, so an uninterrupted run and a run
+resumed after whole batches were lost draw the same samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from tqdm import tqdm
+
+from pipeline.generation import (
+    chat_prompt_ids,
+    dataclass_from_mapping,
+    derive_seed,
+    load_causal_lm,
+    load_tokenizer,
+    model_fingerprint,
+    stable_hash,
+)
+from pipeline.io import (
+    InputError,
+    append_jsonl_durably,
+    atomic_write_jsonl,
+    load_spec,
+    read_jsonl,
+    run_cli,
+)
+from pipeline.rewards import PROMPT_TEMPLATES, build_prompt, is_correct, last_boxed
+
+SAMPLE_KEYS = ("id", "sample", "completion", "extracted", "correct", "num_tokens")
+BACKENDS = ("auto", "hf", "vllm")
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """Engine settings of the vllm backend (``data_parallel_size`` engines of ``tensor_parallel_size`` GPUs)."""
+
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """EVAL_SPEC: backend, sampling, batching, prompt and grading settings (defaults: upstream, spec 6.2)."""
+
+    backend: str = "auto"
+    n_samples: int = 3
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = 20
+    max_new_tokens: int = 8192
+    batch_size: int = 64
+    prompt_template: str = "clean"
+    enable_thinking: bool = False
+    grading_timeout_seconds: int = 5
+    max_answer_chars: int = 1000
+    vllm: VllmSettings = field(default_factory=VllmSettings)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One benchmark item."""
+
+    id: str
+    problem: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One (item, sample) pair to generate; ``seed`` is its derived seed."""
+
+    item_index: int
+    item_id: str
+    sample: int
+    seed: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """The unit's identity in output rows: (id, sample)."""
+        return self.item_id, self.sample
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a backend generates from: the prompt's token ids and a seed."""
+
+    prompt_ids: list[int]
+    seed: int
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A backend's answer to one request: the completion text and its number of generated tokens (eos included)."""
+
+    text: str
+    num_tokens: int
+
+
+class Backend(Protocol):
+    def generate(self, requests: Sequence[Request]) -> list[Generation]: ...
+
+
+def parse_eval_spec(mapping: Any) -> EvalSpec:
+    """EVAL_SPEC from a mapping; unknown keys, wrong types and out-of-range values raise InputError by name."""
+    spec = dataclass_from_mapping(EvalSpec, mapping, "evaluation spec")
+    checks = {
+        "backend": spec.backend in BACKENDS,
+        "prompt_template": spec.prompt_template in PROMPT_TEMPLATES,
+        "n_samples": spec.n_samples >= 1,
+        "batch_size": spec.batch_size >= 1,
+        "max_new_tokens": spec.max_new_tokens >= 1,
+        "temperature": spec.temperature >= 0,
+        "top_p": 0 < spec.top_p <= 1,
+        "grading_timeout_seconds": spec.grading_timeout_seconds >= 1,
+        "max_answer_chars": spec.max_answer_chars >= 1,
+        "vllm.tensor_parallel_size": spec.vllm.tensor_parallel_size >= 1,
+        "vllm.data_parallel_size": spec.vllm.data_parallel_size >= 1,
+        "vllm.gpu_memory_utilization": 0 < spec.vllm.gpu_memory_utilization <= 1,
+        "vllm.max_model_len": spec.vllm.max_model_len is None
+        or (isinstance(spec.vllm.max_model_len, int) and spec.vllm.max_model_len >= 1),
+    }
+    for key, valid in checks.items():
+        if not valid:
+            value = spec
+            for part in key.split("."):
+                value = getattr(value, part)
+            raise InputError(f"evaluation spec.{key}: invalid value {value!r}")
+    return spec
+
+
+def load_benchmark(path: str | Path) -> list[Item]:
+    """Benchmark rows ``{id, problem, answer, ...}``: non-empty strings, unique ids; errors name file and line."""
+    rows = read_jsonl(path)
+    if not rows:
+        raise InputError(f"{path}: the benchmark has no items")
+    items, seen = [], set()
+    for number, row in enumerate(rows, start=1):
+        for key in ("id", "problem", "answer"):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                raise InputError(f"{path}:{number}: field '{key}' must be a non-empty string")
+        if row["id"] in seen:
+            raise InputError(f"{path}:{number}: duplicate id {row['id']!r}")
+        seen.add(row["id"])
+        items.append(Item(id=row["id"], problem=row["problem"], answer=row["answer"]))
+    return items
+
+
+def plan_units(items: Sequence[Item], n_samples: int, seed: int) -> list[Unit]:
+    """Every (item, sample) unit in output order, each with ``derive_seed(seed, item.id, sample)``."""
+    return [
+        Unit(index, item.id, sample, derive_seed(seed, item.id, sample))
+        for index, item in enumerate(items)
+        for sample in range(n_samples)
+    ]
+
+
+def grade(completion: str, gold: str, spec: EvalSpec) -> tuple[str | None, bool]:
+    """``(extracted, correct)``: the last complete box, verified against ``gold`` (never raises, never hangs).
+
+    An answer longer than ``spec.max_answer_chars`` is kept as extracted but scored False without parsing.
+    """
+    extracted = last_boxed(completion)
+    if extracted is None or len(extracted) > spec.max_answer_chars:
+        return extracted, False
+    return extracted, is_correct(extracted, gold, spec.grading_timeout_seconds)
+
+
+def fingerprint(model: str, benchmark: str | Path, spec: EvalSpec, seed: int) -> str:
+    """Hash of everything that decides a sample's distribution and grade (not batching, backend or n_samples)."""
+    settings = dataclasses.asdict(spec)
+    for key in ("backend", "batch_size", "n_samples", "vllm"):
+        settings.pop(key)
+    benchmark_hash = hashlib.sha256(Path(benchmark).read_bytes()).hexdigest()
+    return stable_hash((model_fingerprint(model), benchmark_hash, seed, sorted(settings.items())))
+
+
+def partial_path(out: str | Path) -> Path:
+    """Where the rows of an unfinished evaluation of ``out`` accumulate."""
+    out = Path(out)
+    return out.with_name(out.name + ".partial")
+
+
+def resume_rows(partial: Path, stamp: str, expected: set[tuple[str, int]]) -> tuple[dict[tuple[str, int], dict], str]:
+    """Rows already done, keyed by (id, sample), and a message saying what was kept or why nothing was.
+
+    Rows come from a partial file whose header carries ``stamp``; a torn last line, rows of units outside
+    ``expected``, rows missing a key and repeated units (first one kept) are dropped.
+    """
+    if not partial.exists():
+        return {}, "no partial results"
+    rows = read_jsonl(partial, tolerate_torn_tail=True)
+    if not rows or rows[0].get("fingerprint") != stamp:
+        return {}, f"discarding {partial}: it was written with another model, benchmark, seed or settings"
+    done: dict[tuple[str, int], dict] = {}
+    for row in rows[1:]:
+        key = (row.get("id"), row.get("sample"))
+        if key in expected and key not in done and all(k in row for k in SAMPLE_KEYS):
+            done[key] = {k: row[k] for k in SAMPLE_KEYS}
+    return done, f"resuming from {partial}: {len(done)} of {len(expected)} samples done"
+
+
+def batches(units: Sequence[Unit], batch_size: int) -> list[list[Unit]]:
+    """Consecutive chunks of ``batch_size`` units (the last may be shorter)."""
+    return [list(units[start : start + batch_size]) for start in range(0, len(units), batch_size)]
+
+
+def choose_backend(requested: str, vllm_importable: bool, cuda_available: bool) -> tuple[str, str | None]:
+    """The backend to use and, when ``auto`` falls back to hf, the reason to print.
+
+    ``vllm`` requested without vllm installed or without a GPU is an InputError: it would not run.
+    """
+    if requested == "hf":
+        return "hf", None
+    missing = [
+        reason
+        for reason, ok in (("vllm is not installed", vllm_importable), ("no CUDA GPU is visible", cuda_available))
+        if not ok
+    ]
+    if not missing:
+        return "vllm", None
+    if requested == "vllm":
+        raise InputError(f"evaluation spec.backend: vllm requested but {' and '.join(missing)}")
+    return "hf", f"backend auto: {' and '.join(missing)}; using the hf (transformers) backend"
+
+
+def detect_backend(requested: str) -> str:
+    """``choose_backend`` on this machine; the fallback reason goes to stderr."""
+    import torch
+
+    backend, message = choose_backend(
+        requested, importlib.util.find_spec("vllm") is not None, torch.cuda.is_available()
+    )
+    if message:
+        print(message, file=sys.stderr)
+    return backend
+
+
+# ---- hf backend -------------------------------------------------------------------------------------------------
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Left-padded token ids and their attention masks (1 on real tokens), all of the longest prompt's length."""
+    length = max(len(p) for p in prompts)
+    ids = [[pad_token_id] * (length - len(p)) + list(p) for p in prompts]
+    mask = [[0] * (length - len(p)) + [1] * len(p) for p in prompts]
+    return ids, mask
+
+
+def cut_at_eos(tokens: Sequence[int], eos_ids: set[int]) -> tuple[list[int], int]:
+    """The tokens before the first eos and the generated count (through that eos; all tokens if there is none)."""
+    for position, token in enumerate(tokens):
+        if token in eos_ids:
+            return list(tokens[:position]), position + 1
+    return list(tokens), len(tokens)
+
+
+class HFBackend:
+    """Batched ``transformers`` sampling (left padding), on the GPU when there is one, else the CPU."""
+
+    def __init__(self, model: str, tokenizer: Any, spec: EvalSpec) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = "auto" if self.device == "cuda" else torch.float32
+        self.model = load_causal_lm(model, dtype=dtype).to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.spec = spec
+        configured = self.model.generation_config.eos_token_id
+        configured = configured if isinstance(configured, list) else [configured]
+        self.eos_ids = {token for token in [*configured, tokenizer.eos_token_id] if token is not None}
+
+    def sampling_kwargs(self) -> dict[str, Any]:
+        """``generate`` options: sampling at temperature > 0 (top_k <= 0 disables top-k), greedy at 0."""
+        spec = self.spec
+        if spec.temperature == 0:
+            return {"do_sample": False}
+        return {"do_sample": True, "temperature": spec.temperature, "top_p": spec.top_p, "top_k": max(spec.top_k, 0)}
+
+    def generate(self, requests: Sequence[Request]) -> list[Generation]:
+        torch = self.torch
+        ids, mask = left_pad([r.prompt_ids for r in requests], self.tokenizer.pad_token_id)
+        torch.manual_seed(derive_seed(*(r.seed for r in requests)))
+        with torch.inference_mode():
+            output = self.model.generate(
+                input_ids=torch.tensor(ids, device=self.device),
+                attention_mask=torch.tensor(mask, device=self.device),
+                max_new_tokens=self.spec.max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=sorted(self.eos_ids),
+                **self.sampling_kwargs(),
+            )
+        generations = []
+        for row in output[:, len(ids[0]) :].tolist():
+            tokens, count = cut_at_eos(row, self.eos_ids)
+            generations.append(Generation(self.tokenizer.decode(tokens, skip_special_tokens=True), count))
+        return generations
+
+
+# ---- vllm backend -----------------------------------------------------------------------------------------------
+
+
+def vllm_engine_kwargs(model: str, spec: EvalSpec, seed: int) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.LLM`` for one data-parallel engine."""
+    kwargs = {
+        "model": model,
+        "tokenizer": model,
+        "tensor_parallel_size": spec.vllm.tensor_parallel_size,
+        "gpu_memory_utilization": spec.vllm.gpu_memory_utilization,
+        "enable_prefix_caching": spec.vllm.enable_prefix_caching,
+        "seed": seed,
+        "trust_remote_code": False,
+    }
+    if spec.vllm.max_model_len is not None:
+        kwargs["max_model_len"] = spec.vllm.max_model_len
+    return kwargs
+
+
+def vllm_sampling_kwargs(spec: EvalSpec, seed: int) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.SamplingParams`` for one request (one sample; top_k <= 0 means no top-k)."""
+    return {
+        "n": 1,
+        "temperature": spec.temperature,
+        "top_p": spec.top_p,
+        "top_k": spec.top_k if spec.top_k > 0 else -1,
+        "max_tokens": spec.max_new_tokens,
+        "seed": seed,
+        "skip_special_tokens": True,
+    }
+
+
+def build_vllm_requests(requests: Sequence[Request], spec: EvalSpec) -> tuple[list[dict], list[dict]]:
+    """Token prompts (``{"prompt_token_ids": ...}``) and per-request SamplingParams kwargs for ``LLM.generate``."""
+    prompts = [{"prompt_token_ids": list(r.prompt_ids)} for r in requests]
+    return prompts, [vllm_sampling_kwargs(spec, r.seed) for r in requests]
+
+
+def parse_vllm_outputs(outputs: Sequence[Any], expected: int) -> list[Generation]:
+    """One Generation per ``RequestOutput`` (in request order): its first completion's text and token count."""
+    if len(outputs) != expected:
+        raise RuntimeError(f"vllm returned {len(outputs)} outputs for {expected} requests")
+    generations = []
+    for output in outputs:
+        if not output.outputs:
+            raise RuntimeError(f"vllm request {output.request_id} returned no completion")
+        completion = output.outputs[0]
+        generations.append(Generation(completion.text, len(completion.token_ids)))
+    return generations
+
+
+def vllm_device_groups(data_parallel_size: int, tensor_parallel_size: int, visible: Sequence[str]) -> list[str]:
+    """CUDA_VISIBLE_DEVICES of each data-parallel engine: consecutive groups of ``tensor_parallel_size`` GPUs."""
+    needed = data_parallel_size * tensor_parallel_size
+    if len(visible) < needed:
+        raise InputError(
+            f"evaluation spec.vllm: data_parallel_size x tensor_parallel_size = {needed} GPUs, "
+            f"but {len(visible)} are visible"
+        )
+    return [
+        ",".join(visible[rank * tensor_parallel_size : (rank + 1) * tensor_parallel_size])
+        for rank in range(data_parallel_size)
+    ]
+
+
+def run_vllm_engine(engine: Any, requests: Sequence[Request], spec: EvalSpec) -> list[Generation]:
+    """Generate ``requests`` with a ``vllm.LLM`` engine."""
+    from vllm import SamplingParams
+
+    prompts, sampling = build_vllm_requests(requests, spec)
+    outputs = engine.generate(prompts, [SamplingParams(**kwargs) for kwargs in sampling], use_tqdm=False)
+    return parse_vllm_outputs(outputs, len(requests))
+
+
+def _vllm_worker(connection: Any, devices: str, engine_kwargs: dict[str, Any], spec: EvalSpec) -> None:
+    """A data-parallel engine process: serves request lists from ``connection`` until it receives None."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = devices
+    from vllm import LLM
+
+    engine = LLM(**engine_kwargs)
+    while (requests := connection.recv()) is not None:
+        connection.send(run_vllm_engine(engine, requests, spec))
+
+
+class VllmBackend:
+    """The offline ``vllm.LLM`` engine; with data_parallel_size > 1, one engine process per GPU group.
+
+    Each batch is split into contiguous shards, one per engine, generated concurrently and re-joined in order.
+    """
+
+    def __init__(self, model: str, spec: EvalSpec, seed: int) -> None:
+        import multiprocessing
+
+        import torch
+
+        self.spec = spec
+        engine_kwargs = vllm_engine_kwargs(model, spec, seed)
+        self.engine = None
+        self.workers: list[tuple[Any, Any]] = []
+        if spec.vllm.data_parallel_size == 1:
+            from vllm import LLM
+
+            self.engine = LLM(**engine_kwargs)
+            return
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        devices = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+        context = multiprocessing.get_context("spawn")
+        for group in vllm_device_groups(spec.vllm.data_parallel_size, spec.vllm.tensor_parallel_size, devices):
+            parent, child = context.Pipe()
+            process = context.Process(target=_vllm_worker, args=(child, group, engine_kwargs, spec))
+            process.start()
+            self.workers.append((parent, process))
+
+    def generate(self, requests: Sequence[Request]) -> list[Generation]:
+        if self.engine is not None:
+            return run_vllm_engine(self.engine, requests, self.spec)
+        shard = -(-len(requests) // len(self.workers))
+        shards = [list(requests[start : start + shard]) for start in range(0, len(requests), shard)]
+        busy = self.workers[: len(shards)]
+        for (connection, _), part in zip(busy, shards, strict=True):
+            connection.send(part)
+        return [generation for connection, _ in busy for generation in connection.recv()]
+
+    def close(self) -> None:
+        for connection, process in self.workers:
+            connection.send(None)
+            process.join()
+
+
+# ---- the evaluation loop ----------------------------------------------------------------------------------------
+
+
+def make_backend(name: str, model: str, tokenizer: Any, spec: EvalSpec, seed: int) -> Backend:
+    """The backend ``name`` ("hf" or "vllm") loaded with ``model``."""
+    if name == "vllm":
+        return VllmBackend(model, spec, seed)
+    return HFBackend(model, tokenizer, spec)
+
+
+def generate_rows(
+    units: Sequence[Unit],
+    items: Sequence[Item],
+    prompts: dict[int, list[int]],
+    backend: Backend,
+    spec: EvalSpec,
+) -> list[dict[str, Any]]:
+    """Generate and grade ``units``: one schema row each, in the order of ``units``."""
+    requests = [Request(prompts[u.item_index], u.seed) for u in units]
+    rows = []
+    for unit, generation in zip(units, backend.generate(requests), strict=True):
+        extracted, correct = grade(generation.text, items[unit.item_index].answer, spec)
+        rows.append(
+            {
+                "id": unit.item_id,
+                "sample": unit.sample,
+                "completion": generation.text,
+                "extracted": extracted,
+                "correct": correct,
+                "num_tokens": generation.num_tokens,
+            }
+        )
+    return rows
+
+
+def evaluate(
+    model: str,
+    benchmark: str | Path,
+    spec: EvalSpec,
+    seed: int,
+    out: str | Path,
+    backend_factory: Callable[[str, str, Any, EvalSpec, int], Backend] = make_backend,
+) -> list[dict[str, Any]]:
+    """Evaluate ``model`` on ``benchmark`` into ``out`` (resuming from its partial file); returns the rows."""
+    items = load_benchmark(benchmark)
+    units = plan_units(items, spec.n_samples, seed)
+    expected = {u.key for u in units}
+    partial = partial_path(out)
+    stamp = fingerprint(model, benchmark, spec, seed)
+    done, message = resume_rows(partial, stamp, expected)
+    print(f"evaluate: {message}; {len(expected) - len(done)} samples to generate", file=sys.stderr)
+
+    if len(done) < len(units):
+        _generate_pending(model, items, units, done, spec, seed, partial, stamp, backend_factory)
+
+    rows = [done[u.key] for u in units]
+    atomic_write_jsonl(out, rows)
+    partial.unlink(missing_ok=True)
+    correct = sum(row["correct"] for row in rows)
+    no_answer = sum(row["extracted"] is None for row in rows)
+    print(f"evaluate: {correct}/{len(rows)} correct, {no_answer} without a boxed answer -> {out}", file=sys.stderr)
+    return rows
+
+
+def _generate_pending(
+    model: str,
+    items: Sequence[Item],
+    units: Sequence[Unit],
+    done: dict[tuple[str, int], dict],
+    spec: EvalSpec,
+    seed: int,
+    partial: Path,
+    stamp: str,
+    backend_factory: Callable[[str, str, Any, EvalSpec, int], Backend],
+) -> None:
+    """Generate every unit missing from ``done`` batch by batch, appending each batch durably to the partial file.
+
+    The model is loaded first, so a bad model path fails before the partial file is touched.
+    """
+    tokenizer = load_tokenizer(model)
+    needed = {u.item_index for u in units if u.key not in done}
+    prompts = {
+        index: chat_prompt_ids(
+            tokenizer, build_prompt(items[index].problem, spec.prompt_template), spec.enable_thinking
+        )
+        for index in sorted(needed)
+    }
+    backend = backend_factory(detect_backend(spec.backend), model, tokenizer, spec, seed)
+    # Rewrite what is kept (header first, torn tail gone) so that appends start on a clean line.
+    atomic_write_jsonl(partial, [{"fingerprint": stamp}, *done.values()])
+    try:
+        with open(partial, "a", encoding="utf-8") as handle:
+            progress = tqdm(batches(units, spec.batch_size), desc="evaluate batches")
+            for batch in progress:
+                todo = [u for u in batch if u.key not in done]
+                if not todo:
+                    continue
+                rows = generate_rows(todo, items, prompts, backend, spec)
+                append_jsonl_durably(handle, rows)
+                done.update({(row["id"], row["sample"]): row for row in rows})
+                progress.set_postfix(accuracy=f"{_accuracy(done.values()):.3f}")
+    finally:
+        if hasattr(backend, "close"):
+            backend.close()
+
+
+def _accuracy(rows: Iterable[dict[str, Any]]) -> float:
+    rows = list(rows)
+    return sum(row["correct"] for row in rows) / max(len(rows), 1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a model directory or a Hugging Face hub id")
+    parser.add_argument("--benchmark", required=True, help="benchmark JSONL (id, problem, answer, source)")
+    parser.add_argument("--spec", required=True, help="EVAL_SPEC: inline JSON or a JSON/YAML file")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--out", required=True, help="per-sample JSONL output (written atomically)")
+    args = parser.parse_args(argv)
+    evaluate(args.model, args.benchmark, parse_eval_spec(load_spec(args.spec)), args.seed, args.out)
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,181 @@
+"""Stage `warmup`: build the tiny model and give it a short SFT on the training rows, so RL starts with reward > 0.
+
+    python -m pipeline.warmup --spec WARMUP_SPEC --data results/data/train.jsonl --seed S --out results/models/M/start
+
+WARMUP_SPEC keys: the architecture fields of ``TinyModelSpec`` (hidden_size, intermediate_size, num_hidden_layers,
+num_attention_heads, num_key_value_heads, head_dim, max_position_embeddings) and the SFT settings of
+``SFTSettings`` (steps, learning_rate, batch_size). The model's random init and the batch order come from --seed.
+
+Each example is the row's chat prompt (exactly as training renders it) followed by a target completion and eos.
+The loss is the mean token cross-entropy over completion tokens only (prompt and padding labels are -100):
+
+    L = - (1 / |C|) * sum_{t in C} log p(x_t | x_<t),   C = completion positions of the batch (eos included)
+
+optimised with AdamW (gradients clipped to norm 1), the learning rate decaying linearly from ``learning_rate``
+to 0 over ``steps``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from pipeline.arith import worked_solution
+from pipeline.generation import chat_prompt_ids, dataclass_from_mapping, problem_from_prompt
+from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
+from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
+
+IGNORE_INDEX = -100
+MAX_GRAD_NORM = 1.0
+# The problems pipeline.arith generates: "a+b=?", "a-b=?", "a*b=?" (operands may be negative after "-").
+ARITHMETIC_PROBLEM = re.compile(r"-?\d+[+\-*]-?\d+=\?")
+ARCHITECTURE_KEYS = frozenset(field.name for field in dataclasses.fields(TinyModelSpec)) - {"seed"}
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    """SFT settings: ``steps`` optimizer steps of ``batch_size`` examples at peak ``learning_rate``."""
+
+    steps: int = 150
+    learning_rate: float = 5e-3
+    batch_size: int = 32
+
+
+@dataclass(frozen=True)
+class Example:
+    """One tokenized SFT example: the prompt ids and the completion ids (target + eos)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+
+
+def parse_warmup_spec(mapping: Any, seed: int) -> tuple[TinyModelSpec, SFTSettings]:
+    """Split WARMUP_SPEC into the architecture (seeded with ``seed``) and the SFT settings; refuse unknown keys."""
+    if mapping is None:
+        mapping = {}
+    if not isinstance(mapping, dict):
+        raise InputError(f"warmup spec: expected a mapping, got {type(mapping).__name__}")
+    sft_keys = {field.name for field in dataclasses.fields(SFTSettings)}
+    unknown = sorted(set(mapping) - ARCHITECTURE_KEYS - sft_keys)
+    if unknown:
+        raise InputError(f"warmup spec: unknown key(s) {unknown}; known keys: {sorted(ARCHITECTURE_KEYS | sft_keys)}")
+    architecture = {key: value for key, value in mapping.items() if key in ARCHITECTURE_KEYS}
+    settings = dataclass_from_mapping(
+        SFTSettings, {key: value for key, value in mapping.items() if key in sft_keys}, "warmup spec"
+    )
+    if settings.steps < 1 or settings.batch_size < 1 or not settings.learning_rate > 0:
+        raise InputError(f"warmup spec: steps, batch_size and learning_rate must be positive, got {settings}")
+    model_spec = dataclass_from_mapping(TinyModelSpec, {**architecture, "seed": seed}, "warmup spec")
+    return model_spec, settings
+
+
+def sft_target(problem: str, answer: str) -> str:
+    """The completion to imitate: a worked line for a generated arithmetic problem, else just the boxed answer."""
+    if ARITHMETIC_PROBLEM.fullmatch(problem):
+        return worked_solution(problem, answer)
+    return f"\\boxed{{{answer}}}"
+
+
+def load_examples(path: str | Path, tokenizer: Any) -> list[Example]:
+    """Tokenized SFT examples from training rows (``prompt`` conversational, ``solution`` the gold answer)."""
+    rows = read_jsonl(path)
+    if not rows:
+        raise InputError(f"{path}: no training rows")
+    examples = []
+    for number, row in enumerate(rows, start=1):
+        where = f"{path}: row {number}"
+        answer = row.get("solution")
+        if not isinstance(answer, str) or not answer.strip():
+            raise InputError(f"{where}: field 'solution' must be a non-empty string")
+        problem = problem_from_prompt(row.get("prompt"), where)
+        completion = tokenizer(sft_target(problem, answer.strip()), add_special_tokens=False)["input_ids"]
+        examples.append(
+            Example(
+                prompt_ids=chat_prompt_ids(tokenizer, row["prompt"][-1]["content"]),
+                completion_ids=[*completion, tokenizer.eos_token_id],
+            )
+        )
+    return examples
+
+
+def collate(examples: list[Example], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (-100 on prompt and padding)."""
+    length = max(len(e.prompt_ids) + len(e.completion_ids) for e in examples)
+    input_ids = torch.full((len(examples), length), pad_token_id, dtype=torch.long)
+    labels = torch.full((len(examples), length), IGNORE_INDEX, dtype=torch.long)
+    attention_mask = torch.zeros((len(examples), length), dtype=torch.long)
+    for row, example in enumerate(examples):
+        ids = example.prompt_ids + example.completion_ids
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention_mask[row, : len(ids)] = 1
+        labels[row, len(example.prompt_ids) : len(ids)] = torch.tensor(example.completion_ids)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def batch_indices(count: int, batch_size: int, steps: int, generator: torch.Generator) -> list[list[int]]:
+    """``steps`` batches of example indices: seeded epochs of random permutations, concatenated."""
+    needed = steps * batch_size
+    epochs = -(-needed // count)
+    order = torch.cat([torch.randperm(count, generator=generator) for _ in range(epochs)])[:needed]
+    return order.view(steps, batch_size).tolist()
+
+
+def train_sft(model: Any, examples: list[Example], settings: SFTSettings, seed: int, pad_token_id: int) -> list[float]:
+    """Run the SFT loop on ``model`` in place; returns the loss of every step."""
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / settings.steps)
+    model.train()
+    losses = []
+    progress = tqdm(batch_indices(len(examples), settings.batch_size, settings.steps, generator), desc="warmup SFT")
+    for indices in progress:
+        loss = model(**collate([examples[i] for i in indices], pad_token_id)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        progress.set_postfix(loss=f"{losses[-1]:.3f}")
+    model.eval()
+    return losses
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spec", required=True, help="WARMUP_SPEC: inline JSON or a JSON/YAML file")
+    parser.add_argument("--data", required=True, help="training rows (JSONL)")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--out", required=True, help="output model directory (written atomically)")
+    args = parser.parse_args(argv)
+
+    model_spec, settings = parse_warmup_spec(load_spec(args.spec), args.seed)
+    tokenizer = build_tokenizer()
+    examples = load_examples(args.data, tokenizer)
+    model = build_model(model_spec, tokenizer)
+    losses = train_sft(model, examples, settings, args.seed, tokenizer.pad_token_id)
+    with atomic_path(args.out) as temporary:
+        model.save_pretrained(temporary)
+        tokenizer.save_pretrained(temporary)
+        atomic_write_json(
+            temporary / "warmup_log.json",
+            {
+                "architecture": dataclasses.asdict(model_spec),
+                "sft": dataclasses.asdict(settings),
+                "examples": len(examples),
+                "losses": losses,
+            },
+        )
+    print(f"warmup: {settings.steps} steps on {len(examples)} rows, final loss {losses[-1]:.4f} -> {args.out}")
+
+
+if __name__ == "__main__":
+    run_cli(main)

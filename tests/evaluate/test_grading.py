@@ -1,0 +1,82 @@
+"""Grading edge cases: no box, unbalanced braces, megabyte completions, LaTeX that is slow for sympy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pipeline.evaluate import EvalSpec, grade, parse_eval_spec
+
+SPEC = EvalSpec()
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "extracted", "correct"),
+    [
+        ("The answer is 12.", "12", None, False),
+        ("", "12", None, False),
+        ("so \\boxed{12", "12", None, False),
+        ("\\boxed{12}}", "12", "12", True),
+        ("first \\boxed{3} then \\boxed{ 12 }", "12", "12", True),
+        ("first \\boxed{12} then \\boxed{3}", "12", "3", False),
+        ("\\boxed{\\frac{1}{2}}", "0.5", "\\frac{1}{2}", True),
+        ("\\boxed{5} and an open \\boxed{6", "5", "5", True),
+        ("\\boxed{}", "5", "", False),
+    ],
+)
+def test_grade_known_cases(completion, gold, extracted, correct):
+    assert grade(completion, gold, SPEC) == (extracted, correct)
+
+
+def test_megabyte_completion_with_answer_at_the_end_is_graded_fast():
+    completion = "x" * 1_000_000 + " so \\boxed{42}"
+    start = time.perf_counter()
+    assert grade(completion, "42", SPEC) == ("42", True)
+    assert time.perf_counter() - start < 2
+
+
+def test_megabyte_answer_is_scored_zero_without_parsing():
+    answer = "1" * 1_000_000
+    spec = parse_eval_spec({"grading_timeout_seconds": 5})
+    start = time.perf_counter()
+    extracted, correct = grade(f"\\boxed{{{answer}}}", "5", spec)
+    # Parsing it would run into math-verify's 5 s timeout (twice: parse, then verify).
+    assert time.perf_counter() - start < 1
+    assert (extracted, correct) == (answer, False)
+
+
+def test_answer_at_the_length_cap_is_still_graded():
+    spec = parse_eval_spec({"max_answer_chars": 3})
+    assert grade("\\boxed{123}", "123", spec) == ("123", True)
+    assert grade("\\boxed{1234}", "1234", spec) == ("1234", False)
+
+
+def _grade_in_subprocess(code: str, limit_s: float) -> str:
+    """Run grading code in a fresh interpreter (its main thread) and fail if it exceeds ``limit_s``."""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=limit_s, check=True)
+    return result.stdout.strip()
+
+
+def test_latex_slow_for_sympy_is_bounded_by_the_timeout_and_scored_zero():
+    # 2^(2^40) cannot be evaluated by sympy in any reasonable time; math-verify must give up after its timeout.
+    code = (
+        "import time\n"
+        "from pipeline.evaluate import grade, parse_eval_spec\n"
+        "spec = parse_eval_spec({'grading_timeout_seconds': 1})\n"
+        "start = time.perf_counter()\n"
+        "for answer in ['2^{2^{40}}', '\\\\sqrt{2}^{10^{9}}', '{' * 5000 + '1']:\n"
+        "    print(grade('\\\\boxed{' + answer + '}', '3', spec)[1])\n"
+        "print(round(time.perf_counter() - start, 1))\n"
+    )
+    lines = _grade_in_subprocess(code, limit_s=60).splitlines()
+    assert lines[:3] == ["False", "False", "False"]
+    # At most about two timeouts per answer (parse, then verify) plus import time.
+    assert float(lines[3]) < 3 * 2 * 1 + 3
+
+
+def test_megabyte_of_unclosed_boxes_is_bounded():
+    code = "from pipeline.evaluate import grade, EvalSpec\nprint(grade('\\\\boxed{' * 150_000, '3', EvalSpec()))\n"
+    assert _grade_in_subprocess(code, limit_s=10) == "(None, False)"

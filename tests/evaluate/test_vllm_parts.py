@@ -1,0 +1,100 @@
+"""The vllm backend's request building and result parsing, with plain objects shaped like vllm's outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from pipeline import evaluate as ev
+from pipeline.io import InputError
+
+
+@dataclass
+class CompletionOutput:
+    """The fields of ``vllm.outputs.CompletionOutput`` that the backend reads (and a few it must ignore)."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None = None
+    finish_reason: str | None = "stop"
+
+
+@dataclass
+class RequestOutput:
+    """The fields of ``vllm.outputs.RequestOutput`` that the backend reads."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput] = field(default_factory=list)
+    finished: bool = True
+
+
+def test_requests_are_token_prompts_with_one_seeded_sample_each():
+    spec = ev.parse_eval_spec({"temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_new_tokens": 8192})
+    prompts, sampling = ev.build_vllm_requests([ev.Request([1, 2, 3], 11), ev.Request([4], 12)], spec)
+    assert prompts == [{"prompt_token_ids": [1, 2, 3]}, {"prompt_token_ids": [4]}]
+    assert sampling == [
+        {
+            "n": 1,
+            "temperature": 0.6,
+            "top_p": 0.95,
+            "top_k": 20,
+            "max_tokens": 8192,
+            "seed": seed,
+            "skip_special_tokens": True,
+        }
+        for seed in (11, 12)
+    ]
+
+
+def test_top_k_disabled_maps_to_minus_one():
+    assert ev.vllm_sampling_kwargs(ev.parse_eval_spec({"top_k": 0}), 1)["top_k"] == -1
+
+
+def test_unit_seeds_do_not_depend_on_batching():
+    items = [ev.Item(f"q{i}", "p", "a") for i in range(4)]
+    units = ev.plan_units(items, n_samples=3, seed=5)
+    again = ev.plan_units(items[2:], n_samples=3, seed=5)
+    assert [u.seed for u in units[6:]] == [u.seed for u in again]
+    assert units[0].seed != ev.plan_units(items, n_samples=3, seed=6)[0].seed
+
+
+def test_outputs_parse_in_request_order():
+    outputs = [
+        RequestOutput("0", [1, 2], [CompletionOutput(0, "so \\boxed{4}", [7, 8, 9, 2])]),
+        RequestOutput("1", [3], [CompletionOutput(0, "", [2])]),
+    ]
+    assert ev.parse_vllm_outputs(outputs, 2) == [ev.Generation("so \\boxed{4}", 4), ev.Generation("", 1)]
+
+
+def test_output_count_mismatch_and_empty_output_raise():
+    with pytest.raises(RuntimeError, match="2 outputs for 3 requests"):
+        ev.parse_vllm_outputs([RequestOutput("0", [1]), RequestOutput("1", [1])], 3)
+    with pytest.raises(RuntimeError, match="request 7 returned no completion"):
+        ev.parse_vllm_outputs([RequestOutput("7", [1], [])], 1)
+
+
+def test_engine_kwargs_follow_the_spec():
+    spec = ev.parse_eval_spec(
+        {"vllm": {"tensor_parallel_size": 2, "gpu_memory_utilization": 0.95, "max_model_len": 16384}}
+    )
+    assert ev.vllm_engine_kwargs("Qwen/Qwen3-4B", spec, 9) == {
+        "model": "Qwen/Qwen3-4B",
+        "tokenizer": "Qwen/Qwen3-4B",
+        "tensor_parallel_size": 2,
+        "gpu_memory_utilization": 0.95,
+        "enable_prefix_caching": True,
+        "seed": 9,
+        "trust_remote_code": False,
+        "max_model_len": 16384,
+    }
+    assert "max_model_len" not in ev.vllm_engine_kwargs("m", ev.parse_eval_spec({}), 0)
+
+
+def test_device_groups_split_visible_gpus_by_tensor_parallel_size():
+    assert ev.vllm_device_groups(2, 2, ["0", "1", "2", "3"]) == ["0,1", "2,3"]
+    assert ev.vllm_device_groups(3, 1, ["4", "5", "6", "7"]) == ["4", "5", "6"]
+    with pytest.raises(InputError, match="= 4 GPUs, but 2 are visible"):
+        ev.vllm_device_groups(2, 2, ["0", "1"])

@@ -1,0 +1,126 @@
+"""The warm-up stage: spec parsing, SFT examples and masking, the CLI output, and the accuracy it reaches."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pipeline import evaluate as ev
+from pipeline import warmup
+from pipeline.generation import problem_from_prompt
+from pipeline.io import InputError
+from pipeline.rewards import build_prompt
+from pipeline.tiny_model import TinyModelSpec, build_tokenizer
+from tests.evaluate.conftest import benchmark_rows, training_rows, write_jsonl
+
+
+def test_spec_splits_architecture_and_settings():
+    model_spec, settings = warmup.parse_warmup_spec({"hidden_size": 64, "head_dim": 16, "steps": 5}, seed=9)
+    assert model_spec == TinyModelSpec(hidden_size=64, head_dim=16, seed=9)
+    assert settings == warmup.SFTSettings(steps=5)
+
+
+@pytest.mark.parametrize(
+    ("mapping", "message"),
+    [
+        ({"hidden": 64}, "unknown key(s) ['hidden']"),
+        ({"seed": 1}, "unknown key(s) ['seed']"),
+        ({"steps": 2.5}, "warmup spec.steps: expected int"),
+        ({"hidden_size": "128"}, "warmup spec.hidden_size: expected int"),
+        ({"learning_rate": 0}, "must be positive"),
+        ([1, 2], "expected a mapping, got list"),
+    ],
+)
+def test_bad_spec_is_refused_by_key(mapping, message):
+    with pytest.raises(InputError) as error:
+        warmup.parse_warmup_spec(mapping, seed=0)
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize("template", ["clean", "upstream"])
+def test_problem_is_recovered_from_either_prompt_template(template):
+    prompt = [{"role": "user", "content": build_prompt("3+4=?", template)}]
+    assert problem_from_prompt(prompt, "row 1") == "3+4=?"
+
+
+def test_targets():
+    assert warmup.sft_target("3+4=?", "7") == "3+4=7. \\boxed{7}"
+    assert warmup.sft_target("3-9=?", "-6") == "3-9=-6. \\boxed{-6}"
+    assert warmup.sft_target("What is 2 squared?", "4") == "\\boxed{4}"
+
+
+def test_collate_masks_prompt_and_padding():
+    examples = [warmup.Example([1, 2, 3], [4, 5]), warmup.Example([6], [7])]
+    batch = warmup.collate(examples, pad_token_id=0)
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 4, 5], [6, 7, 0, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
+    assert batch["labels"].tolist() == [[-100, -100, -100, 4, 5], [-100, 7, -100, -100, -100]]
+
+
+def test_examples_end_with_eos_and_use_the_rows_prompt(tmp_path):
+    tokenizer = build_tokenizer()
+    content = build_prompt("3+4=?")
+    path = write_jsonl(
+        tmp_path / "train.jsonl",
+        [{"id": "a", "prompt": [{"role": "user", "content": content}], "solution": " 7 ", "source": "generated"}],
+    )
+    example = warmup.load_examples(path, tokenizer)[0]
+    assert tokenizer.decode(example.completion_ids) == "3+4=7. \\boxed{7}<|im_end|>"
+    assert tokenizer.decode(example.prompt_ids) == f"<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"id": "a", "prompt": [{"role": "user", "content": "1+1=?"}], "solution": ""}, "row 1: field 'solution'"),
+        ({"id": "a", "prompt": [{"role": "user", "content": "1+1=?"}], "solution": 2}, "row 1: field 'solution'"),
+        ({"id": "a", "prompt": "1+1=?", "solution": "2"}, "row 1: 'prompt' must be a non-empty list"),
+        ({"id": "a", "prompt": [], "solution": "2"}, "row 1: 'prompt' must be a non-empty list"),
+    ],
+)
+def test_bad_training_rows_name_the_row(tmp_path, row, message):
+    path = write_jsonl(tmp_path / "train.jsonl", [row])
+    with pytest.raises(InputError) as error:
+        warmup.load_examples(path, build_tokenizer())
+    assert message in str(error.value)
+
+
+def test_cli_writes_a_loadable_seeded_model(tmp_path):
+    data = write_jsonl(tmp_path / "train.jsonl", training_rows(40))
+    spec = json.dumps({"steps": 4, "batch_size": 8, "hidden_size": 64, "head_dim": 16, "intermediate_size": 128})
+    for name in ("a", "b"):
+        warmup.main(["--spec", spec, "--data", str(data), "--seed", "1", "--out", str(tmp_path / name)])
+    log = json.loads((tmp_path / "a" / "warmup_log.json").read_text())
+    assert log["examples"] == 40 and len(log["losses"]) == 4
+    assert log["losses"][-1] < log["losses"][0]
+    model_a = AutoModelForCausalLM.from_pretrained(tmp_path / "a")
+    model_b = AutoModelForCausalLM.from_pretrained(tmp_path / "b")
+    assert model_a.config.hidden_size == 64
+    for (name, a), (_, b) in zip(model_a.state_dict().items(), model_b.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert AutoTokenizer.from_pretrained(tmp_path / "a").chat_template
+    assert not list(tmp_path.glob(".a.*"))  # no temporary sibling left behind
+
+
+@pytest.mark.slow
+def test_default_warmup_gives_a_sampled_accuracy_strictly_between_0_and_1(tmp_path):
+    data = write_jsonl(tmp_path / "train.jsonl", training_rows(2000))
+    warmup.main(["--spec", "{}", "--data", str(data), "--seed", "0", "--out", str(tmp_path / "start")])
+    held_out = write_jsonl(tmp_path / "held_out.jsonl", benchmark_rows(50, seed=123))
+    spec = ev.parse_eval_spec(
+        {
+            "backend": "hf",
+            "n_samples": 2,
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "top_k": 0,
+            "max_new_tokens": 24,
+            "batch_size": 100,
+        }
+    )
+    rows = ev.evaluate(str(tmp_path / "start"), held_out, spec, 0, tmp_path / "eval.jsonl")
+    accuracy = sum(row["correct"] for row in rows) / len(rows)
+    assert 0.1 < accuracy < 0.9
