@@ -1,0 +1,179 @@
+"""A training job on the real local Slurm cluster hits its time limit after a checkpoint, is requeued and resumes.
+
+The batch script is what a user submits by hand (tests/faults/README.md shows it): `sbatch --time=2 --signal=B:USR1@60
+--requeue` runs `python -m pipeline.train` in the background, forwards Slurm's USR1 warning to it, and when the
+stage exits 75 (checkpoint saved on the signal) runs `scontrol requeue` on its own job.
+
+Two things make it fast and independent of the machine's speed, without faking the time limit:
+- once the first checkpoint exists the test SIGSTOPs the training process (a step that runs long) and SIGCONTs it when
+  the batch shell reports the warning: the warning therefore always lands after a checkpoint, mid-run;
+- a requeued job is held for Slurm's credential lifetime (about 2 minutes) before it may start again; the test
+  lifts that hold with `scontrol update StartTime=now`.
+Needs `sinfo` to answer (.ci/run starts the cluster with scripts/slurm-single-node.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fault_support import REPO, checkpoint_steps, jsonl, wait_until
+
+from pipeline.arith import ArithmeticSpec, arithmetic_problems
+from pipeline.rewards import build_prompt
+from pipeline.tiny_model import TinyModelSpec, save_tiny_model
+
+MAX_STEPS = 12
+TRAINING_SPEC = {
+    "max_steps": MAX_STEPS,
+    "save_steps": 2,
+    "per_device_train_batch_size": 4,
+    "num_generations": 4,
+    "max_completion_length": 12,
+    "logging_steps": 1,
+    "bf16": False,
+    "gradient_checkpointing": False,
+    "dataloader_pin_memory": False,
+}
+
+
+def slurm_answers() -> bool:
+    try:
+        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.slow,
+    pytest.mark.skipif(not slurm_answers(), reason="no Slurm cluster answers `sinfo` (start it: .ci/run)"),
+]
+
+BATCH_SCRIPT = """#!/bin/bash
+echo "attempt SLURM_RESTART_COUNT=${{SLURM_RESTART_COUNT:-0}}"
+export PYTHONPATH={repo} HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+forwarded=""
+forward() {{ echo "batch shell: USR1 received, forwarding"; forwarded=1; kill -USR1 "$child"; }}
+trap forward USR1
+{train} &
+child=$!
+wait "$child"; status=$?
+# `wait` returns early when the trap runs: wait for the stage's own exit status
+[ -n "$forwarded" ] && {{ wait "$child"; status=$?; }}
+echo "train exit $status"
+if [ "$status" -eq 75 ]; then
+  echo "requeueing"
+  scontrol requeue "$SLURM_JOB_ID"
+fi
+exit "$status"
+"""
+
+
+def scontrol_job(job_id: str) -> dict[str, str]:
+    text = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True).stdout
+    return dict(re.findall(r"(\w+)=(\S*)", text))
+
+
+def train_process(run_dir: Path) -> int | None:
+    """The pid of `python -m pipeline.train ... --out RUN_DIR` (this test's job), if it runs."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            arguments = (entry / "cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if "pipeline.train" in arguments and str(run_dir) in arguments and "bash" not in arguments[0]:
+            return int(entry.name)
+    return None
+
+
+def first_checkpoint_or_exit(run_dir: Path, log: Path) -> bool:
+    """Whether the run published a checkpoint, or the stage already ended (the log says why)."""
+    published = (run_dir / "checkpoints").is_dir() and bool(checkpoint_steps(run_dir))
+    return published or (log.exists() and "train exit" in log.read_text())
+
+
+@pytest.fixture
+def job_inputs(tmp_path: Path) -> tuple[Path, Path]:
+    model = save_tiny_model(TinyModelSpec(), tmp_path / "model")
+    rows = [
+        {
+            "id": p["id"],
+            "prompt": [{"role": "user", "content": build_prompt(p["problem"])}],
+            "solution": p["answer"],
+            "source": "arith",
+        }
+        for p in arithmetic_problems(ArithmeticSpec(count=32, seed=1))
+    ]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return model, data
+
+
+def test_time_limit_warning_checkpoints_requeues_and_resumes(tmp_path: Path, job_inputs) -> None:
+    model, data = job_inputs
+    run_dir, log = tmp_path / "run", tmp_path / "job.log"
+    train = shlex.join(
+        [
+            sys.executable, "-m", "pipeline.train", "--model", str(model),
+            "--training-spec", json.dumps(TRAINING_SPEC), "--method-spec", "{}",
+            "--data", str(data), "--seed", "0", "--out", str(run_dir),
+        ]
+    )  # fmt: skip
+    script = tmp_path / "train.sbatch"
+    script.write_text(BATCH_SCRIPT.format(repo=shlex.quote(str(REPO)), train=train), encoding="utf-8")
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "--time=2", "--signal=B:USR1@60", "--requeue", "--open-mode=append",
+         "--job-name=faults-requeue", f"--output={log}", f"--chdir={tmp_path}", str(script)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    job = submitted.stdout.strip().split(";")[0]
+    try:
+        # A checkpoint, then a long step: the time-limit warning lands mid-run, after the checkpoint.
+        wait_until(lambda: first_checkpoint_or_exit(run_dir, log), "first checkpoint", timeout=120)
+        assert "train exit" not in log.read_text(), log.read_text()[-3000:]
+        pid = train_process(run_dir)
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: "USR1 received" in log.read_text(), "the time-limit warning", timeout=90)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+        deadline = time.monotonic() + 150
+        while (state := scontrol_job(job))["JobState"] != "COMPLETED":
+            assert state["JobState"] in {"RUNNING", "PENDING", "REQUEUED", "COMPLETING"}, (state, log.read_text())
+            assert time.monotonic() < deadline, log.read_text()
+            if state["JobState"] == "PENDING" and state.get("Reason") == "BeginTime":
+                subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+            time.sleep(1)
+    finally:
+        subprocess.run(["scancel", job], check=False)
+
+    state = scontrol_job(job)
+    assert int(state["Restarts"]) >= 1 and state["ExitCode"] == "0:0"
+    text = log.read_text()
+    attempts = text.split("attempt SLURM_RESTART_COUNT=")[1:]
+    assert [attempt.split("\n", 1)[0] for attempt in attempts] == [str(n) for n in range(len(attempts))]
+    first = attempts[0]
+    assert "train exit 75" in first and "requeueing" in first
+    stopped_at = int(re.search(r"received SIGUSR1: saving a checkpoint at step (\d+) and stopping", first).group(1))
+    assert f"stopped at step {stopped_at} on request" in first
+    assert 1 <= stopped_at < MAX_STEPS
+    assert f"resuming from {run_dir}/checkpoints/checkpoint-{stopped_at} (step {stopped_at})" in attempts[1]
+    assert "train exit 0" in attempts[-1]
+    assert (run_dir / "final" / "model.safetensors").is_file()
+    state_file = run_dir / "checkpoints" / f"checkpoint-{MAX_STEPS}" / "trainer_state.json"
+    assert json.loads(state_file.read_text())["global_step"] == MAX_STEPS
+    steps = [row["step"] for row in jsonl(run_dir / "metrics.jsonl") if "train_runtime" not in row]
+    assert steps == list(range(1, MAX_STEPS + 1))  # every step logged once across the attempts
