@@ -1,0 +1,370 @@
+"""Speed and memory of the credit methods: GRPO, GRAIL (fast every-step, fast per-generation, reference), OAR-G.
+
+    python benchmarks/credit_overhead.py [--device cpu|cuda] [--arch tiny-4x256|qwen3-0.6b] [--json PATH]
+
+Every method trains on the same replayed rollouts (same prompts, completions, seeded random 0/1 rewards with every
+group mixed, so no path can skip all of its work) with upstream's GRAIL settings: symmetry "wrong",
+num_iterations 4, 8 completions per prompt, dr_grpo, no reward scaling. The rollouts are fixed worked-arithmetic
+texts of the requested length ending in a ``\\boxed{}`` answer (so no row is skipped for lack of an answer); the
+generation itself is not timed (it is the same for every method), but everything else of a training step is: the
+old-policy log-prob pass TRL makes at each round, the per-generation weights, forward, backward, optimizer.
+
+Each (method, repeat) runs in a fresh process, methods interleaved and their order reversed on every other repeat.
+Step time: per generation round (num_iterations optimizer steps), wall time / num_iterations; the median over the
+measured rounds of all repeats (the first round of each run is a warm-up), as wall time and as the process's
+CPU time (the steadier measure on a shared machine; CPU runs use ``--threads`` torch threads, 1 by default). Peak
+memory: on CUDA
+``torch.cuda.max_memory_allocated``; on the CPU the peak resident set size above the process's resident size just
+before training (VmHWM after resetting it, minus VmRSS), i.e. the training working set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForCausalLM, TrainerCallback
+from trl import GRPOTrainer
+
+from pipeline.arith import ArithmeticSpec, arithmetic_problems
+from pipeline.generation import chat_prompt_ids
+from pipeline.io import atomic_write_json
+from pipeline.rewards import build_prompt
+from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
+from pipeline.trainer import GrailGRPOConfig, GrailGRPOTrainer
+
+METHODS = {
+    "grpo": {"credit": "grpo"},
+    "grail": {"credit": "grail"},
+    "grail_per_generation": {"credit": "grail", "grail_recompute": "per_generation"},
+    "grail_reference": {"credit": "grail", "grail_implementation": "reference"},
+    "oar_g": {"credit": "oar_g"},
+}
+NUM_GENERATIONS = 8
+NUM_ITERATIONS = 4
+QWEN3_0_6B = dict(
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=151936,
+    max_position_embeddings=40960,
+    rope_theta=1_000_000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
+
+
+def build_benchmark_model(arch: str, tokenizer, seed: int):
+    """A randomly initialised model: the 4-layer, hidden-256 tiny Qwen3, or Qwen3-0.6B's architecture (whose
+    151,936-token vocabulary keeps the LM head's real cost although the character tokenizer uses ~100 ids)."""
+    if arch == "tiny-4x256":
+        spec = TinyModelSpec(
+            hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4, head_dim=64, seed=seed
+        )
+        spec = TinyModelSpec(**{**spec.__dict__, "max_position_embeddings": 4096})
+        return build_model(spec, tokenizer)
+    config = Qwen3Config(
+        **QWEN3_0_6B,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return Qwen3ForCausalLM(config).to(torch.bfloat16)
+
+
+def worked_completion(problem: str, answer: str, length: int, rng: random.Random) -> str:
+    """About ``length`` characters of worked arithmetic for ``problem``, ending in ``\\boxed{answer}``."""
+    expression = problem.removesuffix("=?")
+    ending = f" So {expression}={answer}. \\boxed{{{answer}}}"
+    lines = []
+    while sum(map(len, lines)) < length - len(ending):
+        a, b = rng.randint(0, 99), rng.randint(0, 99)
+        lines.append(f"Check {a}+{b}={a + b}. ")
+    return "".join(lines)[: max(length - len(ending), 0)] + ending
+
+
+def build_rounds(tokenizer, rounds: int, prompts_per_round: int, length: int, seed: int) -> list[dict[str, Any]]:
+    """Replayable rollouts: per round, left-padded prompts, right-padded completions (+eos) and 0/1 rewards
+    with every group of ``NUM_GENERATIONS`` mixed."""
+    rng = random.Random(seed)
+    problems = arithmetic_problems(ArithmeticSpec(count=rounds * prompts_per_round, seed=seed))
+    out = []
+    for index in range(rounds):
+        prompts, completions, rewards = [], [], []
+        for problem in problems[index * prompts_per_round : (index + 1) * prompts_per_round]:
+            prompt = chat_prompt_ids(tokenizer, build_prompt(problem["problem"]))
+            group = [float(rng.random() < 0.5) for _ in range(NUM_GENERATIONS)]
+            if len(set(group)) == 1:
+                group[rng.randrange(NUM_GENERATIONS)] = 1.0 - group[0]
+            for reward in group:
+                text = worked_completion(
+                    problem["problem"], problem["answer"], rng.randint(length * 3 // 4, length), rng
+                )
+                prompts.append(prompt)
+                completions.append([*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id])
+                rewards.append(reward)
+        out.append({"prompts": prompts, "completions": completions, "rewards": rewards})
+    return out
+
+
+def padded(rows: list[list[int]], pad: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, mask) of ``rows`` padded to the longest one, on the left or the right."""
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for row, values in enumerate(rows):
+        span = slice(width - len(values), width) if left else slice(0, len(values))
+        ids[row, span], mask[row, span] = torch.tensor(values), 1
+    return ids, mask
+
+
+class ReplayedRollouts(GRPOTrainer):
+    """TRL's generation step replaced by the next replayed round (see module docstring)."""
+
+    rounds: list[dict[str, Any]]
+    round_index: int = 0
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """What TRL's generation step returns: ids, masks, group-centred advantages, old-policy log-probs."""
+        replay = self.rounds[self.round_index % len(self.rounds)]
+        self.round_index += 1
+        device = self.accelerator.device
+        prompt_ids, prompt_mask = padded(replay["prompts"], self.processing_class.pad_token_id, left=True)
+        completion_ids, completion_mask = padded(replay["completions"], self.processing_class.pad_token_id, left=False)
+        rewards = torch.tensor(replay["rewards"])
+        advantages = rewards - rewards.view(-1, NUM_GENERATIONS).mean(1).repeat_interleave(NUM_GENERATIONS)
+        batch = {
+            "prompt_ids": prompt_ids.to(device),
+            "prompt_mask": prompt_mask.to(device),
+            "completion_ids": completion_ids.to(device),
+            "completion_mask": completion_mask.to(device),
+            "advantages": advantages.to(device),
+            "num_items_in_batch": completion_mask.sum().to(device),
+        }
+        with torch.no_grad():  # TRL's old-policy pass (generation and optimisation steps are misaligned)
+            batch["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
+                self.model,
+                torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1),
+                torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1),
+                completion_ids.size(1),
+                batch_size=self.args.per_device_train_batch_size,
+            )[0]
+        return batch
+
+
+class ReplayTrainer(GrailGRPOTrainer, ReplayedRollouts):
+    """GrailGRPOTrainer whose ``super()._generate_and_score_completions`` is the replay."""
+
+
+class RoundTimer(TrainerCallback):
+    """Wall and process CPU time of each generation round (``NUM_ITERATIONS`` optimizer steps), from step ends."""
+
+    def __init__(self) -> None:
+        self.start()
+
+    def start(self) -> None:
+        self.step_ends: list[tuple[float, float]] = [(time.perf_counter(), time.process_time())]
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.step_ends.append((time.perf_counter(), time.process_time()))
+
+    def round_times(self, clock: int) -> list[float]:
+        """Per round: wall seconds (clock 0) or CPU seconds of all the process's threads (clock 1)."""
+        ends = self.step_ends[::NUM_ITERATIONS]
+        return [later[clock] - earlier[clock] for earlier, later in itertools.pairwise(ends)]
+
+
+def _proc_status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def run_worker(method: str, workdir: Path, options: dict[str, Any]) -> dict[str, Any]:
+    """Train ``method`` on the replayed rounds; returns round times, peak memory and the saliency row fraction."""
+    cuda = options["device"] == "cuda"
+    if not cuda:
+        torch.set_num_threads(options["threads"])
+    tokenizer = AutoTokenizer.from_pretrained(workdir / "model")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(workdir / "model", dtype=dtype)
+    rounds = torch.load(workdir / "rounds.pt")
+    measured = options["warmup_rounds"] + options["rounds"]
+    prompts_per_round = len(rounds[0]["prompts"]) // NUM_GENERATIONS
+    rows = [{"prompt": [{"role": "user", "content": "1+1=?"}], "solution": "2"}] * prompts_per_round * measured
+    args = GrailGRPOConfig(
+        output_dir=str(workdir / f"out-{method}"),
+        per_device_train_batch_size=NUM_GENERATIONS,
+        gradient_accumulation_steps=prompts_per_round,
+        num_generations=NUM_GENERATIONS,
+        num_iterations=NUM_ITERATIONS,
+        max_completion_length=max(len(c) for r in rounds for c in r["completions"]),
+        max_steps=measured * NUM_ITERATIONS,
+        learning_rate=1e-6,
+        loss_type="dr_grpo",
+        scale_rewards="none",
+        beta=0.0,
+        grail_symmetry="wrong",
+        gradient_checkpointing=False,
+        bf16=cuda,
+        use_cpu=not cuda,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        seed=options["seed"],
+        **METHODS[method],
+    )
+    timer = RoundTimer()
+    trainer = ReplayTrainer(
+        model=model,
+        reward_funcs=[lambda completions, **_: [0.0] * len(completions)],  # unused: rewards are replayed
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
+    trainer.rounds = rounds
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        Path("/proc/self/clear_refs").write_text("5")  # reset the peak resident size (VmHWM)
+        baseline_kb = _proc_status_kb("VmRSS")
+    timer.start()
+    trainer.train()
+    if cuda:
+        torch.cuda.synchronize()
+        peak_mb = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak_mb = (_proc_status_kb("VmHWM") - baseline_kb) / 1024
+    fractions = [e[key] for e in trainer.state.log_history for key in e if key.endswith("/saliency_rows_frac")]
+    return {
+        "round_times_s": timer.round_times(0)[options["warmup_rounds"] :],
+        "round_cpu_times_s": timer.round_times(1)[options["warmup_rounds"] :],
+        "peak_mem_mb": peak_mb,
+        "saliency_rows_frac": statistics.fmean(fractions) if fractions else None,
+    }
+
+
+def prepare(workdir: Path, options: dict[str, Any]) -> None:
+    """Save the model, tokenizer and replayed rounds that every worker loads."""
+    tokenizer = build_tokenizer()
+    build_benchmark_model(options["arch"], tokenizer, options["seed"]).save_pretrained(workdir / "model")
+    tokenizer.save_pretrained(workdir / "model")
+    rounds = build_rounds(
+        tokenizer,
+        options["warmup_rounds"] + options["rounds"],
+        options["prompts_per_round"],
+        options["completion_length"],
+        options["seed"],
+    )
+    torch.save(rounds, workdir / "rounds.pt")
+
+
+def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Per method: median step time, wall and CPU (round time / num_iterations), peak memory (max over runs),
+    fraction of rows needing a saliency pass."""
+    summary = {}
+    for method, runs in results.items():
+        times = [t / NUM_ITERATIONS for run in runs for t in run["round_times_s"]]
+        cpu_times = [t / NUM_ITERATIONS for run in runs for t in run["round_cpu_times_s"]]
+        fractions = [run["saliency_rows_frac"] for run in runs if run["saliency_rows_frac"] is not None]
+        summary[method] = {
+            "step_time_s": statistics.median(times),
+            "step_cpu_time_s": statistics.median(cpu_times),
+            "peak_mem_mb": max(run["peak_mem_mb"] for run in runs),
+            "saliency_rows_frac": statistics.fmean(fractions) if fractions else None,
+            "rounds_measured": len(times),
+        }
+    return summary
+
+
+def table(summary: dict[str, dict[str, float]], memory_label: str) -> str:
+    base = summary["grpo"]
+    lines = [
+        f"| method | step time (s, median) | x GRPO | CPU time/step (s) | x GRPO | {memory_label} (MB) | x GRPO "
+        "| rows needing saliency |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for method, row in summary.items():
+        fraction = "-" if row["saliency_rows_frac"] is None else f"{row['saliency_rows_frac']:.2f}"
+        lines.append(
+            f"| {method} | {row['step_time_s']:.3f} | {row['step_time_s'] / base['step_time_s']:.2f} | "
+            f"{row['step_cpu_time_s']:.3f} | {row['step_cpu_time_s'] / base['step_cpu_time_s']:.2f} | "
+            f"{row['peak_mem_mb']:.0f} | {row['peak_mem_mb'] / base['peak_mem_mb']:.2f} | {fraction} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--arch", choices=["tiny-4x256", "qwen3-0.6b"], default=None)
+    parser.add_argument("--completion-length", type=int, default=None, help="max completion tokens (64+)")
+    parser.add_argument("--prompts-per-round", type=int, default=2, help="= gradient accumulation steps")
+    parser.add_argument("--rounds", type=int, default=3, help="measured generation rounds per run")
+    parser.add_argument("--warmup-rounds", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="CPU: torch threads per run (1: stable timings)")
+    parser.add_argument("--json", type=Path, default=None, help="write {method: {step_time_s, peak_mem_mb}}")
+    parser.add_argument("--worker", choices=list(METHODS), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    cuda = args.device == "cuda"
+    options = {
+        "device": args.device,
+        "arch": args.arch or ("qwen3-0.6b" if cuda else "tiny-4x256"),
+        "completion_length": args.completion_length or (1024 if cuda else 96),
+        "prompts_per_round": args.prompts_per_round,
+        "rounds": args.rounds,
+        "warmup_rounds": args.warmup_rounds,
+        "seed": args.seed,
+        "threads": args.threads,
+    }
+    if args.worker:
+        print(json.dumps(run_worker(args.worker, args.workdir, options)))
+        return
+    if "grpo" not in args.methods:
+        parser.error("--methods must include grpo (the baseline of every ratio)")
+    results: dict[str, list[dict[str, Any]]] = {method: [] for method in args.methods}
+    with tempfile.TemporaryDirectory(prefix="credit_overhead_") as directory:
+        workdir = Path(directory)
+        prepare(workdir, options)
+        for repeat in range(args.repeats):
+            for method in args.methods if repeat % 2 == 0 else args.methods[::-1]:
+                command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])]
+                command += ["--worker", method, "--workdir", str(workdir)]
+                print(f"repeat {repeat + 1}/{args.repeats}: {method}", file=sys.stderr, flush=True)
+                done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+                results[method].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    summary = summarise(results)
+    memory_label = "peak CUDA memory" if cuda else "peak RSS above pre-training"
+    print(f"device={args.device} arch={options['arch']} completions<={options['completion_length']} tokens")
+    print(table(summary, memory_label))
+    if args.json:
+        atomic_write_json(args.json, summary)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""GrailGRPOConfig: upstream defaults, the "all" alias, and validation errors that name the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.io import InputError
+from pipeline.trainer import GrailGRPOConfig
+
+
+def config(tmp_path, **overrides) -> GrailGRPOConfig:
+    return GrailGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], **overrides)
+
+
+def test_defaults_are_upstream_settings(tmp_path):
+    args = config(tmp_path)
+    assert (args.credit, args.grail_recompute, args.grail_implementation) == ("grpo", "every_step", "fast")
+    assert (args.grail_mean, args.grail_std, args.grail_w_min, args.grail_w_max) == (1.0, 0.5, 0.5, 5.0)
+    assert (args.grail_symmetry, args.grail_leaf, args.grail_position, args.answer_span) == (
+        "both",
+        "embeddings",
+        "previous",
+        "first",
+    )
+    assert (args.oar_g_tau, args.oar_g_beta, args.oar_g_eps, args.oar_g_noise_std) == (0.4, 2.0, 1e-12, 1e-3)
+
+
+def test_all_is_an_alias_of_both(tmp_path):
+    assert config(tmp_path, grail_symmetry="all").grail_symmetry == "both"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("credit", "ppo"),
+        ("grail_symmetry", "positive"),
+        ("grail_leaf", "output"),
+        ("grail_position", "next"),
+        ("answer_span", "middle"),
+        ("grail_recompute", "never"),
+        ("grail_implementation", "slow"),
+        ("grail_std", 0.0),
+        ("grail_w_min", -0.1),
+        ("grail_w_max", 0.1),
+        ("oar_g_tau", 1.0),
+        ("oar_g_beta", -1.0),
+        ("oar_g_eps", 0.0),
+        ("oar_g_noise_std", -1e-3),
+    ],
+)
+def test_invalid_values_are_refused_by_name(tmp_path, field, value):
+    with pytest.raises(InputError, match=field):
+        config(tmp_path, **{field: value})
