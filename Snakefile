@@ -1,0 +1,407 @@
+"""The GRAIL study as one DAG: benchmarks and data -> warm-up -> training -> evaluation -> tables, tests, report.
+
+    snakemake --cores 2                                   # the tiny CPU study (configs/default.yaml)
+    snakemake --configfile configs/paper.yaml -n          # plan the paper's study
+    snakemake --profile profiles/slurm                    # run it on Slurm
+
+Every rule is one `python -m pipeline.<stage>` command that also works on its own (ARCHITECTURE.md). Structured
+arguments travel as canonical JSON in params, shell-quoted; each rule's params hold exactly the config it uses
+plus a digest of its stage's code, so an output is rebuilt only when its inputs, its settings or its code change.
+"""
+
+import os
+import re
+import shlex
+import sys
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+sys.path.insert(0, workflow.basedir)
+
+from pipeline.config import (
+    BASELINE_METHOD,
+    START_CHECKPOINT,
+    Study,
+    canonical_json,
+    check_config_schema,
+    source_digest,
+)
+
+
+# A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
+if not workflow.overwrite_configfiles:
+
+    configfile: os.path.join(workflow.basedir, "configs", "default.yaml")
+
+
+SCHEMA = os.path.join(workflow.basedir, "configs", "schema.yaml")
+check_config_schema(config, SCHEMA)  # every bad key named, all at once
+validate(config, SCHEMA)  # Snakemake's validator: fills the schema's defaults
+STUDY = Study.from_config(config)  # cross-key checks; refuses before any job
+
+container: STUDY.container_image
+
+
+R = STUDY.results_dir
+E = STUDY.eval_data_dir
+# The stage modules must be importable in every job, installed or not.
+# (shell.prefix is formatted like a command: "{{" is a literal brace)
+shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
+
+BENCHMARK_FILE = f"{E}/{{benchmark}}.jsonl"
+AUDIT = f"{R}/audit/{{benchmark}}.json"
+TRAIN_DATA = f"{R}/data/train.jsonl"
+DATA_CARD = f"{R}/data/data_card.json"
+START_MODEL = f"{R}/models/{{model}}/start"
+RUN_DIR = f"{R}/runs/{{model}}/{{method}}/seed{{seed}}"
+SAMPLES = f"{R}/eval/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}/{{benchmark}}.jsonl"
+TABLES = [f"{R}/tables/{name}" for name in ("scores.csv", "summary.csv", "summary.md", "summary.xlsx")]
+FIGURES = [f"{R}/figures/{name}" for name in ("scores_by_benchmark.png", "training_curves.png")]
+SIGNIFICANCE = f"{R}/stats/significance.json"
+SIGNIFICANCE_MD = f"{R}/stats/significance.md"
+TOKEN_ANALYSIS = f"{R}/token_analysis/{{model}}/{{method}}/seed{{seed}}"
+REPORT = f"{R}/report.md"
+
+
+def _names(names):
+    return "|".join(re.escape(name) for name in names)
+
+
+wildcard_constraints:
+    model=_names(STUDY.models),
+    method=_names([*STUDY.methods, BASELINE_METHOD]),
+    seed=r"\d+",
+    checkpoint=r"final|start|step-\d+",
+    benchmark=_names(STUDY.benchmarks),
+
+
+def threads_of(stage, per_model=False):
+    """A rule's threads: `cpus` of its resources (per model for the per-model rules)."""
+    if per_model:
+        return lambda wildcards: STUDY.resources(stage, wildcards.model).cpus
+    return STUDY.resources(stage).cpus
+
+
+def resources_of(stage, per_model=False):
+    """A rule's Snakemake resources (mem_mb, runtime, gpu, nodes, gpu_model, slurm_extra) from the config.
+
+    `runtime` grows with the attempt (a retried job asks for attempt x the time limit); a name set for only
+    some models (gpu_model, slurm_extra) is empty, i.e. unset, for the others.
+    """
+    models = list(STUDY.models) if per_model else [None]
+    names = {name for model in models for name in STUDY.resources(stage, model).snakemake_resources()}
+
+    def value(name):
+        def resolve(wildcards, attempt):
+            request = STUDY.resources(stage, wildcards.model if per_model else None)
+            return request.runtime * attempt if name == "runtime" else request.snakemake_resources().get(name, "")
+
+        return resolve
+
+    return {name: value(name) for name in sorted(names)}
+
+
+def model_dir(model, method, seed, label):
+    """The model an evaluation or analysis loads: the run's final or exported model, or the starting point."""
+    if label == START_CHECKPOINT:
+        if method != BASELINE_METHOD:
+            raise ValueError(f"checkpoint '{START_CHECKPOINT}' belongs to method '{BASELINE_METHOD}', not '{method}'")
+        return START_MODEL.format(model=model)
+    run = RUN_DIR.format(model=model, method=method, seed=seed)
+    return f"{run}/final" if label == "final" else f"{run}/exports/{label}"
+
+
+def starts_from_warmup(model):
+    return STUDY.models[model].warmup is not None
+
+
+def model_argument(model, with_revision=True):
+    """`--model HUB_ID_OR_PATH [--model-revision REV]` for a starting point that is not built here."""
+    spec = STUDY.models[model]
+    argument = ["--model", spec.path]
+    if spec.revision and with_revision:
+        argument += ["--model-revision", spec.revision]
+    return shlex.join(argument)
+
+
+localrules:
+    all,
+
+
+rule all:
+    input:
+        REPORT,
+
+
+rule prepare_benchmarks:
+    output:
+        benchmark=BENCHMARK_FILE,
+        audit=AUDIT,
+    params:
+        spec=lambda wildcards: canonical_json(STUDY.benchmarks[wildcards.benchmark]),
+        code=source_digest("pipeline.prepare_benchmarks"),
+    log:
+        f"{R}/logs/prepare_benchmarks/{{benchmark}}.log",
+    benchmark:
+        f"{R}/benchmarks/prepare_benchmarks/{{benchmark}}.tsv"
+    threads: threads_of("prepare_benchmarks")
+    resources:
+        **resources_of("prepare_benchmarks"),
+    shell:
+        "python -m pipeline.prepare_benchmarks --name {wildcards.benchmark:q} --spec {params.spec:q}"
+        " --out {output.benchmark:q} --audit {output.audit:q} > {log:q} 2>&1"
+
+
+rule prepare_data:
+    input:
+        decontaminate_against=expand(BENCHMARK_FILE, benchmark=STUDY.benchmarks) if STUDY.decontaminates() else [],
+    output:
+        data=TRAIN_DATA,
+        card=DATA_CARD,
+    params:
+        spec=canonical_json(STUDY.data),
+        code=source_digest("pipeline.prepare_data"),
+    log:
+        f"{R}/logs/prepare_data.log",
+    benchmark:
+        f"{R}/benchmarks/prepare_data.tsv"
+    threads: threads_of("prepare_data")
+    resources:
+        **resources_of("prepare_data"),
+    shell:
+        "python -m pipeline.prepare_data --spec {params.spec:q} --out {output.data:q} --card {output.card:q}"
+        " --decontaminate-against {input.decontaminate_against:q} > {log:q} 2>&1"
+
+
+rule warmup:
+    input:
+        data=TRAIN_DATA,
+    output:
+        model=directory(START_MODEL),
+    params:
+        spec=lambda wildcards: canonical_json(STUDY.models[wildcards.model].warmup_spec),
+        seed=lambda wildcards: STUDY.models[wildcards.model].warmup_seed,
+        code=source_digest("pipeline.warmup"),
+    log:
+        f"{R}/logs/warmup/{{model}}.log",
+    benchmark:
+        f"{R}/benchmarks/warmup/{{model}}.tsv"
+    threads: threads_of("warmup", per_model=True)
+    resources:
+        **resources_of("warmup", per_model=True),
+    shell:
+        "python -m pipeline.warmup --spec {params.spec:q} --data {input.data:q} --seed {params.seed}"
+        " --out {output.model:q} > {log:q} 2>&1"
+
+
+def train_inputs(wildcards):
+    inputs = {"data": TRAIN_DATA}
+    if starts_from_warmup(wildcards.model):
+        inputs["start"] = START_MODEL.format(model=wildcards.model)
+    return inputs
+
+
+def train_model_argument(wildcards, input):
+    if starts_from_warmup(wildcards.model):
+        return shlex.join(["--model", input.start])
+    return model_argument(wildcards.model)
+
+
+rule train:
+    input:
+        unpack(train_inputs),
+    output:
+        *[directory(f"{RUN_DIR}/exports/step-{step}") for step in STUDY.export_steps()],
+        final=directory(f"{RUN_DIR}/final"),
+        metrics=f"{RUN_DIR}/metrics.jsonl",
+    params:
+        model=train_model_argument,
+        training_spec=lambda wildcards: canonical_json(STUDY.training_spec(wildcards.model)),
+        method_spec=lambda wildcards: canonical_json(STUDY.methods[wildcards.method].spec),
+        export_steps=" ".join(str(step) for step in STUDY.export_steps()),
+        # from the output, so that a storage provider's local path is used
+        run_dir=lambda wildcards, output: os.path.dirname(output.metrics),
+        code=source_digest("pipeline.train"),
+    log:
+        f"{R}/logs/train/{{model}}/{{method}}/seed{{seed}}.log",
+    benchmark:
+        f"{R}/benchmarks/train/{{model}}/{{method}}/seed{{seed}}.tsv"
+    threads: threads_of("train", per_model=True)
+    resources:
+        **resources_of("train", per_model=True),
+    shell:
+        "python -m pipeline.launch --gpus {resources.gpu} --nodes {resources.nodes} --"
+        " pipeline.train {params.model} --training-spec {params.training_spec:q}"
+        " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
+        " --out {params.run_dir:q} --export-steps {params.export_steps} > {log:q} 2>&1"
+
+
+def evaluate_inputs(wildcards):
+    inputs = {"benchmark": BENCHMARK_FILE.format(benchmark=wildcards.benchmark)}
+    if wildcards.checkpoint != START_CHECKPOINT or starts_from_warmup(wildcards.model):
+        inputs["model"] = model_dir(wildcards.model, wildcards.method, wildcards.seed, wildcards.checkpoint)
+    return inputs
+
+
+def evaluate_model_argument(wildcards, input):
+    if "model" in input.keys():
+        return shlex.join(["--model", input.model])
+    # pipeline.evaluate has no --model-revision (yet): the baseline loads the hub id's default revision
+    return model_argument(wildcards.model, with_revision=False)
+
+
+rule evaluate:
+    input:
+        unpack(evaluate_inputs),
+    output:
+        samples=SAMPLES,
+    params:
+        model=evaluate_model_argument,
+        spec=canonical_json(STUDY.evaluation.spec),
+        code=source_digest("pipeline.evaluate"),
+    log:
+        f"{R}/logs/evaluate/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}/{{benchmark}}.log",
+    benchmark:
+        f"{R}/benchmarks/evaluate/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}/{{benchmark}}.tsv"
+    threads: threads_of("evaluate", per_model=True)
+    resources:
+        **resources_of("evaluate", per_model=True),
+    shell:
+        "python -m pipeline.evaluate {params.model} --benchmark {input.benchmark:q} --spec {params.spec:q}"
+        " --seed {wildcards.seed} --out {output.samples:q} > {log:q} 2>&1"
+
+
+rule aggregate:
+    input:
+        samples=[SAMPLES.format(**job) for job in STUDY.evaluations()],
+        metrics=[f"{RUN_DIR}/metrics.jsonl".format(**run) for run in STUDY.runs()],
+    output:
+        tables=[report(path, category="Tables") if path.endswith(".csv") else path for path in TABLES],
+        figures=[report(path, category="Figures") for path in FIGURES],
+    params:
+        tables_dir=lambda wildcards, output: os.path.dirname(output.tables[0]),
+        figures_dir=lambda wildcards, output: os.path.dirname(output.figures[0]),
+        code=source_digest("pipeline.aggregate"),
+    log:
+        f"{R}/logs/aggregate.log",
+    benchmark:
+        f"{R}/benchmarks/aggregate.tsv"
+    threads: threads_of("aggregate")
+    resources:
+        **resources_of("aggregate"),
+    shell:
+        "python -m pipeline.aggregate --samples {input.samples:q} --train-metrics {input.metrics:q}"
+        " --out-dir {params.tables_dir:q} --figures-dir {params.figures_dir:q} > {log:q} 2>&1"
+
+
+def significance_samples(wildcards):
+    """The per-sample files of the compared checkpoint (the paired bootstrap's items)."""
+    compared = STUDY.significance_checkpoint()
+    return [SAMPLES.format(**job) for job in STUDY.evaluations() if job["checkpoint"] == compared]
+
+
+rule significance:
+    input:
+        scores=TABLES[0],
+        samples=significance_samples,
+    output:
+        json=SIGNIFICANCE,
+        markdown=SIGNIFICANCE_MD,
+    params:
+        compared=STUDY.significance_checkpoint(),
+        metrics=shlex.join(["--metrics", *STUDY.significance["metrics"]]) if STUDY.significance["metrics"] else "",
+        resamples=STUDY.significance["resamples"],
+        confidence=STUDY.significance["confidence"],
+        seed=STUDY.significance["seed"],
+        code=source_digest("pipeline.significance"),
+    log:
+        f"{R}/logs/significance.log",
+    benchmark:
+        f"{R}/benchmarks/significance.tsv"
+    threads: threads_of("significance")
+    resources:
+        **resources_of("significance"),
+    shell:
+        "python -m pipeline.significance --scores {input.scores:q} --samples {input.samples:q}"
+        " --checkpoint {params.compared:q} {params.metrics} --resamples {params.resamples}"
+        " --confidence {params.confidence} --seed {params.seed}"
+        " --out {output.json:q} --markdown {output.markdown:q} > {log:q} 2>&1"
+
+
+def token_analysis_inputs(wildcards):
+    benchmark = STUDY.token_analysis.benchmark
+    inputs = {"benchmark": BENCHMARK_FILE.format(benchmark=benchmark)}
+    for label in STUDY.token_analysis.checkpoints:
+        job = {**wildcards, "checkpoint": label, "benchmark": benchmark}
+        inputs[f"model_{label}"] = model_dir(wildcards.model, wildcards.method, wildcards.seed, label)
+        inputs[f"samples_{label}"] = SAMPLES.format(**job)
+    return inputs
+
+
+def token_analysis_checkpoints(wildcards, input):
+    """`--checkpoint LABEL MODEL_DIR SAMPLES` for every analysed checkpoint, each token shell-quoted."""
+    arguments = []
+    for label in STUDY.token_analysis.checkpoints:
+        arguments += ["--checkpoint", label, input[f"model_{label}"], input[f"samples_{label}"]]
+    return shlex.join(arguments)
+
+
+rule token_analysis:
+    input:
+        unpack(token_analysis_inputs),
+    output:
+        summary=f"{TOKEN_ANALYSIS}/summary.json",
+        figure=report(
+            f"{TOKEN_ANALYSIS}/GRAIL_positional.png",
+            category="Token analysis",
+            subcategory="{model} {method} seed{seed}",
+        ),
+    params:
+        checkpoints=token_analysis_checkpoints,
+        spec=canonical_json(STUDY.token_analysis.spec),
+        out_dir=lambda wildcards, output: os.path.dirname(output.summary),
+        code=source_digest("pipeline.token_analysis"),
+    log:
+        f"{R}/logs/token_analysis/{{model}}/{{method}}/seed{{seed}}.log",
+    benchmark:
+        f"{R}/benchmarks/token_analysis/{{model}}/{{method}}/seed{{seed}}.tsv"
+    threads: threads_of("token_analysis", per_model=True)
+    resources:
+        **resources_of("token_analysis", per_model=True),
+    shell:
+        "python -m pipeline.token_analysis {params.checkpoints} --benchmark {input.benchmark:q}"
+        " --spec {params.spec:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+rule report:
+    input:
+        tables=TABLES,
+        figures=FIGURES,
+        significance=SIGNIFICANCE,
+        data_card=DATA_CARD,
+        audits=expand(AUDIT, benchmark=STUDY.benchmarks),
+        token_analysis=[f"{TOKEN_ANALYSIS}/summary.json".format(**run) for run in STUDY.grail_runs()],
+    output:
+        report=REPORT,
+    params:
+        config=canonical_json(config),
+        tables_dir=lambda wildcards, input: os.path.dirname(input.tables[0]),
+        figures_dir=lambda wildcards, input: os.path.dirname(input.figures[0]),
+        token_analysis_dirs=lambda wildcards, input: [os.path.dirname(path) for path in input.token_analysis],
+        repo_dir=workflow.basedir,
+        code=source_digest("pipeline.report"),
+    log:
+        f"{R}/logs/report.log",
+    benchmark:
+        f"{R}/benchmarks/report.tsv"
+    threads: threads_of("report")
+    resources:
+        **resources_of("report"),
+    shell:
+        "python -m pipeline.report --config {params.config:q} --tables-dir {params.tables_dir:q}"
+        " --figures-dir {params.figures_dir:q} --significance {input.significance:q}"
+        " --data-card {input.data_card:q} --audit {input.audits:q}"
+        " --token-analysis {params.token_analysis_dirs:q} --repo-dir {params.repo_dir:q}"
+        " --out {output.report:q} > {log:q} 2>&1"

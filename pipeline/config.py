@@ -1,0 +1,583 @@
+"""The study configuration: schema check with key-naming messages, semantic checks, typed views for the Snakefile.
+
+    config = load_config("configs/default.yaml")      # schema errors, defaults, semantic errors -> InputError
+    study = Study.from_config(config)                  # what the Snakefile plans jobs from
+
+Every error names the config key it is about (``models.tiny.warmup.steps``), and all errors are reported at once.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from pipeline.io import InputError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+SCHEMA_PATH = PACKAGE_DIR.parent / "configs" / "schema.yaml"
+
+BASELINE_METHOD = "base"
+START_CHECKPOINT = "start"
+FINAL_CHECKPOINT = "final"
+RESOURCE_KEYS = ("cpus", "mem_mb", "runtime", "gpus", "nodes", "gpu_model", "slurm_extra")
+CREDIT_PREFIXES = {"grail": "grail_", "oar_g": "oar_g_"}
+# TRL 1.16 GRPOConfig defaults of the fields the batch-shape check reads.
+TRL_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "num_generations": 8}
+# Orchestration keys of `token_analysis` (the rest is pipeline.token_analysis's spec).
+TOKEN_ANALYSIS_PLAN_KEYS = ("benchmark", "checkpoints")
+
+
+# --------------------------------------------------------------------------------------------- schema
+
+
+def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+    """The JSON Schema (YAML) as a dict."""
+    with open(path, encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def _dotted(path: Iterable[Any]) -> str:
+    return ".".join(str(part) for part in path) or "<top level>"
+
+
+def _leaf_errors(error: ValidationError) -> Iterator[ValidationError]:
+    """The most specific errors under ``error`` (allOf/anyOf wrap the useful ones in their context)."""
+    if error.validator in {"allOf", "anyOf", "oneOf"} and error.context:
+        deepest = max(len(child.absolute_path) for child in error.context)
+        for child in error.context:
+            if len(child.absolute_path) == deepest:
+                yield from _leaf_errors(child)
+    else:
+        yield error
+
+
+def _known_properties(schema: Mapping[str, Any], root: Mapping[str, Any]) -> set[str]:
+    """Property names a (sub)schema allows, following local ``$ref``s and ``allOf`` branches."""
+    reference = schema.get("$ref", "")
+    if reference.startswith("#/"):
+        node: Any = root
+        for part in reference[2:].split("/"):
+            node = node[part]
+        schema = {**node, **{k: v for k, v in schema.items() if k != "$ref"}}
+    known = set(schema.get("properties", {}))
+    for branch in schema.get("allOf", []):
+        known |= _known_properties(branch, root)
+    return known
+
+
+def _describe(error: ValidationError, root: Mapping[str, Any]) -> str | None:
+    """``config key `a.b`: message`` for one schema error; unknown keys are named themselves.
+
+    None for an "unevaluated property" that the schema does know: jsonschema reports it when the branch that
+    declares it failed, and that branch's own error is the one worth reading.
+    """
+    path = list(error.absolute_path)
+    if error.validator in {"additionalProperties", "unevaluatedProperties"} and isinstance(error.instance, dict):
+        known = _known_properties(error.schema, root)
+        unknown = sorted(set(error.instance) - known)
+        if not unknown:
+            return None
+        allowed = ", ".join(sorted(known)) or "none"
+        return "; ".join(
+            f"config key `{_dotted([*path, key])}`: unknown key (allowed here: {allowed})" for key in unknown
+        )
+    return f"config key `{_dotted(path)}`: {error.message}"
+
+
+def schema_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
+    """Every schema violation of ``config`` as one message naming its key, in document order."""
+    validator = Draft202012Validator(schema)
+    messages: list[str] = []
+    for top in sorted(validator.iter_errors(config), key=lambda error: list(map(str, error.absolute_path))):
+        for error in _leaf_errors(top):
+            message = _describe(error, schema)
+            if message is not None and message not in messages:
+                messages.append(message)
+    return messages
+
+
+def check_config_schema(config: Mapping[str, Any], schema_path: str | Path = SCHEMA_PATH) -> None:
+    """Raise InputError listing every schema violation (each naming its key); return quietly when valid."""
+    errors = schema_errors(config, load_schema(schema_path))
+    if errors:
+        raise InputError(_error_block("the config does not match configs/schema.yaml", errors))
+
+
+def _error_block(headline: str, errors: list[str]) -> str:
+    return headline + ":\n" + "\n".join(f"  - {error}" for error in errors)
+
+
+def fill_defaults(config: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+    """Fill the schema's defaults in place with Snakemake's own validator (what the Snakefile does)."""
+    from snakemake.utils import validate
+
+    validate(config, str(schema_path))
+    return config
+
+
+def load_config(path: str | Path, schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+    """Read a study config, check it against the schema, fill its defaults, run the semantic checks."""
+    with open(path, encoding="utf-8") as handle:
+        config = yaml.safe_load(handle)
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: the config must be a mapping of top-level keys")
+    check_config_schema(config, schema_path)
+    fill_defaults(config, schema_path)
+    Study.from_config(config)
+    return config
+
+
+# --------------------------------------------------------------------------------------------- typed views
+
+
+def checkpoint_label(checkpoint: int | str) -> str:
+    """``final`` stays ``final``; a training step N becomes ``step-N`` (the export directory's name)."""
+    return FINAL_CHECKPOINT if checkpoint == FINAL_CHECKPOINT else f"step-{int(checkpoint)}"
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON (sorted keys): what the rules pass as specs, so equal configs give equal params."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Resources:
+    """One job's request; ``threads`` for Snakemake is ``cpus``."""
+
+    cpus: int
+    mem_mb: int
+    runtime: int
+    gpus: int
+    nodes: int
+    gpu_model: str | None = None
+    slurm_extra: str | None = None
+
+    def snakemake_resources(self) -> dict[str, int | str]:
+        """Snakemake's resource names: mem_mb, runtime (minutes), gpu, nodes, and gpu_model/slurm_extra when set."""
+        resources: dict[str, int | str] = {
+            "mem_mb": self.mem_mb,
+            "runtime": self.runtime,
+            "gpu": self.gpus,
+            "nodes": self.nodes,
+        }
+        if self.gpu_model:
+            resources["gpu_model"] = self.gpu_model
+        if self.slurm_extra:
+            resources["slurm_extra"] = self.slurm_extra
+        return resources
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A model: a hub id or local ``path`` at ``revision``, or a tiny model built and warmed up (``warmup``)."""
+
+    name: str
+    path: str | None
+    revision: str | None
+    warmup: dict[str, Any] | None
+    training: dict[str, Any]
+    resources: dict[str, dict[str, Any]]
+
+    @property
+    def warmup_seed(self) -> int:
+        """The warmup stage's ``--seed`` (random init and SFT batch order)."""
+        return self.warmup["seed"]
+
+    @property
+    def warmup_spec(self) -> dict[str, Any]:
+        """WARMUP_SPEC: the warm-up settings without the seed, which travels as ``--seed``."""
+        return {key: value for key, value in self.warmup.items() if key != "seed"}
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """A training method: METHOD_SPEC (``credit`` plus its options and any GRPOConfig override)."""
+
+    name: str
+    spec: dict[str, Any]
+
+    @property
+    def credit(self) -> str:
+        return self.spec["credit"]
+
+    @property
+    def grpo_overrides(self) -> dict[str, Any]:
+        """The GRPOConfig fields this method overrides (everything but the credit options)."""
+        return {key: value for key, value in self.spec.items() if not _is_credit_key(key)}
+
+
+def _is_credit_key(key: str) -> bool:
+    return key in ("credit", "answer_span") or key.startswith(tuple(CREDIT_PREFIXES.values()))
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """EVAL_SPEC for the evaluate stage, plus what to evaluate: checkpoints (labels) and the baseline."""
+
+    spec: dict[str, Any]
+    checkpoints: tuple[str, ...]
+    baseline: bool
+
+
+@dataclass(frozen=True)
+class TokenAnalysisConfig:
+    """Spec 8 for every GRAIL run: the benchmark whose samples are analysed, the checkpoints, the stage's spec."""
+
+    enabled: bool
+    benchmark: str | None
+    checkpoints: tuple[str, ...]
+    spec: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Study:
+    """The validated config, split by concern; the Snakefile plans every job from it."""
+
+    results_dir: str
+    eval_data_dir: str
+    container_image: str
+    data: dict[str, Any]
+    benchmarks: dict[str, dict[str, Any]]
+    models: dict[str, ModelConfig]
+    methods: dict[str, MethodConfig]
+    seeds: tuple[int, ...]
+    training: dict[str, Any]
+    evaluation: EvaluationConfig
+    token_analysis: TokenAnalysisConfig
+    significance: dict[str, Any]
+    resource_table: dict[str, dict[str, Any]] = field(repr=False)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Study:
+        """Build from a schema-checked config with defaults filled; InputError lists every semantic problem."""
+        errors = semantic_errors(config)
+        if errors:
+            raise InputError(_error_block("the config is inconsistent", errors))
+        config = copy.deepcopy(dict(config))
+        evaluation = dict(config["evaluation"])
+        checkpoints = tuple(checkpoint_label(c) for c in evaluation.pop("checkpoints"))
+        baseline = evaluation.pop("baseline")
+        analysis = dict(config["token_analysis"])
+        return cls(
+            results_dir=config["results_dir"],
+            eval_data_dir=config["eval_data_dir"],
+            container_image=config["container_image"],
+            data=config["data"],
+            benchmarks=config["benchmarks"],
+            models={
+                name: ModelConfig(
+                    name=name,
+                    path=raw.get("path"),
+                    revision=raw.get("revision"),
+                    warmup=raw.get("warmup"),
+                    training=raw.get("training", {}),
+                    resources=raw.get("resources", {}),
+                )
+                for name, raw in config["models"].items()
+            },
+            methods={name: MethodConfig(name, spec) for name, spec in config["methods"].items()},
+            seeds=tuple(config["seeds"]),
+            training=config["training"],
+            evaluation=EvaluationConfig(evaluation, checkpoints, baseline),
+            token_analysis=TokenAnalysisConfig(
+                enabled=analysis["enabled"],
+                benchmark=analysis.get("benchmark"),
+                checkpoints=tuple(checkpoint_label(c) for c in analysis.get("checkpoints", ())) or checkpoints,
+                spec={k: v for k, v in analysis.items() if k not in TOKEN_ANALYSIS_PLAN_KEYS},
+            ),
+            significance=config["significance"],
+            resource_table=config["resources"],
+        )
+
+    # ----- specs passed to the stages
+
+    def training_spec(self, model: str) -> dict[str, Any]:
+        """TRAINING_SPEC of a model: the top-level ``training`` with the model's overrides."""
+        return {**self.training, **self.models[model].training}
+
+    def effective_training(self, model: str, method: str) -> dict[str, Any]:
+        """What GRPOConfig will see for (model, method): TRAINING_SPEC with METHOD_SPEC's overrides on top."""
+        return {**self.training_spec(model), **self.methods[method].grpo_overrides}
+
+    def export_steps(self) -> list[int]:
+        """Training steps whose model every train job exports: those of ``evaluation.checkpoints`` and, when the
+        token analysis is on, of ``token_analysis.checkpoints`` (a job's outputs cannot depend on its method)."""
+        labels = set(self.evaluation.checkpoints)
+        if self.token_analysis.enabled:
+            labels |= set(self.token_analysis.checkpoints)
+        return sorted(int(label.removeprefix("step-")) for label in labels if label != FINAL_CHECKPOINT)
+
+    def significance_checkpoint(self) -> str:
+        """The checkpoint label the significance tests compare (``final`` or ``step-N``)."""
+        return checkpoint_label(self.significance["checkpoint"])
+
+    def decontaminates(self) -> bool:
+        return bool(self.data.get("decontaminate", {}).get("enabled"))
+
+    # ----- what to run
+
+    def runs(self) -> list[dict[str, Any]]:
+        """One training run per (model, method, seed), as wildcard values."""
+        return [
+            {"model": model, "method": method, "seed": seed}
+            for model in self.models
+            for method in self.methods
+            for seed in self.seeds
+        ]
+
+    def evaluations(self) -> list[dict[str, Any]]:
+        """One evaluation per (run, checkpoint, benchmark); per (GRAIL run, checkpoint) on the token analysis's
+        benchmark for checkpoints only the analysis needs; per (model, seed, benchmark) for the baseline."""
+        jobs = [
+            {**run, "checkpoint": checkpoint, "benchmark": benchmark}
+            for run in self.runs()
+            for checkpoint in self.evaluation.checkpoints
+            for benchmark in self.benchmarks
+        ]
+        analysed_only = [c for c in self.token_analysis.checkpoints if c not in self.evaluation.checkpoints]
+        jobs += [
+            {**run, "checkpoint": checkpoint, "benchmark": self.token_analysis.benchmark}
+            for run in self.grail_runs()
+            for checkpoint in analysed_only
+        ]
+        if self.evaluation.baseline:
+            jobs += [
+                {
+                    "model": model,
+                    "method": BASELINE_METHOD,
+                    "seed": seed,
+                    "checkpoint": START_CHECKPOINT,
+                    "benchmark": benchmark,
+                }
+                for model in self.models
+                for seed in self.seeds
+                for benchmark in self.benchmarks
+            ]
+        return jobs
+
+    def grail_runs(self) -> list[dict[str, Any]]:
+        """The runs the token analysis covers (credit ``grail``), empty when it is disabled."""
+        if not self.token_analysis.enabled:
+            return []
+        return [run for run in self.runs() if self.methods[run["method"]].credit == "grail"]
+
+    # ----- resources
+
+    def resources(self, rule: str, model: str | None = None) -> Resources:
+        """``resources.default`` < ``resources.<rule>`` < ``models.<model>.resources.<rule>``.
+
+        An evaluate job on the vllm backend asks for tensor x data parallel GPUs unless its GPUs are set.
+        """
+        merged = {**self.resource_table["default"], **self.resource_table.get(rule, {})}
+        model_entry = self.models[model].resources.get(rule, {}) if model else {}
+        merged.update(model_entry)
+        explicit_gpus = "gpus" in self.resource_table.get(rule, {}) or "gpus" in model_entry
+        if rule == "evaluate" and self.evaluation.spec["backend"] == "vllm" and not explicit_gpus:
+            merged["gpus"] = vllm_gpus(self.evaluation.spec)
+        return Resources(**{key: merged.get(key) for key in RESOURCE_KEYS})
+
+
+def vllm_gpus(evaluation: Mapping[str, Any]) -> int:
+    """GPUs a vLLM evaluation uses: tensor_parallel_size x data_parallel_size."""
+    vllm = evaluation["vllm"]
+    return vllm["tensor_parallel_size"] * vllm["data_parallel_size"]
+
+
+# --------------------------------------------------------------------------------------------- semantic checks
+
+
+def semantic_errors(config: Mapping[str, Any]) -> list[str]:
+    """What the schema cannot say: cross-references, per-method option sets, batch shapes, GPU counts."""
+    return [
+        *_name_errors(config),
+        *_model_errors(config),
+        *_method_errors(config),
+        *_checkpoint_errors(config),
+        *_batch_shape_errors(config),
+        *_evaluation_gpu_errors(config),
+        *_token_analysis_errors(config),
+    ]
+
+
+def _name_errors(config: Mapping[str, Any]) -> list[str]:
+    errors = []
+    if BASELINE_METHOD in config["methods"]:
+        errors.append(f"config key `methods.{BASELINE_METHOD}`: the name is reserved for the starting model")
+    return errors
+
+
+def _model_errors(config: Mapping[str, Any]) -> list[str]:
+    errors = []
+    for name, model in config["models"].items():
+        if ("path" in model) == ("warmup" in model):
+            errors.append(f"config key `models.{name}`: set exactly one of `path` (a hub id or directory) or `warmup`")
+        if "warmup" in model and "revision" in model:
+            errors.append(f"config key `models.{name}.revision`: a warmed-up tiny model has no hub revision")
+    return errors
+
+
+def _method_errors(config: Mapping[str, Any]) -> list[str]:
+    errors = []
+    for name, spec in config["methods"].items():
+        for credit, prefix in CREDIT_PREFIXES.items():
+            stray = sorted(key for key in spec if key.startswith(prefix) and spec["credit"] != credit)
+            errors += [
+                f"config key `methods.{name}.{key}`: a {credit} option on a method whose credit is '{spec['credit']}'"
+                for key in stray
+            ]
+        if spec["credit"] == "grail" and "grail_std" not in spec:
+            errors.append(f"config key `methods.{name}.grail_std`: GRAIL needs a non-zero std (upstream sets 0.5)")
+    return errors
+
+
+def _merged_training(config: Mapping[str, Any], model: str, method: str) -> dict[str, Any]:
+    overrides = {k: v for k, v in config["methods"][method].items() if not _is_credit_key(k)}
+    return {**config["training"], **config["models"][model].get("training", {}), **overrides}
+
+
+def _checkpoint_errors(config: Mapping[str, Any]) -> list[str]:
+    """Exported steps must exist (<= max_steps); the significance tests compare an evaluated checkpoint."""
+    analysis = config["token_analysis"]
+    sources = {"evaluation.checkpoints": config["evaluation"]["checkpoints"]}
+    if analysis["enabled"]:
+        sources["token_analysis.checkpoints"] = analysis.get("checkpoints", [])
+    errors = []
+    for key, checkpoints in sources.items():
+        steps = [c for c in checkpoints if c != FINAL_CHECKPOINT]
+        for model in config["models"]:
+            for method in config["methods"]:
+                max_steps = _merged_training(config, model, method).get("max_steps")
+                late = [step for step in steps if max_steps is not None and step > max_steps]
+                if late:
+                    errors.append(
+                        f"config key `{key}`: step(s) {late} lie beyond max_steps={max_steps} "
+                        f"of model '{model}' with method '{method}'"
+                    )
+    significance = config["significance"]["checkpoint"]
+    if significance not in config["evaluation"]["checkpoints"]:
+        errors.append(
+            f"config key `significance.checkpoint`: {significance!r} is not in evaluation.checkpoints "
+            f"{config['evaluation']['checkpoints']}"
+        )
+    return errors
+
+
+def _train_processes(config: Mapping[str, Any], model: str) -> int:
+    """Processes the train job runs (pipeline.launch: one per GPU when GPUs > 1 or nodes > 1, else one)."""
+    merged = {
+        **config["resources"]["default"],
+        **config["resources"].get("train", {}),
+        **config["models"][model].get("resources", {}).get("train", {}),
+    }
+    gpus, nodes = merged["gpus"], merged["nodes"]
+    return gpus * nodes if gpus > 1 or nodes > 1 else 1
+
+
+def _batch_shape_errors(config: Mapping[str, Any]) -> list[str]:
+    """TRL needs the generation batch (per-device batch x processes x steps per generation) to hold whole groups."""
+    errors = []
+    for model in config["models"]:
+        for method in config["methods"]:
+            merged = {**TRL_DEFAULTS, **_merged_training(config, model, method)}
+            steps_per_generation = merged.get("steps_per_generation", merged["gradient_accumulation_steps"])
+            batch = merged["per_device_train_batch_size"] * _train_processes(config, model) * steps_per_generation
+            if batch % merged["num_generations"]:
+                errors.append(
+                    f"config key `methods.{method}` / `training` (model '{model}'): the generation batch "
+                    f"per_device_train_batch_size x processes x steps_per_generation = {batch} is not a multiple "
+                    f"of num_generations = {merged['num_generations']}"
+                )
+    return errors
+
+
+def _evaluation_gpu_errors(config: Mapping[str, Any]) -> list[str]:
+    evaluation = config["evaluation"]
+    if evaluation["backend"] != "vllm":
+        return []
+    needed = vllm_gpus(evaluation)
+    entries = {"resources.evaluate": config["resources"].get("evaluate", {})}
+    entries |= {
+        f"models.{name}.resources.evaluate": model.get("resources", {}).get("evaluate", {})
+        for name, model in config["models"].items()
+    }
+    return [
+        f"config key `{key}.gpus`: {entry['gpus']} GPU(s), but vLLM's tensor_parallel_size x data_parallel_size "
+        f"needs {needed}"
+        for key, entry in entries.items()
+        if "gpus" in entry and entry["gpus"] != needed
+    ]
+
+
+def _token_analysis_errors(config: Mapping[str, Any]) -> list[str]:
+    analysis = config["token_analysis"]
+    if not analysis["enabled"]:
+        return []
+    errors = []
+    benchmark = analysis.get("benchmark")
+    if benchmark is None:
+        errors.append("config key `token_analysis.benchmark`: required when token_analysis.enabled is true")
+    elif benchmark not in config["benchmarks"]:
+        errors.append(
+            f"config key `token_analysis.benchmark`: unknown benchmark '{benchmark}' "
+            f"(benchmarks: {', '.join(config['benchmarks'])})"
+        )
+    return errors
+
+
+# --------------------------------------------------------------------------------------------- code versions
+
+
+def _module_path(module: str, package_dir: Path) -> Path | None:
+    """The source file of a ``pipeline.*`` module, or None when there is none."""
+    relative = Path(*module.split(".")[1:])
+    for candidate in (package_dir / relative.with_suffix(".py"), package_dir / relative / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _local_imports(module: str, package_dir: Path) -> set[str]:
+    """``pipeline.*`` modules that ``module`` imports (module-level or inside functions)."""
+    path = _module_path(module, package_dir)
+    if path is None:
+        return set()
+    package = package_dir.name
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == package:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == package}
+    return {name for name in found if _module_path(name, package_dir) is not None}
+
+
+def source_digest(module: str, package_dir: Path = PACKAGE_DIR) -> str:
+    """SHA-256 over the source of ``module`` and every ``pipeline`` module it imports, transitively.
+
+    A rule carries it as a param, so editing a stage's code (or code it uses) reruns that stage's jobs, while
+    touching a file without changing it, or editing an unrelated module, does not. A module that does not exist
+    digests as absent (the job itself then fails with Python's own "No module named" error).
+    """
+    seen: set[str] = set()
+    pending = [module]
+    while pending:
+        name = pending.pop()
+        if name not in seen:
+            seen.add(name)
+            pending.extend(_local_imports(name, package_dir) - seen)
+    digest = hashlib.sha256()
+    for name in sorted(seen):
+        path = _module_path(name, package_dir)
+        digest.update(name.encode() + b"\0" + (path.read_bytes() if path else b"<absent>") + b"\0")
+    return digest.hexdigest()[:16]

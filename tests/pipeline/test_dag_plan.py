@@ -1,0 +1,103 @@
+"""Dry runs of the real Snakefile: bad configs are refused before any job; the paper's study is planned in full."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SNAKEFILE = REPO / "Snakefile"
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the repository's Snakefile in ``workdir`` (so nothing is written into the repository)."""
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The dry run's "Job stats" table as {rule: count}."""
+    table = output.split("Job stats:", 1)[1]
+    rows = re.findall(r"^(\w+)\s+(\d+)$", table, flags=re.MULTILINE)
+    return {rule: int(count) for rule, count in rows if rule != "total"}
+
+
+def write_config(directory: Path, config: dict) -> Path:
+    path = directory / "study.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def default_config() -> dict:
+    return yaml.safe_load((REPO / "configs" / "default.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda c: c["models"]["tiny"]["warmup"].update(hidden_sise=8), "models.tiny.warmup.hidden_sise"),
+        (lambda c: c["training"].update(max_steps="ten"), "training.max_steps"),
+        (lambda c: c["methods"]["oar_g"].update(credit="oarg"), "methods.oar_g.credit"),
+        (lambda c: c["benchmarks"]["arith_add"].update(kind="gsm8k"), "benchmarks.arith_add.kind"),
+        (lambda c: c["token_analysis"].update(benchmark="aime24"), "token_analysis.benchmark"),
+    ],
+    ids=["unknown-nested-key", "wrong-type", "unknown-credit", "unknown-benchmark-kind", "unknown-benchmark-ref"],
+)
+def test_bad_config_is_refused_before_any_job(tmp_path: Path, edit, key: str) -> None:
+    config = default_config()
+    edit(config)
+    result = snakemake(tmp_path, "-n", "--configfile", str(write_config(tmp_path, config)))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"config key `{key}`" in output
+    assert "Job stats" not in output
+    assert not (tmp_path / "results").exists() and not (tmp_path / "eval_data").exists()
+
+
+def test_paper_config_plans_the_full_study(tmp_path: Path) -> None:
+    result = snakemake(tmp_path, "-n", "-p", "--configfile", str(REPO / "configs" / "paper.yaml"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    paper = yaml.safe_load((REPO / "configs" / "paper.yaml").read_text())
+    models, methods, seeds = len(paper["models"]), len(paper["methods"]), len(paper["seeds"])
+    benchmarks = len(paper["benchmarks"])
+    analysed_steps = len([c for c in paper["token_analysis"]["checkpoints"] if c != "final"])
+    counts = job_counts(result.stdout)
+    assert counts["train"] == 15 * len(paper["seeds"]) == models * methods * seeds
+    assert counts["evaluate"] == (
+        models * methods * seeds * len(paper["evaluation"]["checkpoints"]) * benchmarks  # runs x ckpts x benchmarks
+        + models * seeds * benchmarks  # the starting models (baseline)
+        + models * seeds * analysed_steps  # GRAIL checkpoints only the token analysis reads (MATH-500)
+    )
+    assert counts["prepare_benchmarks"] == benchmarks and counts["prepare_data"] == 1
+    assert counts["token_analysis"] == models * seeds  # one GRAIL run per model and seed
+    assert "warmup" not in counts  # hub models start from their hub id
+    assert counts["aggregate"] == counts["significance"] == counts["report"] == 1
+    # the command line's --configfile replaced the default study instead of extending it
+    assert "/tiny/" not in result.stdout
+    train = next(line for line in result.stdout.splitlines() if "pipeline.train --model Qwen/Qwen3-8B" in line)
+    assert "pipeline.launch --gpus 4 --nodes 1 --" in train and "--model-revision main" in train
+    assert "--export-steps 50 100 150" in train
+
+
+def test_default_config_plans_every_rule(tmp_path: Path) -> None:
+    result = snakemake(tmp_path, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert set(counts) == {
+        "prepare_benchmarks",
+        "prepare_data",
+        "warmup",
+        "train",
+        "evaluate",
+        "aggregate",
+        "significance",
+        "token_analysis",
+        "report",
+        "all",
+    }
+    assert counts["train"] == 6 and counts["warmup"] == 1

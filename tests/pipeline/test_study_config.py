@@ -1,0 +1,212 @@
+"""The study config: schema errors name their key, semantic checks, defaults, what the DAG plans, code digests."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.config import (
+    Study,
+    check_config_schema,
+    fill_defaults,
+    load_config,
+    load_schema,
+    schema_errors,
+    semantic_errors,
+    source_digest,
+)
+from pipeline.io import InputError
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "configs"
+CI_CONFIG = Path(__file__).resolve().parent / "configs" / "ci.yaml"
+SCHEMA = load_schema()
+
+
+def raw(name: str) -> dict:
+    with open(CONFIGS / f"{name}.yaml", encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def filled(config: dict) -> dict:
+    config = copy.deepcopy(config)
+    check_config_schema(config)
+    return fill_defaults(config)
+
+
+STUDY_CONFIGS = [path for path in sorted(CONFIGS.glob("*.yaml")) if path.name != "schema.yaml"]
+
+
+@pytest.mark.parametrize("path", [*STUDY_CONFIGS, CI_CONFIG], ids=lambda path: path.name)
+def test_shipped_configs_are_valid(path: Path) -> None:
+    Study.from_config(load_config(path))
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda c: c["training"].update(max_steps="many"), "config key `training.max_steps`: 'many' is not of type"),
+        (lambda c: c.update(modles={}), "config key `modles`: unknown key"),
+        (lambda c: c["models"]["tiny"]["warmup"].update(hidden_sise=8), "`models.tiny.warmup.hidden_sise`: unknown"),
+        (lambda c: c["methods"]["grail"].update(grail_sdt=0.5), "config key `methods.grail.grail_sdt`: unknown key"),
+        (lambda c: c["training"].update(num_generatoins=8), "config key `training.num_generatoins`: unknown key"),
+        (lambda c: c["methods"]["grail"].update(credit="gral"), "config key `methods.grail.credit`: 'gral' is not one"),
+        (lambda c: c["benchmarks"]["arith_add"].update(kind="mmlu"), "`benchmarks.arith_add.kind`: 'mmlu' is not one"),
+        (lambda c: c.update(seeds=0), "config key `seeds`: 0 is not of type 'array'"),
+        (lambda c: c.update(seeds=[1, 1]), "config key `seeds`: [1, 1] has non-unique elements"),
+        (lambda c: c["evaluation"].update(checkpoints=["last"]), "config key `evaluation.checkpoints.0`"),
+        (lambda c: c["resources"]["train"].update(gpu=1), "config key `resources.train.gpu`: unknown key"),
+        (
+            lambda c: c["benchmarks"].update({"a/b": {"kind": "math500"}}),
+            "config key `benchmarks`: 'a/b' does not match",
+        ),
+        (lambda c: c["benchmarks"].update(x={"kind": "qwen_jsonl"}), "`benchmarks.x`: 'path' is a required property"),
+    ],
+)
+def test_schema_errors_name_the_key(edit, expected: str) -> None:
+    config = raw("default")
+    edit(config)
+    errors = schema_errors(config, SCHEMA)
+    assert any(expected in error for error in errors), errors
+    with pytest.raises(InputError, match=r"does not match configs/schema\.yaml"):
+        check_config_schema(config)
+
+
+def test_all_schema_errors_are_reported_at_once() -> None:
+    config = raw("default")
+    config["training"]["max_steps"] = -1
+    config["methods"]["grpo"]["credit"] = "ppo"
+    errors = schema_errors(config, SCHEMA)
+    assert [e.split(":")[0] for e in errors] == ["config key `methods.grpo.credit`", "config key `training.max_steps`"]
+
+
+def test_unknown_key_lists_the_allowed_keys() -> None:
+    config = raw("default")
+    config["evaluation"]["temprature"] = 0.6
+    (error,) = schema_errors(config, SCHEMA)
+    assert "`evaluation.temprature`: unknown key" in error
+    assert "temperature" in error.split("allowed here:")[1]
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda c: c["methods"].update(base={"credit": "grpo"}), "`methods.base`: the name is reserved"),
+        (lambda c: c["methods"]["grpo"].update(grail_std=0.5), "`methods.grpo.grail_std`: a grail option on a method"),
+        (lambda c: c["methods"]["grail"].pop("grail_std"), "`methods.grail.grail_std`: GRAIL needs a non-zero std"),
+        (lambda c: c["token_analysis"].update(benchmark="math500"), "`token_analysis.benchmark`: unknown benchmark"),
+        (lambda c: c["evaluation"].update(checkpoints=[500, "final"]), "`evaluation.checkpoints`: step(s) [500]"),
+        (lambda c: c["token_analysis"].update(checkpoints=[61]), "`token_analysis.checkpoints`: step(s) [61]"),
+        (lambda c: c["significance"].update(checkpoint=10), "`significance.checkpoint`: 10 is not in"),
+        (lambda c: c["models"]["tiny"].update(path="Qwen/Qwen3-4B"), "`models.tiny`: set exactly one of `path`"),
+        (lambda c: c["training"].update(num_generations=7), "is not a multiple of num_generations = 7"),
+        (
+            lambda c: (
+                c["evaluation"].update(backend="vllm", vllm={"tensor_parallel_size": 2})
+                or c["resources"].update(evaluate={"gpus": 1})
+            ),
+            "`resources.evaluate.gpus`: 1 GPU(s), but vLLM's tensor_parallel_size x data_parallel_size needs 2",
+        ),
+    ],
+)
+def test_semantic_errors_name_the_key(edit, expected: str) -> None:
+    config = raw("default")
+    edit(config)
+    config = filled(config)
+    assert any(expected in error for error in semantic_errors(config)), semantic_errors(config)
+    with pytest.raises(InputError, match="the config is inconsistent"):
+        Study.from_config(config)
+
+
+def test_defaults_are_filled_from_the_schema() -> None:
+    config = raw("default")
+    del config["evaluation"], config["token_analysis"], config["resources"]
+    study = Study.from_config(filled(config))
+    assert study.evaluation.spec["temperature"] == 0.6 and study.evaluation.spec["max_new_tokens"] == 8192
+    assert study.evaluation.checkpoints == ("final",) and study.evaluation.baseline
+    assert not study.token_analysis.enabled and study.grail_runs() == []
+    assert study.resources("train", "tiny").cpus == 1 and study.resources("train").runtime == 60
+
+
+def test_default_study_plan() -> None:
+    study = Study.from_config(load_config(CONFIGS / "default.yaml"))
+    assert len(study.runs()) == 1 * 3 * 2
+    checkpoints = len(study.evaluation.checkpoints)
+    assert len(study.evaluations()) == 6 * checkpoints * 2 + 1 * 2 * 2  # runs x ckpts x benchmarks + baseline
+    assert {job["method"] for job in study.grail_runs()} == {"grail"}
+    assert study.models["tiny"].warmup_spec == {
+        k: v for k, v in raw("default")["models"]["tiny"]["warmup"].items() if k != "seed"
+    }
+
+
+def test_paper_study_plan() -> None:
+    study = Study.from_config(load_config(CONFIGS / "paper.yaml"))
+    assert len(study.runs()) == 5 * 3 * 1
+    evaluations = study.evaluations()
+    per_run = [job for job in evaluations if job["method"] != "base" and job["checkpoint"] == "final"]
+    assert len(per_run) == 15 * 6
+    assert len([job for job in evaluations if job["method"] == "base"]) == 5 * 6
+    # checkpoints only the token analysis needs: GRAIL runs x 3 steps, on MATH-500 only
+    analysed = [job for job in evaluations if job["checkpoint"].startswith("step-")]
+    assert len(analysed) == 5 * 3 and {job["benchmark"] for job in analysed} == {"math500"}
+    assert study.export_steps() == [50, 100, 150]
+    train = study.resources("train", "qwen3_8b")
+    assert (train.gpus, train.nodes, train.cpus, train.mem_mb, train.runtime) == (4, 1, 32, 384000, 960)
+    assert study.resources("evaluate", "qwen3_4b").gpus == 2 * 2  # tensor x data parallel
+    oar_g = study.effective_training("qwen3_4b", "oar_g")
+    assert (oar_g["per_device_train_batch_size"], oar_g["gradient_accumulation_steps"]) == (2, 32)
+    assert study.effective_training("qwen3_4b", "grail")["per_device_train_batch_size"] == 8
+
+
+def test_resources_merge_default_rule_model() -> None:
+    config = raw("default")
+    config["resources"]["default"] = {"cpus": 1, "mem_mb": 1000, "runtime": 10, "gpus": 0, "nodes": 1}
+    config["resources"]["train"] = {"mem_mb": 2000, "gpu_model": "h200"}
+    config["models"]["tiny"]["resources"] = {"train": {"runtime": 99, "slurm_extra": "--qos=high"}}
+    study = Study.from_config(filled(config))
+    train = study.resources("train", "tiny")
+    assert (train.cpus, train.mem_mb, train.runtime) == (1, 2000, 99)
+    assert train.snakemake_resources() == {
+        "mem_mb": 2000,
+        "runtime": 99,
+        "gpu": 0,
+        "nodes": 1,
+        "gpu_model": "h200",
+        "slurm_extra": "--qos=high",
+    }
+    assert study.resources("evaluate", "tiny").snakemake_resources() == {
+        "mem_mb": 1000,
+        "runtime": 10,
+        "gpu": 0,
+        "nodes": 1,
+    }
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    package = root / "pkg"
+    package.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (package / name).write_text(text)
+    return package
+
+
+def test_source_digest_follows_imports_and_ignores_unrelated_modules(tmp_path: Path) -> None:
+    package = write_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "stage.py": "from pkg.helper import f\n",
+            "helper.py": "def f():\n    import pkg.deep\n",
+            "deep.py": "X = 1\n",
+            "other.py": "Y = 1\n",
+        },
+    )
+    before = source_digest("pkg.stage", package)
+    (package / "other.py").write_text("Y = 2\n")
+    assert source_digest("pkg.stage", package) == before
+    (package / "deep.py").write_text("X = 2\n")  # imported inside a function, two levels down
+    assert source_digest("pkg.stage", package) != before
+    assert source_digest("pkg.missing", package) != source_digest("pkg.other", package)

@@ -1,0 +1,193 @@
+"""The real DAG end to end on the CI study (every rule), then caching and determinism.
+
+Slow (minutes on two CPU cores): run with ``python -m pytest tests/pipeline -m slow``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from pipeline.config import Study, canonical_json, load_config
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+CI_CONFIG = Path(__file__).resolve().parent / "configs" / "ci.yaml"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SIGNIFICANCE_KEYS = {"method_a", "method_b", "metric", "n", "statistic", "p_value", "alternative", "test"}
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=3600)
+
+
+def job_counts(output: str) -> dict[str, int]:
+    if "Job stats:" not in output:
+        return {}
+    rows = re.findall(r"^(\w+)\s+(\d+)$", output.split("Job stats:", 1)[1], flags=re.MULTILINE)
+    return {rule: int(count) for rule, count in rows if rule != "total"}
+
+
+@pytest.fixture(scope="module")
+def study() -> Study:
+    return Study.from_config(load_config(CI_CONFIG))
+
+
+@pytest.fixture(scope="module")
+def workdir() -> Iterator[Path]:
+    """A full run of the CI study (every rule) in a fresh directory.
+
+    Not under pytest's basetemp: a concurrent pytest session prunes old basetemp directories, this one included.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="grail_ci_study_"))
+    started = time.monotonic()
+    result = snakemake(directory, "--cores", "2", "--configfile", str(CI_CONFIG))
+    print(f"CI study: {time.monotonic() - started:.0f} s wall")
+    assert result.returncode == 0, result.stderr[-5000:]
+    yield directory
+    shutil.rmtree(directory)
+
+
+def test_every_rule_ran(workdir: Path, study: Study) -> None:
+    results = workdir / "results"
+    assert len(list((results / "logs" / "train").rglob("*.log"))) == len(study.runs())
+    assert len(list((results / "eval").rglob("*.jsonl"))) == len(study.evaluations())
+    for rule in ("prepare_benchmarks", "warmup", "train", "evaluate", "token_analysis"):
+        assert list((results / "benchmarks" / rule).rglob("*.tsv")), rule
+    for rule in ("prepare_data", "aggregate", "significance", "report"):
+        assert (results / "benchmarks" / f"{rule}.tsv").is_file(), rule
+
+
+def test_tables_are_sane(workdir: Path, study: Study) -> None:
+    tables = workdir / "results" / "tables"
+    scores = pd.read_csv(tables / "scores.csv")
+    assert {"model", "method", "seed", "benchmark", "metric", "value"} <= set(scores.columns)
+    assert set(scores["method"]) == {*study.methods, "base"}
+    n = study.evaluation.spec["n_samples"]
+    accuracy = scores[scores["metric"].isin([f"acc@{n}", f"pass@{n}", "pass@1"])]["value"]
+    assert len(accuracy) and accuracy.between(0, 1).all()
+    assert set(study.benchmarks) | {"average", "weighted_average"} <= set(scores["benchmark"])
+    summary = pd.read_csv(tables / "summary.csv")
+    assert len(summary) >= len(study.methods) + 1
+    assert pd.read_excel(tables / "summary.xlsx").shape[0] >= len(study.methods)
+    markdown = (tables / "summary.md").read_text()
+    assert all(method in markdown for method in study.methods) and "base" in markdown
+
+
+def test_figures_are_pngs(workdir: Path) -> None:
+    figures = [*(workdir / "results" / "figures").glob("*.png"), *(workdir / "results").rglob("GRAIL_positional.png")]
+    assert len(figures) >= 3
+    for figure in figures:
+        data = figure.read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000, figure
+
+
+def test_significance_is_sane(workdir: Path, study: Study) -> None:
+    rows = json.loads((workdir / "results" / "stats" / "significance.json").read_text())
+    assert rows and all(set(row) >= SIGNIFICANCE_KEYS for row in rows)
+    pairs = {frozenset((row["method_a"], row["method_b"])) for row in rows}
+    assert len(pairs) == math.comb(len(study.methods), 2)
+    assert all(0 <= row["p_value"] <= 1 for row in rows if row["p_value"] is not None)
+    assert {row["alternative"] for row in rows} >= {"greater", "two-sided"}
+    assert (workdir / "results" / "stats" / "significance.md").read_text().strip()
+
+
+def test_training_and_token_analysis_outputs(workdir: Path, study: Study) -> None:
+    results = workdir / "results"
+    for run in study.runs():
+        run_dir = results / "runs" / run["model"] / run["method"] / f"seed{run['seed']}"
+        rewards = [row["reward"] for row in map(json.loads, (run_dir / "metrics.jsonl").open()) if "reward" in row]
+        assert rewards and all(0 <= reward <= 1 for reward in rewards)
+        assert (run_dir / "final" / "config.json").is_file()
+    for run in study.grail_runs():
+        summary_path = results / "token_analysis" / run["model"] / run["method"] / f"seed{run['seed']}"
+        summary = json.loads((summary_path / "summary.json").read_text())
+        assert set(summary["checkpoints"]) == set(study.token_analysis.checkpoints)
+        assert all(len(entry["bin_centres"]) == 20 for entry in summary["checkpoints"].values())
+
+
+def test_report_gathers_everything(workdir: Path, study: Study) -> None:
+    report = (workdir / "results" / "report.md").read_text()
+    assert len(report) > 500
+    for method in study.methods:
+        assert method in report
+    assert "summary" in report.lower() or "acc@" in report
+    for benchmark in study.benchmarks:
+        assert benchmark in report
+        audit = json.loads((workdir / "results" / "audit" / f"{benchmark}.json").read_text())
+        assert audit["failure_count"] == 0
+    card = json.loads((workdir / "results" / "data" / "data_card.json").read_text())
+    assert card["rows_written"] == study.data["generated"]["count"]
+
+
+def test_snakemake_html_report(workdir: Path, tmp_path: Path) -> None:
+    html = tmp_path / "report.html"
+    result = snakemake(workdir, "--configfile", str(CI_CONFIG), "--report", str(html))
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = html.read_text(errors="replace")
+    assert text.lstrip().lower().startswith("<!doctype html") and "GRAIL_positional" in text
+
+
+def test_second_run_does_nothing(workdir: Path) -> None:
+    result = snakemake(workdir, "-n", "--configfile", str(CI_CONFIG))
+    assert result.returncode == 0, result.stderr[-3000:]
+    reasons = sorted(set(re.findall(r"reason: (.*)", result.stdout)))
+    assert "Nothing to be done" in result.stdout + result.stderr, reasons
+
+
+def test_evaluation_change_reruns_no_training(workdir: Path, study: Study, tmp_path: Path) -> None:
+    config = yaml.safe_load(CI_CONFIG.read_text())
+    config["evaluation"]["temperature"] = 0.9
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(config))
+    result = snakemake(workdir, "-n", "--configfile", str(changed))
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert counts.get("evaluate") == len(study.evaluations())
+    assert {"aggregate", "significance", "token_analysis", "report"} <= set(counts)
+    assert not {"train", "warmup", "prepare_data", "prepare_benchmarks"} & set(counts), counts
+
+
+def _without_timings(path: Path) -> list[dict]:
+    """metrics.jsonl rows without the wall-clock fields (they differ run to run by nature)."""
+    timing = re.compile(r"time|runtime|per_second")
+    return [{k: v for k, v in json.loads(line).items() if not timing.search(k)} for line in path.open()]
+
+
+def test_same_seed_same_metrics(workdir: Path, study: Study, tmp_path: Path) -> None:
+    """Retrain one run and re-evaluate the baseline into new directories: identical metrics and samples."""
+    model, method, seed = "tiny", "grail", study.seeds[0]
+    results = workdir / "results"
+    train = [
+        sys.executable, "-m", "pipeline.train", "--model", str(results / "models" / model / "start"),
+        "--training-spec", canonical_json(study.training_spec(model)),
+        "--method-spec", canonical_json(study.methods[method].spec),
+        "--data", str(results / "data" / "train.jsonl"), "--seed", str(seed), "--out", str(tmp_path / "run"),
+    ]  # fmt: skip
+    subprocess.run(train, check=True, capture_output=True, cwd=REPO, timeout=1800)
+    original = results / "runs" / model / method / f"seed{seed}" / "metrics.jsonl"
+    assert _without_timings(tmp_path / "run" / "metrics.jsonl") == _without_timings(original)
+
+    benchmark = next(iter(study.benchmarks))
+    evaluate = [
+        sys.executable, "-m", "pipeline.evaluate", "--model", str(results / "models" / model / "start"),
+        "--benchmark", str(workdir / "eval_data" / f"{benchmark}.jsonl"),
+        "--spec", canonical_json(study.evaluation.spec), "--seed", str(seed), "--out", str(tmp_path / "base.jsonl"),
+    ]  # fmt: skip
+    subprocess.run(evaluate, check=True, capture_output=True, cwd=REPO, timeout=1800)
+    samples = results / "eval" / model / "base" / f"seed{seed}" / "start" / f"{benchmark}.jsonl"
+    assert (tmp_path / "base.jsonl").read_text() == samples.read_text()
