@@ -48,6 +48,7 @@ R = STUDY.results_dir
 E = STUDY.eval_data_dir
 # The stage modules must be importable in every job, installed or not.
 # (shell.prefix is formatted like a command: "{{" is a literal brace)
+# (Snakemake itself exports OMP_NUM_THREADS and its BLAS cousins = the job's threads.)
 shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 
 BENCHMARK_FILE = f"{E}/{{benchmark}}.jsonl"
@@ -96,7 +97,9 @@ def resources_of(stage, per_model=False):
     def value(name):
         def resolve(wildcards, attempt):
             request = STUDY.resources(stage, wildcards.model if per_model else None)
-            return request.runtime * attempt if name == "runtime" else request.snakemake_resources().get(name, "")
+            if name == "runtime":
+                return request.runtime * attempt
+            return request.snakemake_resources().get(name, 0 if name == "gpu" else "")
 
         return resolve
 
@@ -117,11 +120,11 @@ def starts_from_warmup(model):
     return STUDY.models[model].warmup is not None
 
 
-def model_argument(model, with_revision=True):
+def model_argument(model):
     """`--model HUB_ID_OR_PATH [--model-revision REV]` for a starting point that is not built here."""
     spec = STUDY.models[model]
     argument = ["--model", spec.path]
-    if spec.revision and with_revision:
+    if spec.revision:
         argument += ["--model-revision", spec.revision]
     return shlex.join(argument)
 
@@ -221,6 +224,8 @@ rule train:
         training_spec=lambda wildcards: canonical_json(STUDY.training_spec(wildcards.model)),
         method_spec=lambda wildcards: canonical_json(STUDY.methods[wildcards.method].spec),
         export_steps=" ".join(str(step) for step in STUDY.export_steps()),
+        gpus=lambda wildcards: STUDY.resources("train", wildcards.model).gpus,
+        nodes=lambda wildcards: STUDY.resources("train", wildcards.model).nodes,
         # from the output, so that a storage provider's local path is used
         run_dir=lambda wildcards, output: os.path.dirname(output.metrics),
         code=source_digest("pipeline.train"),
@@ -232,7 +237,7 @@ rule train:
     resources:
         **resources_of("train", per_model=True),
     shell:
-        "python -m pipeline.launch --gpus {resources.gpu} --nodes {resources.nodes} --"
+        "python -m pipeline.launch --gpus {params.gpus} --nodes {params.nodes} --"
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
         " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
         " --out {params.run_dir:q} --export-steps {params.export_steps} > {log:q} 2>&1"
@@ -248,8 +253,7 @@ def evaluate_inputs(wildcards):
 def evaluate_model_argument(wildcards, input):
     if "model" in input.keys():
         return shlex.join(["--model", input.model])
-    # pipeline.evaluate has no --model-revision (yet): the baseline loads the hub id's default revision
-    return model_argument(wildcards.model, with_revision=False)
+    return model_argument(wildcards.model)
 
 
 rule evaluate:

@@ -163,13 +163,14 @@ class Resources:
     slurm_extra: str | None = None
 
     def snakemake_resources(self) -> dict[str, int | str]:
-        """Snakemake's resource names: mem_mb, runtime (minutes), gpu, nodes, and gpu_model/slurm_extra when set."""
-        resources: dict[str, int | str] = {
-            "mem_mb": self.mem_mb,
-            "runtime": self.runtime,
-            "gpu": self.gpus,
-            "nodes": self.nodes,
-        }
+        """Snakemake's resource names: mem_mb, runtime (minutes), nodes, and gpu/gpu_model/slurm_extra when set.
+
+        ``gpu`` is left out for CPU-only requests: executors read any ``gpu`` resource as a GPU request (the
+        Kubernetes plugin then adds a GPU limit and toleration even for 0).
+        """
+        resources: dict[str, int | str] = {"mem_mb": self.mem_mb, "runtime": self.runtime, "nodes": self.nodes}
+        if self.gpus:
+            resources["gpu"] = self.gpus
         if self.gpu_model:
             resources["gpu_model"] = self.gpu_model
         if self.slurm_extra:

@@ -42,6 +42,7 @@ from pipeline.generation import (
     load_causal_lm,
     load_tokenizer,
     model_fingerprint,
+    resolve_model,
     stable_hash,
 )
 from pipeline.io import (
@@ -571,12 +572,14 @@ def _accuracy(rows: Iterable[dict[str, Any]]) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a model directory or a Hugging Face hub id")
+    parser.add_argument("--model-revision", help="the hub revision (commit, tag or branch) of a hub id")
     parser.add_argument("--benchmark", required=True, help="benchmark JSONL (id, problem, answer, source)")
     parser.add_argument("--spec", required=True, help="EVAL_SPEC: inline JSON or a JSON/YAML file")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--out", required=True, help="per-sample JSONL output (written atomically)")
     args = parser.parse_args(argv)
-    evaluate(args.model, args.benchmark, parse_eval_spec(load_spec(args.spec)), args.seed, args.out)
+    model = resolve_model(args.model, args.model_revision)
+    evaluate(model, args.benchmark, parse_eval_spec(load_spec(args.spec)), args.seed, args.out)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,22 @@ def chat_prompt_ids(tokenizer: Any, user_content: str, enable_thinking: bool = F
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def resolve_model(model: str, revision: str | None) -> str:
+    """A local directory for ``model`` when a hub ``revision`` is pinned: the snapshot at that revision.
+
+    A local directory, or a hub id without a revision, is returned unchanged. The snapshot comes from the
+    Hugging Face cache (``HF_HOME``), so offline mode (``HF_HUB_OFFLINE=1``) works once it has been fetched.
+    """
+    if revision is None or Path(model).is_dir():
+        return model
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(model, revision=revision)
+    except Exception as error:
+        raise InputError(f"model {model!r} at revision {revision!r}: cannot fetch it ({_first_line(error)})") from None
+
+
 def load_tokenizer(model: str) -> Any:
     """The tokenizer of a local model directory or hub id; it must have a chat template and an eos token."""
     from transformers import AutoTokenizer

@@ -6,22 +6,30 @@
 The two specs are merged (METHOD_SPEC wins) into a ``GrailGRPOConfig``; besides its fields they may hold the
 model-loading options ``dtype``, ``trust_remote_code`` (default false) and ``attn_implementation``.
 
-Run layout: ``RUN_DIR/checkpoints/checkpoint-<step>/`` (resume), ``RUN_DIR/metrics.jsonl`` (one line per log),
-``RUN_DIR/exports/step-<N>/`` (model + tokenizer of each export step), ``RUN_DIR/final/`` (written last).
+Run layout: working files in ``RUN_DIR/checkpoints/``: ``checkpoint-<step>/`` (resume), ``metrics.jsonl`` (one line
+per log, appended as training goes) and ``exports/step-<N>/`` (model + tokenizer of each export step); the outputs,
+published when the run completes: ``RUN_DIR/exports/step-<N>/`` (hardlinks to the working exports),
+``RUN_DIR/final/`` and ``RUN_DIR/metrics.jsonl`` (a copy of the working log). The working files are not Snakemake
+outputs, so they survive the deletion of a failed job's outputs and a resumed run loses no step and no export.
 
 Resume: a rerun finds the newest valid checkpoint in ``RUN_DIR/checkpoints`` (partial or corrupt ones are skipped
 with a warning) and continues from it with the model, optimizer, scheduler, RNG states, data position, TRL's
 micro-step counter and generation buffer restored, so an interrupted run follows the uninterrupted one.
 
 Exit status: 0 done; 2 bad input; ``PREEMPTED_EXIT_CODE`` (75, EX_TEMPFAIL) after SIGTERM or SIGUSR1 (Slurm's
-``--signal=B:USR1@<seconds>`` warning): the run saved a checkpoint at the end of the current step and stopped;
-rerun or requeue it to resume.
+``--signal=B:USR1@<seconds>`` warning): the run saved a checkpoint at the end of the current step and stopped, or,
+when the signal came before the first step (imports, model loading), stopped at once with nothing to save; rerun
+or requeue it to resume.
 """
+
+# The preemption handlers are installed before the slow third-party imports (see STARTUP_SIGNALS), hence E402.
+# ruff: noqa: E402
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 import json
 import logging
 import os
@@ -29,9 +37,45 @@ import re
 import shutil
 import signal
 import sys
+import types
+import typing
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+PREEMPTED_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: "temporary failure, try again" (checkpoint saved, rerun resumes)
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+@dataclasses.dataclass
+class PreemptionSignals:
+    """Handlers for ``PREEMPTION_SIGNALS`` that only record the signal (the run stops at a step boundary)."""
+
+    received: int | None = None
+    previous: dict[int, Any] = dataclasses.field(default_factory=dict)
+
+    def record(self, signum: int, _frame: FrameType | None) -> None:
+        """Signal handler: only remember the request (logging here could deadlock)."""
+        self.received = signum
+
+    def install(self) -> PreemptionSignals:
+        for signum in PREEMPTION_SIGNALS:
+            self.previous[signum] = signal.signal(signum, self.record)
+        return self
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        self.previous.clear()
+
+    def received_name(self) -> str:
+        """The signal received, for the log (in a multi-process run, possibly only another process received one)."""
+        return signal.Signals(self.received).name if self.received is not None else "a signal elsewhere"
+
+
+# Run as a stage, record the signals before importing torch, transformers and TRL (seconds): Slurm's warning
+# arriving meanwhile would otherwise kill the job (status 138) instead of stopping it (status 75).
+STARTUP_SIGNALS = PreemptionSignals().install() if __name__ == "__main__" else None
 
 import torch
 from datasets import Dataset
@@ -48,16 +92,25 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl.trainer.utils import RepeatSampler
 
-from pipeline.io import InputError, append_jsonl_durably, atomic_write_jsonl, load_spec, read_jsonl, run_cli
+from pipeline.io import (
+    InputError,
+    append_jsonl_durably,
+    atomic_write_jsonl,
+    atomic_write_text,
+    load_spec,
+    read_jsonl,
+    run_cli,
+)
 from pipeline.rewards import trl_outcome_reward
 from pipeline.trainer import GrailGRPOConfig, GrailGRPOTrainer
 
 logger = logging.getLogger("pipeline.train")
 
-PREEMPTED_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: "temporary failure, try again" (checkpoint saved, rerun resumes)
-PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-
-MODEL_LOADING_KEYS = frozenset({"dtype", "trust_remote_code", "attn_implementation"})
+# Values the config classes accept beyond their annotations (their __post_init__ converts them): TRL maps
+# scale_rewards True/False to "group"/"none"; transformers turns a bool or list of options for fsdp into its config.
+ANNOTATION_WIDENINGS: dict[str, Any] = {"scale_rewards": bool, "fsdp": bool | list[str]}
+# Model-loading options a spec may set besides the config fields, with their types.
+MODEL_LOADING_OPTIONS: dict[str, Any] = {"dtype": str, "trust_remote_code": bool, "attn_implementation": str}
 # Config fields this stage owns: a spec that sets them would break the run layout, resume or the exports.
 RESERVED_KEYS = {
     "output_dir": "the run directory comes from --out",
@@ -100,28 +153,83 @@ def merge_specs(training_spec: Any, method_spec: Any) -> tuple[dict[str, Any], d
     return merged, origin
 
 
-def config_field_names() -> set[str]:
-    """Constructor arguments of ``GrailGRPOConfig``."""
-    return {field.name for field in dataclasses.fields(GrailGRPOConfig) if field.init}
+def config_field_types() -> dict[str, Any]:
+    """Accepted type of every constructor argument of ``GrailGRPOConfig``: its annotation (| its widening)."""
+    annotations = typing.get_type_hints(GrailGRPOConfig)
+    types_by_name = {field.name: annotations[field.name] for field in dataclasses.fields(GrailGRPOConfig) if field.init}
+    for name, widening in ANNOTATION_WIDENINGS.items():
+        types_by_name[name] = types_by_name[name] | widening
+    return types_by_name
+
+
+def annotation_accepts(annotation: Any, value: Any) -> bool:
+    """Whether a spec value (as JSON/YAML parses it) fits a type annotation.
+
+    A union accepts what any member accepts; int and float never accept a bool, float accepts an int; an enum
+    accepts its members and their values; ``list[X]`` and ``dict[K, V]`` check their elements; Any accepts all.
+    """
+    origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(annotation_accepts(member, value) for member in arguments)
+    if origin is typing.Literal:
+        return any(type(value) is type(option) and value == option for option in arguments)
+    if origin is list:
+        (item_type,) = arguments
+        return isinstance(value, list) and all(annotation_accepts(item_type, item) for item in value)
+    if origin is dict:
+        key_type, item_type = arguments
+        return isinstance(value, dict) and all(
+            annotation_accepts(key_type, key) and annotation_accepts(item_type, item) for key, item in value.items()
+        )
+    if origin is not None:  # another generic alias (tuple[...], ...): its container type
+        return isinstance(value, origin)
+    if annotation is type(None):
+        return value is None
+    if annotation in (int, float) and isinstance(value, bool):
+        return False
+    if annotation is float:
+        return isinstance(value, int | float)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return isinstance(value, annotation) or value in {member.value for member in annotation}
+    return isinstance(annotation, type) and isinstance(value, annotation)
+
+
+def annotation_name(annotation: Any) -> str:
+    """A type annotation as written in Python: ``int``, ``dict | str | None``, ``list[str]``."""
+    origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is type(None):
+        return "None"
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(annotation_name(member) for member in arguments)
+    if origin is typing.Literal:
+        return " | ".join(repr(option) for option in arguments)
+    if origin is not None:
+        return f"{annotation_name(origin)}[{', '.join(annotation_name(argument) for argument in arguments)}]"
+    return getattr(annotation, "__name__", repr(annotation))
 
 
 def split_options(merged: dict[str, Any], origin: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split merged spec options into (config fields, model-loading options); refuse unknown or reserved keys."""
-    fields = config_field_names()
+    """Split merged spec options into (config fields, model-loading options); refuse unknown or reserved keys and
+    values whose type does not fit the field's annotation."""
+    field_types = config_field_types()
     config_options: dict[str, Any] = {}
     loading_options: dict[str, Any] = {}
     for key, value in merged.items():
         if key in RESERVED_KEYS:
             raise InputError(f"{origin[key]}: key '{key}' may not be set ({RESERVED_KEYS[key]})")
-        if key in MODEL_LOADING_KEYS:
-            loading_options[key] = value
-        elif key in fields:
-            config_options[key] = value
+        if key in MODEL_LOADING_OPTIONS:
+            expected, options = MODEL_LOADING_OPTIONS[key], loading_options
+        elif key in field_types:
+            expected, options = field_types[key], config_options
         else:
             raise InputError(f"{origin[key]}: unknown key '{key}' (not a GrailGRPOConfig field or model option)")
-    trust = loading_options.get("trust_remote_code", False)
-    if not isinstance(trust, bool):
-        raise InputError(f"{origin['trust_remote_code']}: 'trust_remote_code' must be true or false, got {trust!r}")
+        if not annotation_accepts(expected, value):
+            raise InputError(
+                f"{origin[key]}: key '{key}' must be {annotation_name(expected)}, got {type(value).__name__} {value!r}"
+            )
+        options[key] = value
     return config_options, loading_options
 
 
@@ -144,12 +252,17 @@ def build_config(config_options: dict[str, Any], run_dir: Path, seed: int) -> Gr
 
 
 def check_row(row: dict[str, Any], where: str) -> None:
-    """Training-row schema of ARCHITECTURE.md: id, prompt (user messages), solution, source."""
+    """Training-row schema of ARCHITECTURE.md: id, prompt (user messages), solution (non-blank), source."""
     for field, kind in ROW_FIELDS.items():
         if field not in row:
             raise InputError(f"{where}: field '{field}' missing")
         if not isinstance(row[field], kind):
             raise InputError(f"{where}: field '{field}' must be a {kind.__name__}, got {type(row[field]).__name__}")
+    if not row["solution"].strip():
+        # No completion can match an empty gold: the row could never earn a reward.
+        raise InputError(
+            f"{where}: field 'solution' is empty (prepare_data skips such rows: this file is not its output)"
+        )
     messages = row["prompt"]
     if not messages or not all(
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages
@@ -319,7 +432,8 @@ def publish_directory(staging: Path, target: Path) -> None:
 
 
 def export_model(checkpoint: Path, destination: Path) -> None:
-    """Publish a checkpoint's model and tokenizer files (hardlinked where possible) as ``destination``."""
+    """Publish the model and tokenizer files of a checkpoint (or of an export) as ``destination``, hardlinked where
+    possible."""
     staging = destination.parent / f".{destination.name}.partial"
     if staging.exists():
         shutil.rmtree(staging)
@@ -437,18 +551,15 @@ class MetricsCallback(TrainerCallback):
 class ExportAndPreemptionCallback(TrainerCallback):
     """Force a checkpoint at every export step; on a preemption signal save one and stop after this step."""
 
-    def __init__(self, export_steps: frozenset[int]) -> None:
+    def __init__(self, export_steps: frozenset[int], signals: PreemptionSignals) -> None:
         self.export_steps = export_steps
-        self.signal_received: int | None = None
+        self.signals = signals
+        self.stopped_on_request = False
         self.accelerator: Any = None
-
-    def request_stop(self, signum: int, _frame: FrameType | None) -> None:
-        """Signal handler: only remember the request (logging here could deadlock); the current step finishes."""
-        self.signal_received = signum
 
     def stop_requested(self) -> bool:
         """Whether any process received a preemption signal (all processes must stop at the same step)."""
-        requested = self.signal_received is not None
+        requested = self.signals.received is not None
         if self.accelerator is None or self.accelerator.num_processes == 1:
             return requested
         flag = torch.tensor([float(requested)], device=self.accelerator.device)
@@ -459,23 +570,47 @@ class ExportAndPreemptionCallback(TrainerCallback):
         if state.global_step in self.export_steps or state.global_step == state.max_steps:
             control.should_save = True
         if self.stop_requested():
-            received = signal.Signals(self.signal_received).name if self.signal_received else "a signal elsewhere"
-            logger.warning("received %s: saving a checkpoint at step %d and stopping", received, state.global_step)
+            logger.warning(
+                "received %s: saving a checkpoint at step %d and stopping",
+                self.signals.received_name(),
+                state.global_step,
+            )
             control.should_save = True
             control.should_training_stop = True
+            self.stopped_on_request = True
 
 
-def keep_metrics_up_to(path: Path, step: int | None) -> None:
-    """Prepare ``metrics.jsonl`` for a run resuming at ``step`` (None: a fresh run, file emptied).
+def working_metrics_path(run_dir: Path) -> Path:
+    """The metrics log appended during training; not a Snakemake output, so a failed job's cleanup keeps it."""
+    return run_dir / "checkpoints" / "metrics.jsonl"
+
+
+def working_exports_dir(run_dir: Path) -> Path:
+    """Where each export step's model is saved during training; kept when a failed job's outputs are deleted and
+    when its checkpoint is rotated away (``save_total_limit``)."""
+    return run_dir / "checkpoints" / "exports"
+
+
+def keep_metrics_up_to(path: Path, step: int | None, *, training_done: bool = False) -> None:
+    """Prepare the working metrics log for a run resuming at ``step`` (None: a fresh run, file emptied).
 
     Lines logged after the checkpoint, and end-of-run summaries (``train_runtime``) of interrupted attempts, are
-    dropped: they will be logged again, so the file never holds a step twice.
+    dropped: they will be logged again, so the file never holds a step twice. With ``training_done`` (the
+    checkpoint is the last step; no attempt will train or log again) the summary logged at ``step`` is kept.
     """
     if step is None or not path.exists():
         path.unlink(missing_ok=True)
         return
     rows = read_jsonl(path, tolerate_torn_tail=True)
-    atomic_write_jsonl(path, [row for row in rows if row.get("step", 0) <= step and "train_runtime" not in row])
+    atomic_write_jsonl(
+        path,
+        [
+            row
+            for row in rows
+            if row.get("step", 0) <= step
+            and ("train_runtime" not in row or (training_done and row.get("step") == step))
+        ],
+    )
 
 
 # ----------------------------------------------------------------------------------------------- stage
@@ -502,16 +637,19 @@ def check_export_steps(steps: list[int], max_steps: int) -> frozenset[int]:
     return frozenset(steps)
 
 
-def export_missing(checkpoints_dir: Path, exports_dir: Path, steps: frozenset[int], final_step: int) -> None:
-    """Export the requested steps (up to ``final_step``) that a previous attempt did not export yet."""
+def publish_exports(run_dir: Path, steps: frozenset[int], final_step: int) -> None:
+    """Publish ``RUN_DIR/exports/step-N`` for each requested step up to ``final_step`` that is not there yet, from
+    its working export (or, when a killed attempt did not make one, from its checkpoint)."""
     for step in sorted(s for s in steps if s <= final_step):
-        destination = exports_dir / f"step-{step}"
+        destination = run_dir / "exports" / f"step-{step}"
         if destination.is_dir():
             continue
-        checkpoint = checkpoints_dir / f"{PREFIX_CHECKPOINT_DIR}-{step}"
-        if checkpoint_problem(checkpoint) is not None:
-            raise InputError(f"--export-steps: step {step} has no export and no valid checkpoint to export from")
-        export_model(checkpoint, destination)
+        source = working_exports_dir(run_dir) / f"step-{step}"
+        if not source.is_dir():
+            source = run_dir / "checkpoints" / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+            if checkpoint_problem(source) is not None:
+                raise InputError(f"--export-steps: step {step} has no export and no valid checkpoint to export from")
+        export_model(source, destination)
 
 
 def save_final(trainer: ResumableGRPOTrainer, final_dir: Path) -> None:
@@ -528,24 +666,40 @@ def save_final(trainer: ResumableGRPOTrainer, final_dir: Path) -> None:
     trainer.accelerator.wait_for_everyone()
 
 
-@dataclasses.dataclass
-class SignalHandlers:
-    """Install handlers for ``PREEMPTION_SIGNALS`` on entry and restore the previous ones on exit."""
-
-    callback: ExportAndPreemptionCallback
-    previous: dict[int, Any] = dataclasses.field(default_factory=dict)
-
-    def __enter__(self) -> SignalHandlers:
-        for signum in PREEMPTION_SIGNALS:
-            self.previous[signum] = signal.signal(signum, self.callback.request_stop)
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
+def publish_metrics(working: Path, published: Path) -> None:
+    """Copy the complete working metrics log to the stage output ``published`` atomically."""
+    atomic_write_text(published, working.read_text(encoding="utf-8"))
 
 
-def build_trainer(args: argparse.Namespace) -> tuple[ResumableGRPOTrainer, ExportAndPreemptionCallback]:
+def publish_outputs(
+    trainer: ResumableGRPOTrainer,
+    run_dir: Path,
+    export_steps: frozenset[int],
+    final_step: int,
+    finished_checkpoint: Path | None,
+) -> None:
+    """Publish the stage outputs: the exports, the final model (saved by the trainer, or linked from
+    ``finished_checkpoint`` when an earlier attempt finished training) and, last, the metrics."""
+    is_main = trainer.accelerator.is_main_process
+    if is_main:
+        publish_exports(run_dir, export_steps, final_step)
+    if finished_checkpoint is None:
+        save_final(trainer, run_dir / "final")
+    elif is_main:
+        export_model(finished_checkpoint, run_dir / "final")
+    if is_main:
+        publish_metrics(working_metrics_path(run_dir), run_dir / "metrics.jsonl")
+
+
+def stop_before_training(received: str) -> None:
+    """Exit with ``PREEMPTED_EXIT_CODE`` for a signal that came before the first step: nothing to checkpoint."""
+    logger.warning("received %s before the first training step: stopping without a checkpoint", received)
+    raise SystemExit(PREEMPTED_EXIT_CODE)
+
+
+def build_trainer(
+    args: argparse.Namespace, signals: PreemptionSignals
+) -> tuple[ResumableGRPOTrainer, ExportAndPreemptionCallback]:
     """Validate every input (specs, export steps, rows, tokenizer, model) and assemble the trainer."""
     specs = {}
     for name, text in (("training spec", args.training_spec), ("method spec", args.method_spec)):
@@ -561,43 +715,62 @@ def build_trainer(args: argparse.Namespace) -> tuple[ResumableGRPOTrainer, Expor
     check_model_reference(args.model)
     tokenizer = load_tokenizer(args.model, args.model_revision, loading_options.get("trust_remote_code", False))
     model = load_model(args.model, args.model_revision, loading_options)
-    control = ExportAndPreemptionCallback(export_steps)
+    control = ExportAndPreemptionCallback(export_steps, signals)
     trainer = ResumableGRPOTrainer(
         model=model,
         reward_funcs=[trl_outcome_reward],
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[MetricsCallback(args.out / "metrics.jsonl"), control],
+        callbacks=[MetricsCallback(working_metrics_path(args.out)), control],
         export_steps=export_steps,
-        exports_dir=args.out / "exports",
+        exports_dir=working_exports_dir(args.out),
     )
     control.accelerator = trainer.accelerator
     return trainer, control
 
 
 def main(argv: list[str] | None = None) -> None:
+    # Preemption signals are recorded from here on (from before the imports when run as a stage), never fatal.
+    signals = STARTUP_SIGNALS if STARTUP_SIGNALS is not None else PreemptionSignals().install()
+    try:
+        train_run(parse_args(argv), signals)
+    finally:
+        if signals is not STARTUP_SIGNALS:  # called in-process: give the caller its handlers back
+            signals.restore()
+
+
+def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
+    """Train (or resume) the run; stop with ``PREEMPTED_EXIT_CODE`` at the first step boundary after a signal."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args = parse_args(argv)
+    if signals.received is not None:  # during the imports: stop before the slow validation and loading
+        stop_before_training(signals.received_name())
     run_dir: Path = args.out
-    trainer, control = build_trainer(args)
+    trainer, control = build_trainer(args, signals)
+    if control.stop_requested():  # during validation or model loading
+        stop_before_training(signals.received_name())
     checkpoints_dir = run_dir / "checkpoints"
     resume = newest_valid_checkpoint(checkpoints_dir)
+    # The Trainer resumed at max_steps would train one step more (it checks the limit after a step), so a run
+    # whose newest checkpoint is its last step (killed while publishing) only publishes.
+    training_done = resume is not None and 0 < trainer.args.max_steps <= resume[0]
     if trainer.accelerator.is_main_process:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        keep_metrics_up_to(run_dir / "metrics.jsonl", resume[0] if resume else None)
+        checkpoints_dir.mkdir(parents=True, exist_ok=True)
+        keep_metrics_up_to(working_metrics_path(run_dir), resume[0] if resume else None, training_done=training_done)
     trainer.accelerator.wait_for_everyone()
-    if resume:
-        logger.info("resuming from %s (step %d)", resume[1], resume[0])
-    with SignalHandlers(control):
+    if training_done:
+        logger.info("training finished at %s (step %d): publishing its outputs", resume[1], resume[0])
+        final_step = resume[0]
+    else:
+        if resume:
+            logger.info("resuming from %s (step %d)", resume[1], resume[0])
         trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
-        if control.signal_received is not None and trainer.state.global_step < trainer.state.max_steps:
+        if control.stopped_on_request and trainer.state.global_step < trainer.state.max_steps:
             logger.warning("stopped at step %d on request; rerun to resume", trainer.state.global_step)
             raise SystemExit(PREEMPTED_EXIT_CODE)
-        # A signal after the last step no longer interrupts: what is left is quick and completes the run.
-        if trainer.accelerator.is_main_process:
-            export_missing(checkpoints_dir, run_dir / "exports", control.export_steps, trainer.state.global_step)
-        save_final(trainer, run_dir / "final")
+        final_step = trainer.state.global_step
+    # A signal after the last step no longer interrupts: what is left is quick and completes the run.
+    publish_outputs(trainer, run_dir, control.export_steps, final_step, resume[1] if training_done else None)
 
 
 if __name__ == "__main__":

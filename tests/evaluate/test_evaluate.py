@@ -290,3 +290,19 @@ def test_model_that_is_not_a_causal_lm_is_refused(tiny_model_dir, bench, tmp_pat
     with pytest.raises(InputError, match="cannot load it as a causal LM"):
         run(model_dir, bench, tmp_path / "out.jsonl")
     assert not ev.partial_path(tmp_path / "out.jsonl").exists()
+
+
+def test_pinned_hub_revision_that_cannot_be_fetched_is_named(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    code = (
+        "from pipeline.generation import resolve_model\n"
+        f"print(resolve_model({str(tmp_path)!r}, None))\n"
+        "resolve_model('org/not-cached-model', 'abc123')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == str(tmp_path), "a local directory is used as it is"
+    assert "model 'org/not-cached-model' at revision 'abc123': cannot fetch it" in result.stderr

@@ -172,7 +172,6 @@ def test_resources_merge_default_rule_model() -> None:
     assert train.snakemake_resources() == {
         "mem_mb": 2000,
         "runtime": 99,
-        "gpu": 0,
         "nodes": 1,
         "gpu_model": "h200",
         "slurm_extra": "--qos=high",
@@ -180,9 +179,10 @@ def test_resources_merge_default_rule_model() -> None:
     assert study.resources("evaluate", "tiny").snakemake_resources() == {
         "mem_mb": 1000,
         "runtime": 10,
-        "gpu": 0,
         "nodes": 1,
     }
+    config["resources"]["evaluate"] = {"gpus": 2}
+    assert Study.from_config(filled(config)).resources("evaluate", "tiny").snakemake_resources()["gpu"] == 2
 
 
 def write_package(root: Path, files: dict[str, str]) -> Path:

@@ -91,6 +91,14 @@ def test_keep_metrics_up_to_drops_later_lines_summaries_and_torn_tail(tmp_path):
     assert [json.loads(line) for line in path.read_text().splitlines()] == lines[:2]
 
 
+def test_keep_metrics_of_a_finished_run_keeps_its_last_summary(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [{"step": 1}, {"step": 1, "train_runtime": 1.0}, {"step": 2}, {"step": 2, "train_runtime": 2.0}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in lines))
+    keep_metrics_up_to(path, 2, training_done=True)
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [lines[0], *lines[2:]]
+
+
 def test_keep_metrics_for_a_fresh_run_empties_the_file(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n')

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from train_support import TRAINING_SPEC, training_rows
 from transformers import BertConfig, BertModel
 
 from pipeline.io import InputError, run_cli
 from pipeline.tiny_model import build_tokenizer
-from pipeline.train import main, merge_specs
+from pipeline.train import annotation_accepts, config_field_types, main, merge_specs
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +69,56 @@ def test_bad_config_value_refused(untrained_model, rows_file, tmp_path):
 
 def test_trust_remote_code_must_be_boolean(untrained_model, rows_file, tmp_path):
     message = refused(argv(untrained_model, rows_file, tmp_path / "run", method={"trust_remote_code": "yes"}))
-    assert message == "method spec: 'trust_remote_code' must be true or false, got 'yes'"
+    assert message == "method spec: key 'trust_remote_code' must be bool, got str 'yes'"
+
+
+@pytest.mark.parametrize(
+    ("training", "method", "message"),
+    [
+        ({"max_steps": "two"}, {}, "training spec: key 'max_steps' must be int, got str 'two'"),
+        ({}, {"max_steps": 2.5}, "method spec: key 'max_steps' must be int, got float 2.5"),
+        ({}, {"max_steps": True}, "method spec: key 'max_steps' must be int, got bool True"),
+        ({"learning_rate": "1e-6"}, {}, "training spec: key 'learning_rate' must be float, got str '1e-6'"),
+        ({}, {"grail_std": "0.5"}, "method spec: key 'grail_std' must be float, got str '0.5'"),
+        ({}, {"bf16": [True]}, "method spec: key 'bf16' must be bool | None, got list [True]"),
+        ({}, {"credit": None}, "method spec: key 'credit' must be str, got NoneType None"),
+        ({}, {"reward_weights": ["1"]}, "method spec: key 'reward_weights' must be list[float] | None, got list ['1']"),
+        ({}, {"dtype": 16}, "method spec: key 'dtype' must be str, got int 16"),
+    ],
+)
+def test_mistyped_spec_value_refused_naming_key_type_and_value(
+    untrained_model, rows_file, tmp_path, training, method, message
+):
+    arguments = argv(untrained_model, rows_file, tmp_path / "run", {**TRAINING_SPEC, **training}, method)
+    assert refused(arguments) == message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("learning_rate", 1),  # an int for a float
+        ("max_completion_length", None),  # None for an optional int
+        ("scale_rewards", False),  # TRL's widening of a str field
+        ("lr_scheduler_type", "cosine"),  # an enum's value
+        ("lr_scheduler_kwargs", {"num_cycles": 0.5}),
+        ("fsdp", True),  # transformers' widening of a str field
+    ],
+)
+def test_well_typed_values_fit_their_field(key, value):
+    assert annotation_accepts(config_field_types()[key], value)
+
+
+@given(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=3)))
+def test_a_union_accepts_exactly_what_a_member_accepts(value):
+    members = (int, float, bool, str, type(None))
+    for first, second in itertools.combinations(members, 2):
+        union = first | second
+        assert annotation_accepts(union, value) == (
+            annotation_accepts(first, value) or annotation_accepts(second, value)
+        )
+    assert [member for member in members if annotation_accepts(member, value)] == {
+        type(None): [type(None)], bool: [bool], int: [int, float], float: [float], str: [str]
+    }[type(value)]  # fmt: skip
 
 
 def test_spec_must_be_a_mapping(untrained_model, rows_file, tmp_path):
@@ -95,6 +147,17 @@ def test_row_line_number_counts_blank_lines(untrained_model, tmp_path):
     data.write_text(json.dumps(rows[0]) + "\n\n" + json.dumps(rows[1]) + "\n", encoding="utf-8")
     assert refused(argv(untrained_model, data, tmp_path / "run")) == (
         f"{data}:3: field 'solution' must be a str, got int"
+    )
+
+
+@pytest.mark.parametrize("solution", ["", "  \n"])
+def test_row_with_empty_solution_refused(untrained_model, tmp_path, solution):
+    rows = training_rows(3, seed=0)
+    rows[2]["solution"] = solution
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    assert refused(argv(untrained_model, data, tmp_path / "run")) == (
+        f"{data}:3: field 'solution' is empty (prepare_data skips such rows: this file is not its output)"
     )
 
 

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from train_support import REPO_ROOT, TRAINING_SPEC, run_train, subprocess_env, train_command
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline.train import PREEMPTED_EXIT_CODE
+from pipeline.train import PREEMPTED_EXIT_CODE, working_metrics_path
 
 pytestmark = pytest.mark.slow
 EXPORT = ("--export-steps", "2")
@@ -83,6 +83,7 @@ def test_complete_run_layout(reference_run):
 
 def test_metrics_have_one_line_per_step_with_rewards(reference_run):
     rows = metrics(reference_run)
+    assert (reference_run / "metrics.jsonl").read_text() == working_metrics_path(reference_run).read_text()
     assert step_lines(reference_run) == [1, 2, 3, 4]
     assert sum("train_runtime" in row for row in rows) == 1
     rewards = [row["reward"] for row in rows if "reward" in row]
@@ -116,14 +117,21 @@ def test_killed_run_resumes_from_its_checkpoint(model_dir, train_jsonl, tmp_path
     else:
         assert interrupted.returncode == -signal.SIGKILL
     assert not (run_dir / "final").exists()
+    assert not (run_dir / "metrics.jsonl").exists()  # published only when the run completes
     resumed_at = newest_checkpoint_step(run_dir)
     assert 2 <= resumed_at <= 4
-    lines_before = (run_dir / "metrics.jsonl").read_text().splitlines()
+    lines_before = working_metrics_path(run_dir).read_text().splitlines()
+    # Snakemake deletes the declared outputs of a failed job before it reruns it.
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "exports", ignore_errors=True)
 
     rerun = run_train(command)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     checkpoint = run_dir / "checkpoints" / f"checkpoint-{resumed_at}"
-    assert f"resuming from {checkpoint} (step {resumed_at})" in rerun.stderr
+    if resumed_at < 4:
+        assert f"resuming from {checkpoint} (step {resumed_at})" in rerun.stderr
+    else:  # killed after the last step's checkpoint: nothing is trained again
+        assert f"training finished at {checkpoint} (step 4): publishing its outputs" in rerun.stderr
     assert step_lines(run_dir) == [1, 2, 3, 4]
     # The lines up to the checkpoint are the first attempt's, byte for byte: those steps were not trained again.
     kept = [line for line in lines_before if json.loads(line)["step"] <= resumed_at and "train_runtime" not in line]
@@ -138,7 +146,7 @@ def test_corrupt_newest_checkpoint_is_skipped(model_dir, train_jsonl, tmp_path, 
     shutil.copytree(reference_run / "checkpoints", run_dir / "checkpoints")
     shutil.copytree(reference_run / "exports", run_dir / "exports")
     lines = (reference_run / "metrics.jsonl").read_text().splitlines()
-    (run_dir / "metrics.jsonl").write_text("\n".join(lines[:3]) + "\n")
+    working_metrics_path(run_dir).write_text("\n".join(lines[:3]) + "\n")
     (run_dir / "checkpoints" / "checkpoint-4" / "trainer_state.json").write_text('{"global_step": 4, "log_')
     (run_dir / "checkpoints" / ".staging" / "checkpoint-6").mkdir(parents=True)  # a save killed half-way
 
@@ -151,6 +159,32 @@ def test_corrupt_newest_checkpoint_is_skipped(model_dir, train_jsonl, tmp_path, 
     assert step_lines(run_dir) == [1, 2, 3, 4]
     assert_same_weights(run_dir / "final", reference_run / "final")
     assert not (run_dir / "checkpoints" / ".staging").exists()
+
+
+def test_outputs_deleted_after_checkpoint_rotation_are_published_again(model_dir, train_jsonl, tmp_path, reference_run):
+    """save_total_limit 1 rotates checkpoint-2 away; Snakemake then deletes the outputs of the job (as it does when
+    a job fails after training): the rerun trains no further step and publishes them again, step 2's export from
+    its working copy and the final model from checkpoint-4."""
+    run_dir = tmp_path / "run"
+    spec = {**TRAINING_SPEC, "save_total_limit": 1}
+    command = train_command(model_dir, train_jsonl, run_dir, *EXPORT, training_spec=spec)
+    first = run_train(command)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert not (run_dir / "checkpoints" / "checkpoint-2").exists()
+    shutil.rmtree(run_dir / "exports")
+    shutil.rmtree(run_dir / "final")
+    (run_dir / "metrics.jsonl").unlink()
+
+    rerun = run_train(command)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    checkpoint = run_dir / "checkpoints" / "checkpoint-4"
+    assert f"training finished at {checkpoint} (step 4): publishing its outputs" in rerun.stderr
+    assert sorted(path.name for path in (run_dir / "checkpoints").glob("checkpoint-*")) == ["checkpoint-4"]
+    assert_same_weights(run_dir / "exports" / "step-2", reference_run / "exports" / "step-2")
+    assert_same_weights(run_dir / "final", reference_run / "final")
+    assert (run_dir / "final" / "tokenizer.json").is_file()
+    assert step_lines(run_dir) == [1, 2, 3, 4]
+    assert sum("train_runtime" in row for row in metrics(run_dir)) == 1  # the first attempt's summary, kept
 
 
 def test_grail_run_checkpoints_its_generation_buffer(model_dir, train_jsonl, tmp_path):
