@@ -237,7 +237,7 @@ rule train:
     resources:
         **resources_of("train", per_model=True),
     shell:
-        "python -m pipeline.launch --gpus {params.gpus} --nodes {params.nodes} --"
+        "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --"
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
         " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
         " --out {params.run_dir:q} --export-steps {params.export_steps} > {log:q} 2>&1"
