@@ -126,11 +126,17 @@ def load_spec(text: str) -> Any:
     path = Path(stripped)
     if not path.is_file():
         raise InputError(f"{path}: spec file not found")
-    with open(path, encoding="utf-8") as handle:
+    text = path.read_text(encoding="utf-8")
+    # YAML 1.1 reads JSON's "3e-05" as a string, so JSON files are parsed as JSON.
+    if path.suffix == ".json":
         try:
-            return yaml.safe_load(handle)
-        except yaml.YAMLError as error:
-            raise InputError(f"{path}: not valid YAML/JSON ({error})") from None
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise InputError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise InputError(f"{path}: not valid YAML ({error})") from None
 
 
 def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:

@@ -57,3 +57,12 @@ def test_load_spec_reads_inline_json_and_yaml_files(tmp_path):
         load_spec("{lr: }")
     with pytest.raises(InputError, match="spec file not found"):
         load_spec(str(tmp_path / "missing.yaml"))
+
+
+def test_json_spec_files_keep_small_floats_as_numbers(tmp_path):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"learning_rate": 3e-05}))
+    assert load_spec(str(path)) == {"learning_rate": 3e-05}
+    path.write_text('{"learning_rate": }')
+    with pytest.raises(InputError, match=r"spec\.json:1: not valid JSON"):
+        load_spec(str(path))
