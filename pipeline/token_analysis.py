@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +24,7 @@ import torch
 from tqdm import tqdm
 
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, saliency_scores
+from pipeline.generation import dataclass_from_mapping
 from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
 from pipeline.rewards import PROMPT_SUFFIX_CLEAN, build_prompt
 
@@ -49,16 +50,6 @@ class TokenAnalysisSpec:
     prompt_template: Literal["clean", "upstream"] = "clean"
     enable_thinking: bool = False
     enabled: bool = True
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any] | None) -> TokenAnalysisSpec:
-        """Build from a config mapping, refusing unknown keys by name."""
-        raw = dict(raw or {})
-        known = {field.name for field in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise InputError(f"token_analysis: unknown key(s) {unknown}; known: {sorted(known)}")
-        return cls(**raw)
 
 
 @dataclass
@@ -285,7 +276,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    spec = TokenAnalysisSpec.from_dict(load_spec(args.spec))
+    spec = dataclass_from_mapping(TokenAnalysisSpec, load_spec(args.spec), "token_analysis spec")
     summaries = {
         label: analyse_checkpoint(model_dir, Path(samples), args.benchmark, spec)
         for label, model_dir, samples in args.checkpoint

@@ -46,10 +46,11 @@ def test_summarize_splits_correct_and_wrong():
 
 
 def test_unknown_spec_key_is_named():
+    from pipeline.generation import dataclass_from_mapping
     from pipeline.io import InputError
 
     with pytest.raises(InputError, match=r"unknown key\(s\) \['bins'\]"):
-        TokenAnalysisSpec.from_dict({"bins": 10})
+        dataclass_from_mapping(TokenAnalysisSpec, {"bins": 10}, "token_analysis spec")
 
 
 def test_cli_on_a_tiny_checkpoint(tmp_path):

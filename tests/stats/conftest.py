@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sample_rows import sample_rows
 
 SamplesWriter = Callable[..., Path]
 
@@ -21,18 +22,7 @@ def _write_samples(
     """
     path = root / model / method / f"seed{seed}" / checkpoint / f"{benchmark}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [
-        {
-            "id": item,
-            "sample": j,
-            "completion": "...",
-            "extracted": "1" if ok else None,
-            "correct": ok,
-            "num_tokens": 10 * (j + 1),
-        }
-        for item, flags in correct.items()
-        for j, ok in enumerate(flags)
-    ]
+    rows = sample_rows(correct)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
 

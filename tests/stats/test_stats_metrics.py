@@ -9,6 +9,7 @@ from fractions import Fraction
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sample_rows import sample_rows as rows
 
 from pipeline.io import InputError
 from pipeline.metrics import pass_at_k, score_benchmark
@@ -52,22 +53,6 @@ def test_pass_at_k_is_stable_for_large_n() -> None:
 def test_pass_at_k_refuses_impossible_arguments(n: int, c: int, k: int) -> None:
     with pytest.raises(InputError, match="pass_at_k"):
         pass_at_k(n, c, k)
-
-
-def rows(correct: dict[str, list[bool]], extracted_when_wrong: str | None = None) -> list[dict]:
-    """Sample rows: tokens 10 (j + 1); wrong samples get ``extracted_when_wrong``."""
-    return [
-        {
-            "id": item,
-            "sample": j,
-            "completion": "",
-            "extracted": "1" if ok else extracted_when_wrong,
-            "correct": ok,
-            "num_tokens": 10 * (j + 1),
-        }
-        for item, flags in correct.items()
-        for j, ok in enumerate(flags)
-    ]
 
 
 def test_score_benchmark_hand_case() -> None:
