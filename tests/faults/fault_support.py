@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.hold_training import hold_env
+
 REPO = Path(__file__).resolve().parents[2]
 CI_CONFIG = REPO / "tests" / "pipeline" / "configs" / "ci.yaml"
 MAX_STEPS = 12
@@ -95,15 +97,18 @@ def snakemake_command(workdir: Path, *targets: str, rerun_incomplete: bool = Tru
     return [*command, *targets]
 
 
-def start_snakemake(workdir: Path, *targets: str, rerun_incomplete: bool = True) -> subprocess.Popen[str]:
-    """Start Snakemake in its own session (so the test can kill exactly its process group)."""
+def start_snakemake(
+    workdir: Path, *targets: str, rerun_incomplete: bool = True, hold_after: tuple[int, ...] = ()
+) -> subprocess.Popen[str]:
+    """Start Snakemake in its own session (so the test can kill exactly its process group); its training stage
+    holds after publishing the checkpoints of ``hold_after`` until it is signalled (``tests.hold_training``)."""
     log = open(workdir / "snakemake.out", "a", encoding="utf-8")  # noqa: SIM115 (closed with the process)
     log.write(f"\n===== {' '.join(targets)}\n")
     log.flush()
     return subprocess.Popen(
         snakemake_command(workdir, *targets, rerun_incomplete=rerun_incomplete),
         cwd=workdir,
-        env=stage_env(),
+        env=stage_env(**hold_env(*hold_after)) if hold_after else stage_env(),
         stdout=log,
         stderr=subprocess.STDOUT,
         text=True,

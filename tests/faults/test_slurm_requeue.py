@@ -5,8 +5,8 @@ The batch script is what a user submits by hand (tests/faults/README.md shows it
 stage exits 75 (checkpoint saved on the signal) runs `scontrol requeue` on its own job.
 
 Two things make it fast and independent of the machine's speed, without faking the time limit:
-- once the first checkpoint exists the test SIGSTOPs the training process (a step that runs long) and SIGCONTs it when
-  the batch shell reports the warning: the warning therefore always lands after a checkpoint, mid-run;
+- the training stage holds after publishing checkpoint-2 until it receives a preemption signal (the test hook of
+  ``tests.hold_training``, in the job's environment): the warning therefore always lands after a checkpoint, mid-run;
 - a requeued job is held for Slurm's credential lifetime (about 2 minutes) before it may start again; the test
   lifts that hold with `scontrol update StartTime=now`.
 Needs `sinfo` to answer (.ci/run starts the cluster with scripts/slurm-single-node.sh).
@@ -15,10 +15,8 @@ Needs `sinfo` to answer (.ci/run starts the cluster with scripts/slurm-single-no
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -30,6 +28,7 @@ from fault_support import REPO, checkpoint_steps, jsonl, wait_until
 from pipeline.arith import ArithmeticSpec, arithmetic_problems
 from pipeline.rewards import build_prompt
 from pipeline.tiny_model import TinyModelSpec, save_tiny_model
+from tests.hold_training import hold_env
 
 MAX_STEPS = 12
 TRAINING_SPEC = {
@@ -61,6 +60,7 @@ pytestmark = [
 BATCH_SCRIPT = """#!/bin/bash
 echo "attempt SLURM_RESTART_COUNT=${{SLURM_RESTART_COUNT:-0}}"
 export PYTHONPATH={repo} HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export {test_hook}
 forwarded=""
 forward() {{ echo "batch shell: USR1 received, forwarding"; forwarded=1; kill -USR1 "$child"; }}
 trap forward USR1
@@ -81,20 +81,6 @@ exit "$status"
 def scontrol_job(job_id: str) -> dict[str, str]:
     text = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True).stdout
     return dict(re.findall(r"(\w+)=(\S*)", text))
-
-
-def train_process(run_dir: Path) -> int | None:
-    """The pid of `python -m pipeline.train ... --out RUN_DIR` (this test's job), if it runs."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            arguments = (entry / "cmdline").read_bytes().decode().split("\0")
-        except OSError:
-            continue
-        if "pipeline.train" in arguments and str(run_dir) in arguments and "bash" not in arguments[0]:
-            return int(entry.name)
-    return None
 
 
 def first_checkpoint_or_exit(run_dir: Path, log: Path) -> bool:
@@ -131,7 +117,10 @@ def test_time_limit_warning_checkpoints_requeues_and_resumes(tmp_path: Path, job
         ]
     )  # fmt: skip
     script = tmp_path / "train.sbatch"
-    script.write_text(BATCH_SCRIPT.format(repo=shlex.quote(str(REPO)), train=train), encoding="utf-8")
+    test_hook = " ".join(f"{name}={shlex.quote(value)}" for name, value in hold_env(2).items())
+    script.write_text(
+        BATCH_SCRIPT.format(repo=shlex.quote(str(REPO)), test_hook=test_hook, train=train), encoding="utf-8"
+    )
     submitted = subprocess.run(
         ["sbatch", "--parsable", "--time=2", "--signal=B:USR1@60", "--requeue", "--open-mode=append",
          "--job-name=faults-requeue", f"--output={log}", f"--chdir={tmp_path}", str(script)],
@@ -139,16 +128,10 @@ def test_time_limit_warning_checkpoints_requeues_and_resumes(tmp_path: Path, job
     )  # fmt: skip
     job = submitted.stdout.strip().split(";")[0]
     try:
-        # A checkpoint, then a long step: the time-limit warning lands mid-run, after the checkpoint.
+        # checkpoint-2, then the stage holds: the time-limit warning lands mid-run, after the checkpoint.
         wait_until(lambda: first_checkpoint_or_exit(run_dir, log), "first checkpoint", timeout=120)
         assert "train exit" not in log.read_text(), log.read_text()[-3000:]
-        pid = train_process(run_dir)
-        assert pid is not None
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            wait_until(lambda: "USR1 received" in log.read_text(), "the time-limit warning", timeout=90)
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: "USR1 received" in log.read_text(), "the time-limit warning", timeout=90)
 
         deadline = time.monotonic() + 150
         while (state := scontrol_job(job))["JobState"] != "COMPLETED":
@@ -171,7 +154,7 @@ def test_time_limit_warning_checkpoints_requeues_and_resumes(tmp_path: Path, job
     assert "train exit 75" in first and "requeueing" in first
     stopped_at = int(re.search(r"received SIGUSR1: saving a checkpoint at step (\d+) and stopping", first).group(1))
     assert f"stopped at step {stopped_at} on request" in first
-    assert 1 <= stopped_at < MAX_STEPS
+    assert stopped_at == 3  # the step after the held checkpoint-2
     assert f"resuming from {run_dir}/checkpoints/checkpoint-{stopped_at} (step {stopped_at})" in attempts[1]
     assert "train exit 0" in attempts[-1]
     assert (run_dir / "final" / "model.safetensors").is_file()

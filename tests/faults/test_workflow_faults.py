@@ -10,7 +10,6 @@ before each kill."""
 from __future__ import annotations
 
 import json
-import re
 import signal
 import subprocess
 import sys
@@ -86,25 +85,25 @@ def test_training_killed_twice_resumes_from_its_checkpoints(study: Path) -> None
     run_dir, log = study / RUN, study / TRAIN_LOG
     target = f"{RUN}/metrics.jsonl"
 
-    # 1. SIGTERM once the first checkpoint is published: the stage saves one more and exits 75.
-    snakemake = start_snakemake(study, target)
+    # 1. SIGTERM once checkpoint-2 is published (the stage holds there): it saves step 3 and exits 75.
+    snakemake = start_snakemake(study, target, hold_after=(2,))
     wait_until(lambda: (run_dir / "checkpoints" / "checkpoint-2").is_dir(), "checkpoint-2", snakemake)
     signal_stage(snakemake, "pipeline.train", signal.SIGTERM)
     assert snakemake.wait(timeout=300) != 0
     first_log = log.read_text(encoding="utf-8")
-    saved = re.search(r"received SIGTERM: saving a checkpoint at step (\d+) and stopping", first_log)
-    assert saved and f"stopped at step {saved.group(1)} on request; rerun to resume" in first_log
+    assert "received SIGTERM: saving a checkpoint at step 3 and stopping" in first_log
+    assert "stopped at step 3 on request; rerun to resume" in first_log
     first = max(checkpoint_steps(run_dir))
-    assert first == int(saved.group(1)) and 2 <= first < MAX_STEPS and not (run_dir / "final").exists()
+    assert first == 3 and not (run_dir / "final").exists()
 
-    # 2. Rerun; SIGKILL as soon as it published a newer checkpoint (no chance to save anything).
-    snakemake = start_snakemake(study, target)
+    # 2. Rerun; SIGKILL once it published checkpoint-4 (held there): no chance to save anything.
+    snakemake = start_snakemake(study, target, hold_after=(4,))
     wait_until(lambda: max(checkpoint_steps(run_dir)) > first, f"a checkpoint after step {first}", snakemake)
     signal_stage(snakemake, "pipeline.train", signal.SIGKILL)
     assert snakemake.wait(timeout=300) != 0
     assert resumed_line(first) in log.read_text(encoding="utf-8")
     second = max(checkpoint_steps(run_dir))
-    assert first < second < MAX_STEPS and not (run_dir / "final").exists()
+    assert second == 4 and not (run_dir / "final").exists()
 
     # 3. Rerun to the end.
     assert run_snakemake(study, target) == 0, snakemake_output(study)[-5000:]

@@ -20,6 +20,7 @@ from train_support import REPO_ROOT, TRAINING_SPEC, run_train, subprocess_env, t
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.train import PREEMPTED_EXIT_CODE, working_metrics_path
+from tests.hold_training import hold_env
 
 pytestmark = pytest.mark.slow
 EXPORT = ("--export-steps", "2")
@@ -49,9 +50,14 @@ def assert_same_weights(first: Path, second: Path) -> None:
 
 
 def interrupt_after_checkpoint(command: list[str], run_dir: Path, signum: int) -> subprocess.CompletedProcess:
-    """Start a run, send ``signum`` once checkpoint-2 is published, and wait for the process to end."""
+    """Start a run that holds once checkpoint-2 is published, send it ``signum`` there, wait for it to end."""
     process = subprocess.Popen(
-        command, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        cwd=REPO_ROOT,
+        env={**subprocess_env(), **hold_env(2)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 300
     while not (run_dir / "checkpoints" / "checkpoint-2").is_dir():
@@ -111,15 +117,16 @@ def test_killed_run_resumes_from_its_checkpoint(model_dir, train_jsonl, tmp_path
     run_dir = tmp_path / "run"
     command = train_command(model_dir, train_jsonl, run_dir, *EXPORT)
     interrupted = interrupt_after_checkpoint(command, run_dir, signum)
-    if signum == signal.SIGTERM:
+    assert "test hook: holding after checkpoint-2 until a signal" in interrupted.stderr
+    if signum == signal.SIGTERM:  # the run finishes step 3, checkpoints it (inside a generation round) and stops
         assert interrupted.returncode == PREEMPTED_EXIT_CODE, interrupted.stderr[-3000:]
-        assert f"received SIGTERM: saving a checkpoint at step {newest_checkpoint_step(run_dir)}" in interrupted.stderr
+        assert "received SIGTERM: saving a checkpoint at step 3 and stopping" in interrupted.stderr
     else:
         assert interrupted.returncode == -signal.SIGKILL
     assert not (run_dir / "final").exists()
     assert not (run_dir / "metrics.jsonl").exists()  # published only when the run completes
     resumed_at = newest_checkpoint_step(run_dir)
-    assert 2 <= resumed_at <= 4
+    assert resumed_at == (3 if signum == signal.SIGTERM else 2)
     lines_before = working_metrics_path(run_dir).read_text().splitlines()
     # Snakemake deletes the declared outputs of a failed job before it reruns it.
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)
@@ -128,10 +135,7 @@ def test_killed_run_resumes_from_its_checkpoint(model_dir, train_jsonl, tmp_path
     rerun = run_train(command)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     checkpoint = run_dir / "checkpoints" / f"checkpoint-{resumed_at}"
-    if resumed_at < 4:
-        assert f"resuming from {checkpoint} (step {resumed_at})" in rerun.stderr
-    else:  # killed after the last step's checkpoint: nothing is trained again
-        assert f"training finished at {checkpoint} (step 4): publishing its outputs" in rerun.stderr
+    assert f"resuming from {checkpoint} (step {resumed_at})" in rerun.stderr
     assert step_lines(run_dir) == [1, 2, 3, 4]
     # The lines up to the checkpoint are the first attempt's, byte for byte: those steps were not trained again.
     kept = [line for line in lines_before if json.loads(line)["step"] <= resumed_at and "train_runtime" not in line]
