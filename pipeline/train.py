@@ -131,7 +131,7 @@ WEIGHT_FILES = (
 # Checkpoint content that is training state, not part of an exported model.
 TRAINING_STATE_FILES = re.compile(
     r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state.*\.pth|trainer_state\.json|training_args\.bin"
-    r"|generation_buffer.*\.pt|latest|zero_to_fp32\.py|README\.md)$"
+    r"|generation_buffer.*\.pt|oar_g_noise_generator.*\.pt|latest|zero_to_fp32\.py|README\.md)$"
 )
 TRAINER_STATE_FILE = "trainer_state.json"
 
@@ -472,7 +472,8 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
     TRL keeps two things outside the HF checkpoint: the micro-step counter ``_step`` (it decides when to generate
     and which slice of the generation buffer a micro-step uses) and the buffer itself. Without them a resumed run
     regenerates at once and trains on misaligned slices. Here ``_step = global_step * gradient_accumulation_steps``
-    is restored and each process's buffer is saved in, and loaded from, the checkpoint.
+    is restored and each process's buffer is saved in, and loaded from, the checkpoint; so is the state of OAR-G's
+    noise generator (a reseeded one would repeat the noise of the first steps).
     """
 
     def __init__(self, *args: Any, export_steps: frozenset[int], exports_dir: Path, **kwargs: Any) -> None:
@@ -499,6 +500,9 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
     def _buffer_file(self, checkpoint: Path) -> Path:
         return checkpoint / f"generation_buffer_rank{self.accelerator.process_index}.pt"
 
+    def _noise_generator_file(self, checkpoint: Path) -> Path:
+        return checkpoint / f"oar_g_noise_generator_rank{self.accelerator.process_index}.pt"
+
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         """Save into ``checkpoints/.staging/checkpoint-<step>``, then rename it into place (atomic)."""
         run_dir = Path(self.args.output_dir)
@@ -514,6 +518,8 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
             self._staging_dir = None
         if self._buffered_inputs is not None:
             torch.save(self._buffered_inputs, self._buffer_file(staging_root / name))
+        if self._oar_g_generator is not None:
+            torch.save(self._oar_g_generator.get_state(), self._noise_generator_file(staging_root / name))
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             publish_directory(staging_root / name, run_dir / name)
@@ -531,6 +537,10 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
         buffer_file = self._buffer_file(Path(checkpoint))
         if buffer_file.is_file():
             self._buffered_inputs = torch.load(buffer_file, map_location=self.accelerator.device, weights_only=True)
+        noise_file = self._noise_generator_file(Path(checkpoint))
+        if noise_file.is_file():
+            self._oar_g_generator = torch.Generator(device=self.accelerator.device)
+            self._oar_g_generator.set_state(torch.load(noise_file, map_location="cpu", weights_only=True))
 
 
 # ----------------------------------------------------------------------------------------------- callbacks

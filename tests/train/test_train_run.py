@@ -49,20 +49,22 @@ def assert_same_weights(first: Path, second: Path) -> None:
     assert all(torch.equal(a[name], b[name]) for name in a)
 
 
-def interrupt_after_checkpoint(command: list[str], run_dir: Path, signum: int) -> subprocess.CompletedProcess:
-    """Start a run that holds once checkpoint-2 is published, send it ``signum`` there, wait for it to end."""
+def interrupt_after_checkpoint(
+    command: list[str], run_dir: Path, signum: int, step: int = 2
+) -> subprocess.CompletedProcess:
+    """Start a run that holds once checkpoint-``step`` is published, send it ``signum`` there, wait for its end."""
     process = subprocess.Popen(
         command,
         cwd=REPO_ROOT,
-        env={**subprocess_env(), **hold_env(2)},
+        env={**subprocess_env(), **hold_env(step)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     deadline = time.monotonic() + 300
-    while not (run_dir / "checkpoints" / "checkpoint-2").is_dir():
+    while not (run_dir / "checkpoints" / f"checkpoint-{step}").is_dir():
         assert process.poll() is None, process.communicate()[1][-3000:]
-        assert time.monotonic() < deadline, "no checkpoint-2 within 300 s"
+        assert time.monotonic() < deadline, f"no checkpoint-{step} within 300 s"
         time.sleep(0.1)
     process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=300)
@@ -202,3 +204,23 @@ def test_grail_run_checkpoints_its_generation_buffer(model_dir, train_jsonl, tmp
     assert len(buffer) == 1 and "completion_ids" in buffer[0]
     assert (run_dir / "final" / "model.safetensors").is_file()
     assert any(key.startswith("grail/") for row in metrics(run_dir) for key in row)
+
+
+def test_killed_oar_g_run_resumes_its_noise_stream(model_dir, train_jsonl, tmp_path):
+    """OAR-G perturbs the embeddings with noise from its own seeded generator: a resumed run must continue that
+    generator's stream where the checkpoint left it (a reseeded one would draw step 1's noise again at step 2)."""
+    method = {"credit": "oar_g", "oar_g_noise_std": 1.0}  # large enough that the draws change the weights
+    spec = {**TRAINING_SPEC, "save_steps": 1}  # step 2 reuses step 1's completions, whose rewards are mixed
+    reference = tmp_path / "reference"
+    finished = run_train(train_command(model_dir, train_jsonl, reference, training_spec=spec, method_spec=method))
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert metrics(reference)[1]["oar_g/saliency_rows_frac"] > 0  # step 2 drew noise
+    run_dir = tmp_path / "run"
+    command = train_command(model_dir, train_jsonl, run_dir, training_spec=spec, method_spec=method)
+    assert interrupt_after_checkpoint(command, run_dir, signal.SIGKILL, step=1).returncode == -signal.SIGKILL
+    rerun = run_train(command)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-1'} (step 1)" in rerun.stderr
+    assert_same_weights(run_dir / "final", reference / "final")
+    assert (reference / "checkpoints" / "checkpoint-1" / "oar_g_noise_generator_rank0.pt").is_file()
+    assert not (reference / "final" / "oar_g_noise_generator_rank0.pt").exists()  # training state, not model
