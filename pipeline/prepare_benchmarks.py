@@ -53,7 +53,7 @@ SPEC_KEYS = {
 
 
 def generated_items(name: str, spec: dict[str, Any]) -> tuple[list[dict[str, str]], dict[str, Any]]:
-    """Held-out arithmetic problems (pipeline.arith) in the benchmark schema, ids prefixed by ``name``."""
+    """Generated arithmetic problems (pipeline.arith) in the benchmark schema, ids prefixed by ``name``."""
     arithmetic = arithmetic_spec(spec.get("generated", {}), f"benchmarks.{name}.generated")
     items = [{**row, "source": "generated"} for row in arithmetic_problems(arithmetic, id_prefix=name)]
     return items, {"kind": "generated", "generated": asdict(arithmetic)}
