@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 
+import pipeline.evaluate
 from pipeline.evaluate import EvalSpec, grade, parse_eval_spec
 
 SPEC = EvalSpec()
@@ -31,20 +31,19 @@ def test_grade_known_cases(completion, gold, extracted, correct):
     assert grade(completion, gold, SPEC) == (extracted, correct)
 
 
-def test_megabyte_completion_with_answer_at_the_end_is_graded_fast():
+@pytest.mark.timeout(60)  # a hang guard: the box scan was once quadratic and ran for hours on such input
+def test_megabyte_completion_with_answer_at_the_end_is_graded():
     completion = "x" * 1_000_000 + " so \\boxed{42}"
-    start = time.perf_counter()
     assert grade(completion, "42", SPEC) == ("42", True)
-    assert time.perf_counter() - start < 2
 
 
-def test_megabyte_answer_is_scored_zero_without_parsing():
+def test_megabyte_answer_is_scored_zero_without_parsing(monkeypatch):
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("an answer over max_answer_chars reached math-verify")
+
+    monkeypatch.setattr(pipeline.evaluate, "is_correct", refuse)
     answer = "1" * 1_000_000
-    spec = parse_eval_spec({"grading_timeout_seconds": 5})
-    start = time.perf_counter()
-    extracted, correct = grade(f"\\boxed{{{answer}}}", "5", spec)
-    # Parsing it would run into math-verify's 5 s timeout (twice: parse, then verify).
-    assert time.perf_counter() - start < 1
+    extracted, correct = grade(f"\\boxed{{{answer}}}", "5", parse_eval_spec({"grading_timeout_seconds": 5}))
     assert (extracted, correct) == (answer, False)
 
 
