@@ -13,7 +13,12 @@ Modes (printed to stderr before the launch):
   --main_process_ip HEAD --main_process_port P --rdzv_backend static -m MODULE ARGS``.
 
 The launcher replaces itself with the command (``os.execvp``), so Slurm's signals (preemption, time limit)
-reach the training processes directly.
+reach the training processes directly. Until then it records SIGUSR1 and SIGTERM (``pipeline.preemption``); one
+that came first (say while torch counts the GPUs) ends it with ``PREEMPTED_EXIT_CODE``, nothing started. It hands
+over with SIGUSR1 ignored: Slurm's ``--signal=USR1@<seconds>`` warning goes to every process of the job step, and
+only the stage processes, which install their own handler at startup, may act on it; the launchers in between
+(``accelerate launch``, torch's elastic agent) would otherwise die of it (status 138) and take the job down while
+their workers save a checkpoint.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.io import InputError
+from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
 
 DEFAULT_ACCELERATE_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "accelerate" / "zero2.yaml"
 UPSTREAM_MAIN_PORT = 25679
@@ -198,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    signals = PreemptionSignals().install()
     try:
         options, module, module_args = split_command_line(sys.argv[1:] if argv is None else argv)
         args = build_parser().parse_args(options)
@@ -216,11 +224,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     except InputError as error:
         print(f"pipeline.launch: error: {error}", file=sys.stderr)
         sys.exit(2)
+    if signals.received is not None:
+        print(
+            f"pipeline.launch: received {signals.received_name()} before starting {module}: nothing to save, "
+            f"exiting {PREEMPTED_EXIT_CODE} (rerun or requeue)",
+            file=sys.stderr,
+        )
+        sys.exit(PREEMPTED_EXIT_CODE)
     print(
         f"pipeline.launch: mode {plan.mode} ({plan.reason}): {shlex.join(plan.argv)}",
         file=sys.stderr,
         flush=True,
     )
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # kept across exec (the recording handlers are reset by it)
     os.execvp(plan.argv[0], plan.argv)
 
 

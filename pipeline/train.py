@@ -35,43 +35,13 @@ import logging
 import os
 import re
 import shutil
-import signal
 import sys
 import types
 import typing
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-PREEMPTED_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: "temporary failure, try again" (checkpoint saved, rerun resumes)
-PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-
-
-@dataclasses.dataclass
-class PreemptionSignals:
-    """Handlers for ``PREEMPTION_SIGNALS`` that only record the signal (the run stops at a step boundary)."""
-
-    received: int | None = None
-    previous: dict[int, Any] = dataclasses.field(default_factory=dict)
-
-    def record(self, signum: int, _frame: FrameType | None) -> None:
-        """Signal handler: only remember the request (logging here could deadlock)."""
-        self.received = signum
-
-    def install(self) -> PreemptionSignals:
-        for signum in PREEMPTION_SIGNALS:
-            self.previous[signum] = signal.signal(signum, self.record)
-        return self
-
-    def restore(self) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-        self.previous.clear()
-
-    def received_name(self) -> str:
-        """The signal received, for the log (in a multi-process run, possibly only another process received one)."""
-        return signal.Signals(self.received).name if self.received is not None else "a signal elsewhere"
-
+from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
 
 # Run as a stage, record the signals before importing torch, transformers and TRL (seconds): Slurm's warning
 # arriving meanwhile would otherwise kill the job (status 138) instead of stopping it (status 75).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from accelerate.commands.launch import launch_command_parser
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline import launch
 from pipeline.io import InputError
 from pipeline.launch import (
     DEFAULT_ACCELERATE_CONFIG,
@@ -24,6 +26,7 @@ from pipeline.launch import (
     plan_launch,
     split_command_line,
 )
+from pipeline.preemption import PREEMPTED_EXIT_CODE
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_ARGS = ["--seed", "3", "--out", "results/runs/m/grail/seed3"]
@@ -173,8 +176,10 @@ def test_the_accelerate_config_is_upstreams_deepspeed_zero2() -> None:
 @pytest.mark.parametrize("gpus", [0, 4])
 def test_real_cpu_launch_runs_the_module_in_one_process(tmp_path: Path, gpus: int) -> None:
     (tmp_path / "echo_stage.py").write_text(
-        "import json, os, sys\n"
-        "json.dump({'argv': sys.argv[1:], 'pid': os.getpid()}, open(sys.argv[-1], 'w'))\n"
+        "import json, os, signal, sys\n"
+        "usr1, term = (signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM))\n"
+        "handover = {'usr1_ignored': usr1 == signal.SIG_IGN, 'term_default': term == signal.SIG_DFL}\n"
+        "json.dump({'argv': sys.argv[1:], 'pid': os.getpid(), **handover}, open(sys.argv[-1], 'w'))\n"
         "sys.exit(3)\n"
     )
     record = tmp_path / "record.json"
@@ -196,6 +201,29 @@ def test_real_cpu_launch_runs_the_module_in_one_process(tmp_path: Path, gpus: in
     written = json.loads(record.read_text())
     assert written["argv"] == ["--flag", "a b", str(record)]
     assert written["pid"] == process.pid  # exec'd in place: signals reach the stage directly
+    # Slurm's warning must not kill a launcher layer; the stage installs its own handler (tests/train).
+    assert written["usr1_ignored"] and written["term_default"]
+
+
+def test_a_signal_before_the_hand_over_exits_75_without_starting_the_stage(monkeypatch, capsys) -> None:
+    def count_gpus_then_get_preempted() -> int:
+        os.kill(os.getpid(), signal.SIGUSR1)  # arrives while torch would be counting the GPUs
+        return 4
+
+    def refuse_exec(*_args: object) -> None:
+        raise AssertionError("the stage was started after a preemption signal")
+
+    monkeypatch.setattr(launch, "visible_cuda_devices", count_gpus_then_get_preempted)
+    monkeypatch.setattr(launch.os, "execvp", refuse_exec)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGUSR1, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            launch.main(["--gpus", "4", "--", "pipeline.train"])
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert exit_info.value.code == PREEMPTED_EXIT_CODE
+    assert "received SIGUSR1 before starting pipeline.train" in capsys.readouterr().err
 
 
 def test_bad_counts_exit_2_with_a_message() -> None:

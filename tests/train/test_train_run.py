@@ -147,6 +147,19 @@ def test_killed_run_resumes_from_its_checkpoint(model_dir, train_jsonl, tmp_path
     assert_same_weights(run_dir / "exports" / "step-2", reference_run / "exports" / "step-2")
 
 
+def test_usr1_reaches_the_stage_through_the_launcher(model_dir, train_jsonl, tmp_path):
+    """The Snakefile starts training through ``pipeline.launch``, which hands over with SIGUSR1 ignored (for the
+    launcher layers in between): the stage must still catch Slurm's warning, checkpoint and exit 75."""
+    run_dir = tmp_path / "run"
+    train = train_command(model_dir, train_jsonl, run_dir)
+    command = [*train[:2], "pipeline.launch", "--gpus", "0", "--nodes", "1", "--", *train[2:]]
+    interrupted = interrupt_after_checkpoint(command, run_dir, signal.SIGUSR1)
+    assert "mode single-process" in interrupted.stderr
+    assert interrupted.returncode == PREEMPTED_EXIT_CODE, interrupted.stderr[-3000:]
+    assert "received SIGUSR1: saving a checkpoint at step 3 and stopping" in interrupted.stderr
+    assert newest_checkpoint_step(run_dir) == 3
+
+
 def test_corrupt_newest_checkpoint_is_skipped(model_dir, train_jsonl, tmp_path, reference_run):
     run_dir = tmp_path / "run"
     shutil.copytree(reference_run / "checkpoints", run_dir / "checkpoints")
