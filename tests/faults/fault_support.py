@@ -14,8 +14,6 @@ from pathlib import Path
 
 import yaml
 
-from tests.hold_training import hold_env
-
 REPO = Path(__file__).resolve().parents[2]
 CI_CONFIG = REPO / "tests" / "pipeline" / "configs" / "ci.yaml"
 MAX_STEPS = 12
@@ -98,17 +96,17 @@ def snakemake_command(workdir: Path, *targets: str, rerun_incomplete: bool = Tru
 
 
 def start_snakemake(
-    workdir: Path, *targets: str, rerun_incomplete: bool = True, hold_after: tuple[int, ...] = ()
+    workdir: Path, *targets: str, rerun_incomplete: bool = True, hold: dict[str, str] | None = None
 ) -> subprocess.Popen[str]:
-    """Start Snakemake in its own session (so the test can kill exactly its process group); its training stage
-    holds after publishing the checkpoints of ``hold_after`` until it is signalled (``tests.hold_training``)."""
+    """Start Snakemake in its own session (so the test can kill exactly its process group); ``hold``: environment
+    entries that make its stages hold at a known point until signalled (``tests.hold_stage``)."""
     log = open(workdir / "snakemake.out", "a", encoding="utf-8")  # noqa: SIM115 (closed with the process)
     log.write(f"\n===== {' '.join(targets)}\n")
     log.flush()
     return subprocess.Popen(
         snakemake_command(workdir, *targets, rerun_incomplete=rerun_incomplete),
         cwd=workdir,
-        env=stage_env(**hold_env(*hold_after)) if hold_after else stage_env(),
+        env=stage_env(**(hold or {})),
         stdout=log,
         stderr=subprocess.STDOUT,
         text=True,

@@ -6,7 +6,7 @@ stage exits 75 (checkpoint saved on the signal) runs `scontrol requeue` on its o
 
 Two things make it fast and independent of the machine's speed, without faking the time limit:
 - the training stage holds after publishing checkpoint-2 until it receives a preemption signal (the test hook of
-  ``tests.hold_training``, in the job's environment): the warning therefore always lands after a checkpoint, mid-run;
+  ``tests.hold_stage``, in the job's environment): the warning therefore always lands after a checkpoint, mid-run;
 - a requeued job is held for Slurm's credential lifetime (about 2 minutes) before it may start again; the test
   lifts that hold with `scontrol update StartTime=now`.
 Needs `sinfo` to answer (.ci/run starts the cluster with scripts/slurm-single-node.sh).
@@ -28,7 +28,7 @@ from fault_support import REPO, checkpoint_steps, jsonl, wait_until
 from pipeline.arith import ArithmeticSpec, arithmetic_problems
 from pipeline.rewards import build_prompt
 from pipeline.tiny_model import TinyModelSpec, save_tiny_model
-from tests.hold_training import hold_env
+from tests.hold_stage import hold_training_env
 
 MAX_STEPS = 12
 TRAINING_SPEC = {
@@ -117,7 +117,7 @@ def test_time_limit_warning_checkpoints_requeues_and_resumes(tmp_path: Path, job
         ]
     )  # fmt: skip
     script = tmp_path / "train.sbatch"
-    test_hook = " ".join(f"{name}={shlex.quote(value)}" for name, value in hold_env(2).items())
+    test_hook = " ".join(f"{name}={shlex.quote(value)}" for name, value in hold_training_env(2).items())
     script.write_text(
         BATCH_SCRIPT.format(repo=shlex.quote(str(REPO)), test_hook=test_hook, train=train), encoding="utf-8"
     )

@@ -40,6 +40,7 @@ from fault_support import (
 from safetensors.torch import load_file
 
 from pipeline.config import Study, canonical_json, load_config
+from tests.hold_stage import hold_evaluation_env, hold_training_env
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +87,7 @@ def test_training_killed_twice_resumes_from_its_checkpoints(study: Path) -> None
     target = f"{RUN}/metrics.jsonl"
 
     # 1. SIGTERM once checkpoint-2 is published (the stage holds there): it saves step 3 and exits 75.
-    snakemake = start_snakemake(study, target, hold_after=(2,))
+    snakemake = start_snakemake(study, target, hold=hold_training_env(2))
     wait_until(lambda: (run_dir / "checkpoints" / "checkpoint-2").is_dir(), "checkpoint-2", snakemake)
     signal_stage(snakemake, "pipeline.train", signal.SIGTERM)
     assert snakemake.wait(timeout=300) != 0
@@ -97,7 +98,7 @@ def test_training_killed_twice_resumes_from_its_checkpoints(study: Path) -> None
     assert first == 3 and not (run_dir / "final").exists()
 
     # 2. Rerun; SIGKILL once it published checkpoint-4 (held there): no chance to save anything.
-    snakemake = start_snakemake(study, target, hold_after=(4,))
+    snakemake = start_snakemake(study, target, hold=hold_training_env(4))
     wait_until(lambda: max(checkpoint_steps(run_dir)) > first, f"a checkpoint after step {first}", snakemake)
     signal_stage(snakemake, "pipeline.train", signal.SIGKILL)
     assert snakemake.wait(timeout=300) != 0
@@ -130,21 +131,21 @@ def test_evaluation_killed_midway_ends_with_every_sample_once(study: Path) -> No
     def rows_done() -> list[dict]:
         return [row for row in jsonl(partial) if "fingerprint" not in row] if partial.exists() else []
 
-    # 1. SIGTERM the evaluation stage after a few durable appends (trains the run first if needed).
-    snakemake = start_snakemake(study, SAMPLES)
+    # 1. SIGTERM the evaluation stage after 6 durable appends, where it holds (trains the run first if needed).
+    snakemake = start_snakemake(study, SAMPLES, hold=hold_evaluation_env(6))
     wait_until(lambda: len(rows_done()) >= 6, "6 evaluated samples", snakemake, timeout=600)
     signal_stage(snakemake, "pipeline.evaluate", signal.SIGTERM)
     assert snakemake.wait(timeout=300) != 0
     kept_first = rows_done()
-    assert not out.exists() and 6 <= len(kept_first) < len(expected)
+    assert not out.exists() and len(kept_first) == 6
 
-    # 2. Rerun; SIGKILL Snakemake together with its job once a few more samples were appended.
-    snakemake = start_snakemake(study, SAMPLES)
+    # 2. Rerun; SIGKILL Snakemake together with its job once 6 more samples were appended (held there).
+    snakemake = start_snakemake(study, SAMPLES, hold=hold_evaluation_env(6))
     wait_until(lambda: len(rows_done()) >= len(kept_first) + 6, "6 more samples", snakemake)
     kill_session(snakemake)
     kept_second = rows_done()
     assert kept_first == kept_second[: len(kept_first)]  # the first attempt's rows survived, unchanged
-    assert not out.exists() and len(kept_second) < len(expected)
+    assert not out.exists() and len(kept_second) == 12
     assert f"resuming from {SAMPLES}.partial: {len(kept_first)} of {len(expected)} samples done" in (
         study / EVAL_LOG
     ).read_text(encoding="utf-8")

@@ -20,7 +20,7 @@ from train_support import REPO_ROOT, TRAINING_SPEC, run_train, subprocess_env, t
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.train import PREEMPTED_EXIT_CODE, working_metrics_path
-from tests.hold_training import hold_env
+from tests.hold_stage import hold_training_env
 
 pytestmark = pytest.mark.slow
 EXPORT = ("--export-steps", "2")
@@ -56,7 +56,7 @@ def interrupt_after_checkpoint(
     process = subprocess.Popen(
         command,
         cwd=REPO_ROOT,
-        env={**subprocess_env(), **hold_env(step)},
+        env={**subprocess_env(), **hold_training_env(step)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -1,0 +1,36 @@
+"""Hold a stage at a known point until it is signalled, so that a test's signal always lands there.
+
+The tiny test runs train 10-20 steps a second and evaluate tens of samples a second, faster than a test can notice
+progress and signal the process: a signal meant to land mid-run could land after the end. With these entries in the
+environment of a stage (run directly, through Snakemake or through Slurm):
+- ``hold_training_env(steps)``: ``python -m pipeline.train`` waits after publishing the checkpoint of any of
+  ``steps`` until it has recorded a preemption signal (SIGKILL simply ends it there);
+- ``hold_evaluation_env(rows)``: ``python -m pipeline.evaluate`` waits, once it has durably appended ``rows`` rows,
+  until it is killed.
+The hook is ``sitecustomize.py`` next to this file, which Python imports at startup from ``PYTHONPATH``; it patches
+nothing in any other process.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HOOK_DIR = Path(__file__).resolve().parent
+REPO = HOOK_DIR.parents[1]
+CHECKPOINTS_VARIABLE = "GRAIL_TEST_HOLD_AFTER_CHECKPOINTS"
+ROWS_VARIABLE = "GRAIL_TEST_HOLD_AFTER_APPENDED_ROWS"
+
+
+def _hook_env(variable: str, value: str) -> dict[str, str]:
+    return {"PYTHONPATH": os.pathsep.join([str(REPO), str(HOOK_DIR)]), variable: value}
+
+
+def hold_training_env(*steps: int) -> dict[str, str]:
+    """Environment entries that make a training stage hold after publishing the checkpoint of each of ``steps``."""
+    return _hook_env(CHECKPOINTS_VARIABLE, ",".join(str(step) for step in steps))
+
+
+def hold_evaluation_env(rows: int) -> dict[str, str]:
+    """Environment entries that make an evaluation stage hold once it has appended ``rows`` rows."""
+    return _hook_env(ROWS_VARIABLE, str(rows))
