@@ -12,6 +12,7 @@ plus a digest of its stage's code, so an output is rebuilt only when its inputs,
 import os
 import re
 import shlex
+import signal
 import sys
 
 from snakemake.utils import min_version, validate
@@ -19,6 +20,12 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 sys.path.insert(0, workflow.basedir)
+
+# Slurm's time-limit warning (`--signal=USR1@600`, configs/paper.yaml) reaches every process of a job step: under
+# profiles/slurm that includes this Snakemake (the jobstep executor runs it with srun) and the rule's shell. Only the
+# training stage acts on it (checkpoint, exit 75, the retry resumes); the layers above must survive it. The shell and
+# the launcher inherit the ignored disposition; the stages that handle the signal install their own handler.
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 from pipeline.config import (
     BASELINE_METHOD,
