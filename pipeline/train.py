@@ -17,7 +17,7 @@ with a warning) and continues from it with the model, optimizer, scheduler, RNG 
 micro-step counter and generation buffer restored, so an interrupted run follows the uninterrupted one.
 
 Exit status: 0 done; 2 bad input; ``PREEMPTED_EXIT_CODE`` (75, EX_TEMPFAIL) after SIGTERM or SIGUSR1 (Slurm's
-``--signal=B:USR1@<seconds>`` warning): the run saved a checkpoint at the end of the current step and stopped, or,
+``--signal=USR1@<seconds>`` time-limit warning, or ``B:USR1`` forwarded by a batch script): the run saved a checkpoint at the end of the current step and stopped, or,
 when the signal came before the first step (imports, model loading), stopped at once with nothing to save; rerun
 or requeue it to resume.
 """
