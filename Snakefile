@@ -14,6 +14,7 @@ import re
 import shlex
 import signal
 import sys
+import threading
 
 from snakemake.utils import min_version, validate
 
@@ -23,9 +24,10 @@ sys.path.insert(0, workflow.basedir)
 
 # Slurm's time-limit warning (`--signal=USR1@600`, configs/paper.yaml) reaches every process of a job step: under
 # profiles/slurm that includes this Snakemake (the jobstep executor runs it with srun) and the rule's shell. Only the
-# training stage acts on it (checkpoint, exit 75, the retry resumes); the layers above must survive it. The shell and
-# the launcher inherit the ignored disposition; the stages that handle the signal install their own handler.
-signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+# training stage acts on it (checkpoint, exit 75, the retry resumes); the layers above must survive it. The shell
+# inherits the ignored disposition; the launcher and the training stage install their own handlers.
+if threading.current_thread() is threading.main_thread():  # (a Snakefile parsed in a thread cannot set handlers)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 from pipeline.config import (
     BASELINE_METHOD,
