@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from credit_helpers import left_pad, right_pad
 
+from pipeline.credit import answer_mask_from_spans, find_boxed_spans
 from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
 
 SMALL_SPEC = TinyModelSpec(
@@ -52,3 +55,18 @@ def batch(char_tokenizer):
         "completion_ids": completion_ids,
         "completion_mask": completion_mask,
     }
+
+
+@pytest.fixture(scope="module")
+def model64(small_model):
+    """A float64 copy of the small model, for the independent reference computations."""
+    return copy.deepcopy(small_model).double()
+
+
+@pytest.fixture(scope="module")
+def answer_mask(char_tokenizer, batch):
+    """The batch's first-box answer positions: rows 0 and 1 have a box, row 2 has none."""
+    spans = find_boxed_spans(char_tokenizer, batch["completion_ids"], batch["completion_mask"])
+    mask = answer_mask_from_spans(spans, batch["completion_ids"].shape[1])
+    assert mask.any(dim=1).tolist() == [True, True, False]
+    return mask

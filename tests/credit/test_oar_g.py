@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 
 import pytest
@@ -11,24 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.credit import (
-    answer_mask_from_spans,
-    find_boxed_spans,
     oar_g_reshape,
     oar_g_weights,
     oar_g_weights_with_stats,
 )
 from pipeline.credit.oar_g import completion_noise
-
-
-@pytest.fixture(scope="module")
-def model64(small_model):
-    return copy.deepcopy(small_model).double()
-
-
-@pytest.fixture(scope="module")
-def answer_mask(char_tokenizer, batch):
-    spans = find_boxed_spans(char_tokenizer, batch["completion_ids"], batch["completion_mask"])
-    return answer_mask_from_spans(spans, batch["completion_ids"].shape[1])
 
 
 def test_reshape_known_answer():

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
-from pipeline.credit import answer_mask_from_spans, find_boxed_spans, saliency_from_grad, saliency_scores
+from pipeline.credit import saliency_from_grad, saliency_scores
 
 NUM_LAYERS = 4
 LEAF_LAYER = {"first": 1, "middle": NUM_LAYERS // 2, "last": NUM_LAYERS - 1}  # hidden_states index, spec 1.2
-
-
-@pytest.fixture(scope="module")
-def model64(small_model):
-    return copy.deepcopy(small_model).double()
-
-
-@pytest.fixture(scope="module")
-def answer_mask(char_tokenizer, batch):
-    spans = find_boxed_spans(char_tokenizer, batch["completion_ids"], batch["completion_mask"])
-    mask = answer_mask_from_spans(spans, batch["completion_ids"].shape[1])
-    assert mask.any(dim=1).tolist() == [True, True, False]
-    return mask
 
 
 def reference_scores(model, input_ids, attention_mask, answer_mask, leaf, temperature, position):
