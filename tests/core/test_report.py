@@ -55,30 +55,21 @@ def write_inputs(root):
     return config
 
 
+def report_command(root, config: str, tables_dir) -> list[str]:
+    """The report stage's command line on the inputs ``write_inputs(root)`` wrote (no ``--audit``)."""
+    return [
+        sys.executable, "-m", "pipeline.report", "--config", config, "--tables-dir", str(tables_dir),
+        "--figures-dir", str(root / "figures"), "--significance", str(root / "significance.json"),
+        "--data-card", str(root / "card.json"), "--out", str(root / "report.md"),
+    ]  # fmt: skip
+
+
 def test_report_gathers_every_section_and_redacts_secrets(tmp_path):
     config = write_inputs(tmp_path)
     env = {"HF_TOKEN": "hf_fake_token_987654", "WANDB_API_KEY": "sk-test-secret-value-123", "PATH": "/usr/bin:/bin"}
     out = tmp_path / "report.md"
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pipeline.report",
-            "--config",
-            json.dumps(config),
-            "--tables-dir",
-            str(tmp_path / "tables"),
-            "--figures-dir",
-            str(tmp_path / "figures"),
-            "--significance",
-            str(tmp_path / "significance.json"),
-            "--data-card",
-            str(tmp_path / "card.json"),
-            "--audit",
-            str(tmp_path / "audit.json"),
-            "--out",
-            str(out),
-        ],
+        [*report_command(tmp_path, json.dumps(config), tmp_path / "tables"), "--audit", str(tmp_path / "audit.json")],
         check=True,
         env=env,
         capture_output=True,
@@ -105,25 +96,7 @@ def test_report_gathers_every_section_and_redacts_secrets(tmp_path):
 def test_missing_input_is_named(tmp_path):
     write_inputs(tmp_path)
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pipeline.report",
-            "--config",
-            "{}",
-            "--tables-dir",
-            str(tmp_path / "nope"),
-            "--figures-dir",
-            str(tmp_path / "figures"),
-            "--significance",
-            str(tmp_path / "significance.json"),
-            "--data-card",
-            str(tmp_path / "card.json"),
-            "--out",
-            str(tmp_path / "report.md"),
-        ],
-        capture_output=True,
-        text=True,
+        report_command(tmp_path, "{}", tmp_path / "nope"), capture_output=True, text=True, check=False
     )
     assert result.returncode == 2
     assert "nope/summary.md: report input not found" in result.stderr
