@@ -83,16 +83,19 @@ def test_hf_end_to_end_schema_order_and_determinism(tiny_model_dir, bench, refer
     assert [r["completion"] for r in other] != [r["completion"] for r in rows]
 
 
+def write_partial(model_dir, bench, out, rows) -> None:
+    """The partial file of an interrupted run of ``out`` with FAST_SPEC and seed 3: its fingerprint, then ``rows``."""
+    stamp = ev.fingerprint(str(model_dir), bench, ev.parse_eval_spec(FAST_SPEC), 3)
+    write_jsonl(ev.partial_path(out), [{"fingerprint": stamp}, *rows])
+
+
 def test_resume_from_torn_partial_generates_only_missing(tiny_model_dir, bench, reference, tmp_path):
     out = tmp_path / "resumed.jsonl"
-    spec = ev.parse_eval_spec(FAST_SPEC)
-    stamp = ev.fingerprint(str(tiny_model_dir), bench, spec, 3)
     # Two whole batches (batch_size 4) survived, then a kill tore the next line in half.
     kept = reference[:8]
-    torn = json.dumps(reference[8])[:25]
-    ev.partial_path(out).write_text(
-        "".join(json.dumps(r) + "\n" for r in [{"fingerprint": stamp}, *kept]) + torn, encoding="utf-8"
-    )
+    write_partial(tiny_model_dir, bench, out, kept)
+    with open(ev.partial_path(out), "a", encoding="utf-8") as partial:
+        partial.write(json.dumps(reference[8])[:25])
     counter = CountingFactory()
     rows = run(tiny_model_dir, bench, out, counter)
     assert counter.requests == len(reference) - len(kept)
@@ -105,9 +108,8 @@ def test_resume_from_torn_partial_generates_only_missing(tiny_model_dir, bench, 
 
 def test_resume_with_partial_batch_keeps_done_rows(tiny_model_dir, bench, reference, tmp_path):
     out = tmp_path / "resumed.jsonl"
-    stamp = ev.fingerprint(str(tiny_model_dir), bench, ev.parse_eval_spec(FAST_SPEC), 3)
     kept = [reference[0], reference[5], reference[5], reference[9]]  # a duplicate and gaps
-    write_jsonl(ev.partial_path(out), [{"fingerprint": stamp}, *kept])
+    write_partial(tiny_model_dir, bench, out, kept)
     counter = CountingFactory()
     rows = run(tiny_model_dir, bench, out, counter)
     assert counter.requests == len(reference) - 3
@@ -118,8 +120,7 @@ def test_resume_with_partial_batch_keeps_done_rows(tiny_model_dir, bench, refere
 
 def test_complete_partial_generates_nothing(tiny_model_dir, bench, reference, tmp_path):
     out = tmp_path / "resumed.jsonl"
-    stamp = ev.fingerprint(str(tiny_model_dir), bench, ev.parse_eval_spec(FAST_SPEC), 3)
-    write_jsonl(ev.partial_path(out), [{"fingerprint": stamp}, *reversed(reference)])
+    write_partial(tiny_model_dir, bench, out, reversed(reference))
     counter = CountingFactory()
     assert run(tiny_model_dir, bench, out, counter) == reference
     assert counter.requests == 0
@@ -127,8 +128,7 @@ def test_complete_partial_generates_nothing(tiny_model_dir, bench, reference, tm
 
 def test_partial_from_other_settings_is_discarded(tiny_model_dir, bench, reference, tmp_path):
     out = tmp_path / "hot.jsonl"
-    stamp = ev.fingerprint(str(tiny_model_dir), bench, ev.parse_eval_spec(FAST_SPEC), 3)
-    write_jsonl(ev.partial_path(out), [{"fingerprint": stamp}, *reference])
+    write_partial(tiny_model_dir, bench, out, reference)
     counter = CountingFactory()
     rows = run(tiny_model_dir, bench, out, counter, temperature=0.5)
     assert counter.requests == len(reference)
@@ -137,8 +137,7 @@ def test_partial_from_other_settings_is_discarded(tiny_model_dir, bench, referen
 
 def test_more_samples_reuse_the_fewer_samples_rows(tiny_model_dir, bench, reference, tmp_path):
     out = tmp_path / "more.jsonl"
-    stamp = ev.fingerprint(str(tiny_model_dir), bench, ev.parse_eval_spec(FAST_SPEC), 3)
-    write_jsonl(ev.partial_path(out), [{"fingerprint": stamp}, *reference])
+    write_partial(tiny_model_dir, bench, out, reference)
     counter = CountingFactory()
     rows = run(tiny_model_dir, bench, out, counter, n_samples=3)
     assert counter.requests == 5
