@@ -17,9 +17,9 @@ with a warning) and continues from it with the model, optimizer, scheduler, RNG 
 micro-step counter and generation buffer restored, so an interrupted run follows the uninterrupted one.
 
 Exit status: 0 done; 2 bad input; ``PREEMPTED_EXIT_CODE`` (75, EX_TEMPFAIL) after SIGTERM or SIGUSR1 (Slurm's
-``--signal=USR1@<seconds>`` time-limit warning, or ``B:USR1`` forwarded by a batch script): the run saved a checkpoint at the end of the current step and stopped, or,
-when the signal came before the first step (imports, model loading), stopped at once with nothing to save; rerun
-or requeue it to resume.
+``--signal=USR1@<seconds>`` time-limit warning, or ``B:USR1`` forwarded by a batch script): the run saved a
+checkpoint at the end of the current step and stopped, or, when the signal came before the first step (imports,
+model loading), stopped at once with nothing to save; rerun or requeue it to resume.
 """
 
 # The preemption handlers are installed before the slow third-party imports (see STARTUP_SIGNALS), hence E402.
@@ -467,11 +467,9 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
         # While a checkpoint is being saved, the Trainer writes it under the staging directory.
         return str(self._staging_dir) if self._staging_dir is not None else super()._get_output_dir(trial)
 
-    def _buffer_file(self, checkpoint: Path) -> Path:
-        return checkpoint / f"generation_buffer_rank{self.accelerator.process_index}.pt"
-
-    def _noise_generator_file(self, checkpoint: Path) -> Path:
-        return checkpoint / f"oar_g_noise_generator_rank{self.accelerator.process_index}.pt"
+    def _process_state_file(self, checkpoint: Path, kind: str) -> Path:
+        """Where this process keeps ``kind`` ("generation_buffer", "oar_g_noise_generator") in ``checkpoint``."""
+        return checkpoint / f"{kind}_rank{self.accelerator.process_index}.pt"
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         """Save into ``checkpoints/.staging/checkpoint-<step>``, then rename it into place (atomic)."""
@@ -487,9 +485,12 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
         finally:
             self._staging_dir = None
         if self._buffered_inputs is not None:
-            torch.save(self._buffered_inputs, self._buffer_file(staging_root / name))
+            torch.save(self._buffered_inputs, self._process_state_file(staging_root / name, "generation_buffer"))
         if self._oar_g_generator is not None:
-            torch.save(self._oar_g_generator.get_state(), self._noise_generator_file(staging_root / name))
+            torch.save(
+                self._oar_g_generator.get_state(),
+                self._process_state_file(staging_root / name, "oar_g_noise_generator"),
+            )
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             publish_directory(staging_root / name, run_dir / name)
@@ -504,10 +505,10 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
         if checkpoint is None:
             return
         self._step = self.state.global_step * self.args.gradient_accumulation_steps
-        buffer_file = self._buffer_file(Path(checkpoint))
+        buffer_file = self._process_state_file(Path(checkpoint), "generation_buffer")
         if buffer_file.is_file():
             self._buffered_inputs = torch.load(buffer_file, map_location=self.accelerator.device, weights_only=True)
-        noise_file = self._noise_generator_file(Path(checkpoint))
+        noise_file = self._process_state_file(Path(checkpoint), "oar_g_noise_generator")
         if noise_file.is_file():
             self._oar_g_generator = torch.Generator(device=self.accelerator.device)
             self._oar_g_generator.set_state(torch.load(noise_file, map_location="cpu", weights_only=True))

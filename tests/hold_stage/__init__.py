@@ -16,10 +16,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# (importing the hook here is inert: it acts only at the startup of a stage process)
+from tests.hold_stage.sitecustomize import CHECKPOINTS_VARIABLE, ROWS_VARIABLE
+
 HOOK_DIR = Path(__file__).resolve().parent
 REPO = HOOK_DIR.parents[1]
-CHECKPOINTS_VARIABLE = "GRAIL_TEST_HOLD_AFTER_CHECKPOINTS"
-ROWS_VARIABLE = "GRAIL_TEST_HOLD_AFTER_APPENDED_ROWS"
 
 
 def _hook_env(variable: str, value: str) -> dict[str, str]:
