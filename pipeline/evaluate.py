@@ -45,6 +45,7 @@ from pipeline.generation import (
     resolve_model,
     stable_hash,
 )
+from pipeline.grading import GRADING_MODES
 from pipeline.io import (
     InputError,
     append_jsonl_durably,
@@ -53,7 +54,7 @@ from pipeline.io import (
     read_jsonl,
     run_cli,
 )
-from pipeline.rewards import PROMPT_TEMPLATES, build_prompt, is_correct, last_boxed
+from pipeline.rewards import EXTRACTION_MODES, PROMPT_TEMPLATES, build_prompt, is_correct, last_boxed
 
 SAMPLE_KEYS = ("id", "sample", "completion", "extracted", "correct", "num_tokens")
 BACKENDS = ("auto", "hf", "vllm")
@@ -85,6 +86,8 @@ class EvalSpec:
     enable_thinking: bool = False
     grading_timeout_seconds: int = 5
     max_answer_chars: int = 1000
+    grading: str = "clean"
+    extraction: str = "clean"
     vllm: VllmSettings = field(default_factory=VllmSettings)
 
 
@@ -138,6 +141,8 @@ def parse_eval_spec(mapping: Any) -> EvalSpec:
     checks = {
         "backend": spec.backend in BACKENDS,
         "prompt_template": spec.prompt_template in PROMPT_TEMPLATES,
+        "grading": spec.grading in GRADING_MODES,
+        "extraction": spec.extraction in EXTRACTION_MODES,
         "n_samples": spec.n_samples >= 1,
         "batch_size": spec.batch_size >= 1,
         "max_new_tokens": spec.max_new_tokens >= 1,
@@ -189,12 +194,14 @@ def plan_units(items: Sequence[Item], n_samples: int, seed: int) -> list[Unit]:
 def grade(completion: str, gold: str, spec: EvalSpec) -> tuple[str | None, bool]:
     """``(extracted, correct)``: the last complete box, verified against ``gold`` (never raises, never hangs).
 
-    An answer longer than ``spec.max_answer_chars`` is kept as extracted but scored False without parsing.
+    Clean extraction keeps an answer longer than ``spec.max_answer_chars`` as extracted but scores it False
+    without parsing; upstream extraction has no such limit (the grading timeout still bounds it).
     """
-    extracted = last_boxed(completion)
-    if extracted is None or len(extracted) > spec.max_answer_chars:
+    extracted = last_boxed(completion, spec.extraction)
+    too_long = spec.extraction == "clean" and extracted is not None and len(extracted) > spec.max_answer_chars
+    if extracted is None or too_long:
         return extracted, False
-    return extracted, is_correct(extracted, gold, spec.grading_timeout_seconds)
+    return extracted, is_correct(extracted, gold, spec.grading_timeout_seconds, spec.grading)
 
 
 def fingerprint(model: str, benchmark: str | Path, spec: EvalSpec, seed: int) -> str:

@@ -6,11 +6,12 @@ r(completion, gold) = 1  if verify(parse("$" + gold + "$"), parse("$" + last_box
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
+from collections.abc import Callable
 from typing import Any, Literal
 
-from math_verify import parse, verify
+from pipeline.grading import GradingMode, verify_answer
 
 PROMPT_SUFFIX_CLEAN = " Please reason step by step, and put your final answer within \\boxed{}."
 # Upstream wrote the suffix as a non-raw Python string: "\b" became a backspace (U+0008), so the paper's prompts
@@ -19,6 +20,8 @@ PROMPT_SUFFIX_UPSTREAM = " Please reason step by step, and put your final answer
 PROMPT_TEMPLATES = {"clean": PROMPT_SUFFIX_CLEAN, "upstream": PROMPT_SUFFIX_UPSTREAM}
 
 BOX_MARKER = "\\boxed{"
+ExtractionMode = Literal["clean", "upstream"]
+EXTRACTION_MODES: tuple[str, ...] = ("clean", "upstream")
 VERIFY_TIMEOUT_SECONDS = 5
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -48,11 +51,12 @@ def closing_braces(text: str) -> dict[int, int]:
     return matches
 
 
-def boxed_contents(text: str) -> list[tuple[int, int]]:
+def boxed_contents(text: str, stop_at_unclosed: bool = False) -> list[tuple[int, int]]:
     """Character spans ``(content_start, content_end)`` of every complete, non-overlapping ``\\boxed{...}``.
 
-    Braces are balanced by depth counting; an occurrence whose braces never close is skipped and the scan
-    continues after its marker (as the training reward's recursive regex does). Linear in ``len(text)``.
+    Braces are balanced by depth counting. An occurrence whose braces never close is skipped and the scan
+    continues after its marker (as the training reward's recursive regex does), or, with ``stop_at_unclosed``,
+    ends the scan (upstream's evaluation extractor). Linear in ``len(text)``.
     """
     if BOX_MARKER not in text:
         return []
@@ -63,6 +67,8 @@ def boxed_contents(text: str) -> list[tuple[int, int]]:
         content_start = start + len(BOX_MARKER)
         close = matches.get(content_start - 1)
         if close is None:
+            if stop_at_unclosed:
+                break
             position = content_start
         else:
             spans.append((content_start, close))
@@ -70,37 +76,45 @@ def boxed_contents(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def last_boxed(text: str) -> str | None:
-    """Content (stripped) of the last complete ``\\boxed{...}`` of ``text``, or None."""
-    spans = boxed_contents(text)
+def last_boxed(text: str, extraction: ExtractionMode = "clean") -> str | None:
+    """Content of the last complete ``\\boxed{...}`` of ``text``, or None.
+
+    ``clean``: unclosed boxes are skipped, the content is stripped. ``upstream`` (upstream's evaluation
+    extractor, spec 6.2): the scan stops at the first unclosed box and the content is kept as written.
+    """
+    if extraction not in EXTRACTION_MODES:
+        raise ValueError(f"extraction must be one of {EXTRACTION_MODES}, got {extraction!r}")
+    spans = boxed_contents(text, stop_at_unclosed=extraction == "upstream")
     if not spans:
         return None
     start, end = spans[-1]
-    return text[start:end].strip()
+    return text[start:end] if extraction == "upstream" else text[start:end].strip()
 
 
-def _verify_in_main_thread(gold: str, answer: str, timeout_seconds: int | None) -> bool:
-    # math-verify's timeout uses SIGALRM, which only works in the main thread; elsewhere it must be disabled.
-    if threading.current_thread() is not threading.main_thread():
-        timeout_seconds = None
-    gold_parsed = parse(f"${gold}$", parsing_timeout=timeout_seconds)
-    answer_parsed = parse(f"${answer}$", parsing_timeout=timeout_seconds)
-    return bool(verify(gold_parsed, answer_parsed, timeout_seconds=timeout_seconds))
-
-
-def is_correct(answer: str | None, gold: Any, timeout_seconds: int | None = VERIFY_TIMEOUT_SECONDS) -> bool:
-    """Whether an extracted ``answer`` verifies against ``gold`` (gold parsed first); never raises."""
+def is_correct(
+    answer: str | None,
+    gold: Any,
+    timeout_seconds: int | None = VERIFY_TIMEOUT_SECONDS,
+    grading: GradingMode = "clean",
+) -> bool:
+    """Whether an extracted ``answer`` verifies against ``gold`` in mode ``grading`` (pipeline.grading); never
+    raises (a parse failure, a timeout or any exception is False)."""
     if answer is None or gold is None:
         return False
     try:
-        return _verify_in_main_thread(str(gold).strip(), answer, timeout_seconds)
+        return verify_answer(str(gold).strip(), answer, timeout_seconds, grading)
     except Exception:
         return False
 
 
-def outcome_reward(completion: str, gold: Any, timeout_seconds: int | None = VERIFY_TIMEOUT_SECONDS) -> float:
+def outcome_reward(
+    completion: str,
+    gold: Any,
+    timeout_seconds: int | None = VERIFY_TIMEOUT_SECONDS,
+    grading: GradingMode = "clean",
+) -> float:
     """1.0 when the last complete box of ``completion`` verifies against ``gold``, else 0.0."""
-    return 1.0 if is_correct(last_boxed(completion), gold, timeout_seconds) else 0.0
+    return 1.0 if is_correct(last_boxed(completion), gold, timeout_seconds, grading) else 0.0
 
 
 def completion_text(completion: Any) -> str:
@@ -110,9 +124,18 @@ def completion_text(completion: Any) -> str:
     return "".join(message.get("content", "") for message in completion)
 
 
-def trl_outcome_reward(completions: list[Any], solution: list[str], **_: Any) -> list[float]:
-    """TRL reward function (``reward_funcs=[trl_outcome_reward]``): one reward per completion."""
-    return [outcome_reward(completion_text(c), gold) for c, gold in zip(completions, solution, strict=True)]
+def trl_outcome_reward(
+    completions: list[Any], solution: list[str], grading: GradingMode = "clean", **_: Any
+) -> list[float]:
+    """TRL reward function: one reward per completion, graded in mode ``grading``."""
+    return [
+        outcome_reward(completion_text(c), gold, grading=grading) for c, gold in zip(completions, solution, strict=True)
+    ]
+
+
+def trl_reward_function(grading: GradingMode) -> Callable[..., list[float]]:
+    """``trl_outcome_reward`` bound to ``grading``, keeping its ``__name__`` (TRL names the reward metrics by it)."""
+    return functools.update_wrapper(functools.partial(trl_outcome_reward, grading=grading), trl_outcome_reward)
 
 
 def gold_self_check(gold: Any, timeout_seconds: int | None = VERIFY_TIMEOUT_SECONDS) -> bool:

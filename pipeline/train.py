@@ -71,7 +71,7 @@ from pipeline.io import (
     read_jsonl,
     run_cli,
 )
-from pipeline.rewards import trl_outcome_reward
+from pipeline.rewards import trl_reward_function
 from pipeline.trainer import GrailGRPOConfig, GrailGRPOTrainer
 
 logger = logging.getLogger("pipeline.train")
@@ -699,7 +699,7 @@ def build_trainer(
     control = ExportAndPreemptionCallback(export_steps, signals)
     trainer = ResumableGRPOTrainer(
         model=model,
-        reward_funcs=[trl_outcome_reward],
+        reward_funcs=[trl_reward_function(config.reward_grading)],
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,

@@ -54,6 +54,7 @@ from pipeline.credit import (
 )
 from pipeline.credit.grail import SYMMETRIES, symmetry_fallback, weight_stats
 from pipeline.credit.saliency import leaf_index
+from pipeline.grading import GRADING_MODES
 from pipeline.io import InputError
 
 CREDIT_METHODS = ("grpo", "grail", "oar_g")
@@ -66,6 +67,7 @@ CHOICES = {
     "answer_span": ("first", "last"),
     "grail_recompute": ("every_step", "per_generation"),
     "grail_implementation": ("fast", "reference"),
+    "reward_grading": GRADING_MODES,
 }
 WEIGHTS_KEY = "credit_weights"  # (B, T) weights computed per generation round
 SPANS_KEY = "answer_spans"  # (B, 3) boxed spans, found once per generation round
@@ -97,6 +99,10 @@ class GrailGRPOConfig(GRPOConfig):
     )
     grail_implementation: str = field(
         default="fast", metadata={"help": "'fast' (shares the loss's forward) or 'reference' (separate pass)."}
+    )
+    reward_grading: str = field(
+        default="clean",
+        metadata={"help": "Reward grader: 'clean' (pipeline.grading's fixes) or 'upstream' (plain math-verify)."},
     )
     oar_g_tau: float = field(default=0.4, metadata={"help": "OAR-G bi-level quantile threshold, in (0, 1)."})
     oar_g_beta: float = field(default=2.0, metadata={"help": "OAR-G boosting coefficient, >= 0."})

@@ -10,6 +10,7 @@ from pipeline.rewards import (
     last_boxed,
     outcome_reward,
     trl_outcome_reward,
+    trl_reward_function,
 )
 
 
@@ -97,3 +98,10 @@ def test_linear_box_scan_matches_the_naive_scan(text):
 @pytest.mark.timeout(60)  # a hang guard: the quadratic scan needs hours here
 def test_megabyte_of_unclosed_markers_is_scanned():
     assert boxed_contents("\\boxed{" * 150_000) == []
+
+
+def test_trl_reward_function_is_bound_to_its_grading_mode_and_keeps_the_metric_name():
+    completions = [r"\boxed{3000000}"]
+    assert trl_reward_function("clean")(completions, solution=["3e6"]) == [1.0]
+    assert trl_reward_function("upstream")(completions, solution=["3e6"]) == [0.0]
+    assert trl_reward_function("upstream").__name__ == "trl_outcome_reward"

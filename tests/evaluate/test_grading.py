@@ -9,6 +9,7 @@ import pytest
 
 import pipeline.evaluate
 from pipeline.evaluate import EvalSpec, grade, parse_eval_spec
+from pipeline.io import InputError
 
 SPEC = EvalSpec()
 
@@ -79,3 +80,37 @@ def test_latex_slow_for_sympy_is_bounded_by_the_timeout_and_scored_zero():
 def test_megabyte_of_unclosed_boxes_is_bounded():
     code = "from pipeline.evaluate import grade, EvalSpec\nprint(grade('\\\\boxed{' * 150_000, '3', EvalSpec()))\n"
     assert _grade_in_subprocess(code, limit_s=10) == "(None, False)"
+
+
+UPSTREAM = parse_eval_spec({"extraction": "upstream", "grading": "upstream"})
+
+
+@pytest.mark.parametrize(
+    ("completion", "clean", "upstream"),
+    [
+        # upstream's extractor stops at the first unclosed box; the clean one skips it and keeps scanning
+        ("\\boxed{5} then an open \\boxed{6 and \\boxed{7}", "7", "5"),
+        ("an open \\boxed{6 and \\boxed{7}", "7", None),
+        ("\\boxed{ 12 }", "12", " 12 "),  # upstream keeps the content as written
+        ("\\boxed{1} and \\boxed{2}", "2", "2"),
+    ],
+)
+def test_extraction_modes(completion, clean, upstream):
+    assert grade(completion, "7", SPEC)[0] == clean
+    assert grade(completion, "7", UPSTREAM)[0] == upstream
+
+
+def test_upstream_extraction_grades_answers_over_the_length_cap():
+    spec = parse_eval_spec({"max_answer_chars": 3, "extraction": "upstream"})
+    assert grade("\\boxed{1234}", "1234", spec) == ("1234", True)
+
+
+def test_upstream_grading_mode_reaches_math_verify_unnormalized():
+    assert grade("\\boxed{3000000}", "3e6", SPEC) == ("3000000", True)
+    assert grade("\\boxed{3000000}", "3e6", UPSTREAM) == ("3000000", False)
+
+
+@pytest.mark.parametrize("key", ["grading", "extraction"])
+def test_unknown_mode_is_refused_by_name(key):
+    with pytest.raises(InputError, match=f"evaluation spec.{key}"):
+        parse_eval_spec({key: "lenient"})
