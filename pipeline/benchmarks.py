@@ -5,10 +5,14 @@ eval-and-stats C.2). A ``SourceFormat`` lists them in priority order; one set of
 row into the common schema, so a local JSONL file in a source's format goes through the same code as the Hub:
 
     problem = context + "\\n" + question   (OlympiadBench's optional context) or the first problem field
-    gold    = first present gold field, normalized by ``gold_text``:
+    gold    = first present gold field, normalized by ``gold_text`` (gold format "clean", the default):
               list   -> elements joined by ", " (each with its enclosing $...$ stripped)
               str    -> last complete \\boxed{} when it holds one (Minerva's solution), enclosing $...$ stripped
               number -> integral floats without ".0" (AMC's 27.0 -> "27"), others as Python prints them
+              or as upstream's scorer saw it (gold format "upstream", ``upstream_gold_text``, spec 6.2-6.4):
+              str(value) (OlympiadBench's list -> "['$(3,0),(-3,1)$']", AMC's 27.0 -> "27.0"); Minerva's gold
+              is the boxed answer of ``solution`` by upstream's extractor (``upstream_gold_fields``)
+    id      = the source's own id field, or its ``composite_id_fields`` joined by ":" (CollegeMATH has no id)
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pipeline.io import InputError
 from pipeline.rewards import gold_self_check, last_boxed
 
 DEFAULT_SUBSET_SEED = 42
+GOLD_FORMATS = ("clean", "upstream")
 # One math block around the whole text: "$x$" or "$$x$$", no "$" inside.
 ENCLOSING_DOLLARS = re.compile(r"^\s*\$+([^$]*?)\$+\s*$", re.DOTALL)
 
@@ -49,6 +54,14 @@ class SourceFormat:
     config: str | None = None
     context_field: str | None = None
     subset_size: int | None = None
+    composite_id_fields: tuple[str, ...] = ()
+    upstream_gold_fields: tuple[str, ...] | None = None
+
+    def gold_fields_for(self, gold_format: str) -> tuple[str, ...]:
+        """The gold fields in priority order for ``gold_format`` (clean or upstream)."""
+        if gold_format == "upstream" and self.upstream_gold_fields is not None:
+            return self.upstream_gold_fields
+        return self.gold_fields
 
 
 # Revisions: the MATH-500 and aime_2024 pins are the Hub commits other projects pin (found with the code search);
@@ -83,6 +96,7 @@ SOURCE_FORMATS: dict[str, SourceFormat] = {
         problem_fields=("problem", "question"),
         gold_fields=("answer", "solution"),
         id_fields=("idx", "id"),
+        upstream_gold_fields=("solution",),  # upstream grades against the boxed answer of the solution
     ),
     "olympiadbench": SourceFormat(
         hub_id="Hothan/OlympiadBench",
@@ -101,6 +115,7 @@ SOURCE_FORMATS: dict[str, SourceFormat] = {
         problem_fields=("problem", "question"),
         gold_fields=("answer", "solution"),
         subset_size=200,
+        composite_id_fields=("data_source", "question_number"),
     ),
     # Upstream's src/eval/eval_data files (Qwen2.5-Math evaluation format): every file has "problem"; the gold is
     # "final_answer" (OlympiadBench), "answer" (MATH, AIME, AMC, CollegeMATH) or the boxed "solution" (Minerva).
@@ -192,6 +207,22 @@ def gold_text(value: Any) -> str:
     return gold
 
 
+def upstream_gold_text(value: Any, field: str) -> str:
+    """The gold as upstream's scorer grades it: ``str(value)``; a ``solution`` field's last box by upstream's
+    extractor (it stops at the first unclosed box and keeps the content unstripped)."""
+    if field == "solution":
+        boxed = last_boxed(str(value), "upstream")
+        if not boxed or not boxed.strip():
+            raise SkipRow("solution has no complete, non-empty \\boxed{}")
+        return boxed
+    if isinstance(value, bool):
+        raise SkipRow("non-string answer (bool)")
+    text = str(value)
+    if not text.strip():
+        raise SkipRow("empty answer")
+    return text
+
+
 def first_present(row: dict[str, Any], fields: tuple[str, ...], what: str) -> tuple[str, Any]:
     """(field, value) of the first of ``fields`` present in ``row`` with a value that is not None."""
     for field in fields:
@@ -214,7 +245,11 @@ def problem_text(row: dict[str, Any], source: SourceFormat) -> str:
 
 
 def item_id(row: dict[str, Any], index: int, source: SourceFormat) -> str:
-    """The row's own id (first of the source's id fields) as a string, else its position in the split."""
+    """The row's own id (first of the source's id fields, or its composite id fields joined by ":") as a string,
+    else its position in the split."""
+    parts = [row.get(field) for field in source.composite_id_fields]
+    if parts and all(isinstance(part, str) and part.strip() for part in parts):
+        return ":".join(part.strip() for part in parts)
     for field in source.id_fields:
         value = row.get(field)
         if isinstance(value, str | int) and not isinstance(value, bool) and str(value).strip():
@@ -222,25 +257,30 @@ def item_id(row: dict[str, Any], index: int, source: SourceFormat) -> str:
     return str(index)
 
 
-def normalize_row(row: dict[str, Any], index: int, source: SourceFormat, label: str) -> dict[str, str]:
+def normalize_row(
+    row: dict[str, Any], index: int, source: SourceFormat, label: str, gold_format: str = "clean"
+) -> dict[str, str]:
     """One source row -> ``{"id", "problem", "answer", "source"}``; raises SkipRow with the reason."""
     problem = problem_text(row, source)
-    field, gold = first_present(row, source.gold_fields, "answer")
+    field, gold = first_present(row, source.gold_fields_for(gold_format), "answer")
     # A worked solution is a gold only through its box (upstream extracts the last \boxed{} of Minerva's solution).
     if field == "solution" and "\\boxed" not in str(gold):
         raise SkipRow("field 'solution' has no \\boxed{} answer")
-    return {"id": item_id(row, index, source), "problem": problem, "answer": gold_text(gold), "source": label}
+    answer = upstream_gold_text(gold, field) if gold_format == "upstream" else gold_text(gold)
+    return {"id": item_id(row, index, source), "problem": problem, "answer": answer, "source": label}
 
 
 def normalize_rows(
-    rows: list[dict[str, Any]], source: SourceFormat, label: str
+    rows: list[dict[str, Any]], source: SourceFormat, label: str, gold_format: str = "clean"
 ) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
     """Normalized items and the skipped rows ``[{"row": index, "reason": str}]``; a repeated id is refused."""
+    if gold_format not in GOLD_FORMATS:
+        raise InputError(f"{label}: gold must be one of {', '.join(GOLD_FORMATS)}, got {gold_format!r}")
     items: list[dict[str, str]] = []
     skipped: list[dict[str, Any]] = []
     for index, row in enumerate(rows):
         try:
-            items.append(normalize_row(row, index, source, label))
+            items.append(normalize_row(row, index, source, label, gold_format))
         except SkipRow as reason:
             skipped.append({"row": index, "reason": str(reason)})
     repeated = [key for key, count in Counter(item["id"] for item in items).items() if count > 1]

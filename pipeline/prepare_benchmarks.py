@@ -7,7 +7,8 @@ BENCH_SPEC keys: ``kind`` (math500, aime24, amc23, minerva, olympiadbench, colle
 ``hub_id``, ``config``, ``split``, ``revision``, ``cache_dir`` (override the kind's pinned Hub source; ``hub_id``
 may be a local dataset directory); ``path`` (a local JSONL file in the kind's format instead of the Hub; required
 for qwen_jsonl); ``subset_size``, ``subset_seed``, ``subset_ids_file`` (olympiadbench and collegemath default to
-200 items); ``generated`` (ArithmeticSpec fields, for kind generated).
+200 items); ``gold`` (clean | upstream: the gold as upstream's scorer saw it, pipeline.benchmarks); ``generated``
+(ArithmeticSpec fields, for kind generated).
 
 Subsets: when ``subset_ids_file`` exists, exactly its ids are used (reproducible across data orderings);
 otherwise ``subset_size`` items are drawn with ``random.Random(subset_seed)`` and, when ``subset_ids_file`` is
@@ -48,6 +49,7 @@ SPEC_KEYS = {
     "subset_size",
     "subset_seed",
     "subset_ids_file",
+    "gold",
     "generated",
 }
 
@@ -86,8 +88,9 @@ def source_items(name: str, spec: dict[str, Any]) -> tuple[list[dict[str, str]],
             cache_dir=spec.get("cache_dir"),
         )
         label = provenance["hub_id"]
-    items, skipped = normalize_rows(rows, source, label)
-    return items, skipped, provenance | {"rows": len(rows)}
+    gold_format = spec.get("gold", "clean")
+    items, skipped = normalize_rows(rows, source, label, gold_format)
+    return items, skipped, provenance | {"rows": len(rows), "gold": gold_format}
 
 
 def read_subset_ids(path: Path) -> list[str]:

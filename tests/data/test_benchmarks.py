@@ -153,12 +153,13 @@ def test_collegemath_golds_and_recorded_subset(tmp_path: Path) -> None:
 def test_collegemath_answers_lose_their_dollars(tmp_path: Path) -> None:
     items, _ = prepare_benchmark("collegemath", hub_spec("collegemath", "collegemath", tmp_path))
     assert [item["answer"] for item in items[:4]] == ["\\frac{4}{3}", "-13", "1", "-1-6 i"]
-    assert [item["id"] for item in items] == [str(i) for i in range(8)]  # row positions: no id field
+    # no id field: data_source and question_number name an item
+    assert items[0]["id"] == "college_math.Beginning_and_Intermediate_Algebra:exercise.0.2.0"
 
 
 def test_recorded_ids_missing_from_data_are_refused(tmp_path: Path) -> None:
     ids_file = tmp_path / "ids.json"
-    ids_file.write_text(json.dumps(["0", "99"]))
+    ids_file.write_text(json.dumps(["college_math.Beginning_and_Intermediate_Algebra:exercise.0.2.0", "99"]))
     spec = hub_spec("collegemath", "collegemath", tmp_path, subset_ids_file=str(ids_file))
     with pytest.raises(InputError, match=r"ids.json: ids not found in the benchmark data: 99"):
         prepare_benchmark("collegemath", spec)
