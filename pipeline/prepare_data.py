@@ -5,7 +5,8 @@
 
 DATA_SPEC keys: ``source`` (deepmath | generated | jsonl), ``prompt_template`` (clean | upstream; upstream
 reproduces the paper's U+0008 quirk, spec 5), ``deepmath`` ({hub_id, revision, split, cache_dir, max_rows,
-shuffle_seed}), ``generated`` (ArithmeticSpec fields), ``jsonl`` ({path, max_rows, shuffle_seed}; rows with
+shuffle_seed, shuffle}; shuffle python_random (default) or datasets: upstream's ``Dataset.shuffle(seed)`` order over
+every row, which refuses skipped rows and decontamination because they would shift positions), ``generated`` (ArithmeticSpec fields), ``jsonl`` ({path, max_rows, shuffle_seed}; rows with
 ``problem`` and ``answer``), ``decontaminate`` ({enabled, ngram}).
 
 Output rows (ARCHITECTURE.md): ``{"id", "prompt": [{"role": "user", "content": ...}], "solution", "source"}``;
@@ -28,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm import tqdm
 
 from pipeline.arith import arithmetic_problems
@@ -36,7 +38,8 @@ from pipeline.io import InputError, atomic_write_json, atomic_write_jsonl, load_
 from pipeline.rewards import PROMPT_TEMPLATES, build_prompt
 
 SPEC_KEYS = {"source", "prompt_template", "deepmath", "generated", "jsonl", "decontaminate"}
-DEEPMATH_KEYS = {"hub_id", "revision", "split", "cache_dir", "max_rows", "shuffle_seed"}
+DEEPMATH_KEYS = {"hub_id", "revision", "split", "cache_dir", "max_rows", "shuffle_seed", "shuffle"}
+SHUFFLES = ("python_random", "datasets")
 JSONL_KEYS = {"path", "max_rows", "shuffle_seed"}
 DECONTAMINATE_KEYS = {"enabled", "ngram"}
 DEEPMATH_DEFAULTS = {
@@ -47,6 +50,7 @@ DEEPMATH_DEFAULTS = {
     "cache_dir": None,
     "max_rows": None,
     "shuffle_seed": 42,  # upstream shuffles the training split with seed 42 (spec 5)
+    "shuffle": "python_random",
 }
 DEFAULT_NGRAM = 13
 SKIP_EXAMPLES = 20
@@ -174,14 +178,47 @@ def length_stats(values: list[int]) -> dict[str, float]:
     }
 
 
-def shuffled_prefix(records: list[Record], seed: Any, max_rows: Any, where: str) -> list[Record]:
-    """``records`` shuffled by ``random.Random(seed)``, then cut to ``max_rows`` (None keeps all)."""
+def datasets_permutation(n: int, seed: int) -> list[int]:
+    """The row order of ``datasets``' ``Dataset.shuffle(seed=seed)`` on n rows: ``default_rng(seed).permutation(n)``.
+
+    Written out (rather than building an Arrow table to call it) so that no copy of the rows is made; the test
+    suite checks it against ``Dataset.shuffle`` itself.
+    """
+    return np.random.default_rng(seed).permutation(n).tolist()
+
+
+def shuffled_prefix(
+    records: list[Record], seed: Any, max_rows: Any, where: str, shuffle: str = "python_random"
+) -> list[Record]:
+    """``records`` shuffled by ``random.Random(seed)`` (python_random) or in the order of ``datasets``'
+    ``Dataset.shuffle(seed)`` (datasets, upstream's), then cut to ``max_rows`` (None keeps all)."""
     for key, value in (("shuffle_seed", seed), ("max_rows", max_rows)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
             raise InputError(f"{where}.{key}: expected a non-negative integer, got {value!r}")
-    order = list(records)
-    random.Random(seed).shuffle(order)
+    if shuffle not in SHUFFLES:
+        raise InputError(f"{where}.shuffle: expected one of {', '.join(SHUFFLES)}, got {shuffle!r}")
+    if shuffle == "datasets":
+        order = [records[index] for index in datasets_permutation(len(records), seed)]
+    else:
+        order = list(records)
+        random.Random(seed).shuffle(order)
     return order if max_rows is None else order[:max_rows]
+
+
+def refuse_position_shifts(skipped: list[dict[str, Any]], decontaminating: bool, where: str) -> None:
+    """Upstream's order permutes every row of the split and its sampler draws by position: a dropped row would
+    shift every later prompt, so skipped rows and decontamination are refused under ``shuffle: datasets``."""
+    if skipped:
+        first = skipped[0]
+        raise InputError(
+            f"{where}.shuffle: 'datasets' reproduces upstream's order only over every row, but {len(skipped)} "
+            f"row(s) cannot be used (first: row {first['row']}, {first['reason']})"
+        )
+    if decontaminating:
+        raise InputError(
+            f"{where}.shuffle: 'datasets' reproduces upstream's order only over every row; "
+            "data.decontaminate.enabled would drop rows"
+        )
 
 
 def load_records(spec: dict[str, Any]) -> tuple[list[Record], list[dict], dict[str, Any], dict[str, Any]]:
@@ -203,7 +240,7 @@ def load_records(spec: dict[str, Any]) -> tuple[list[Record], list[dict], dict[s
         )
         records, skipped = validated_records(rows, deepmath_record, "deepmath")
         provenance = {key: settings[key] for key in ("hub_id", "revision", "split")}
-        return records, skipped, provenance, {key: settings[key] for key in ("shuffle_seed", "max_rows")}
+        return records, skipped, provenance, {key: settings[key] for key in ("shuffle_seed", "max_rows", "shuffle")}
     if source == "jsonl":
         settings = check_keys(spec.get("jsonl", {}), JSONL_KEYS, "data.jsonl")
         if "path" not in settings:
@@ -236,13 +273,16 @@ def prepare_data(spec: Any, against: list[str]) -> tuple[list[dict[str, Any]], d
         raise InputError(f"data.prompt_template: expected one of {', '.join(PROMPT_TEMPLATES)}, got {template!r}")
     contamination = decontamination_settings(spec, against)
     records, skipped, provenance, order = load_records(spec)
+    if order.get("shuffle") == "datasets":
+        refuse_position_shifts(skipped, contamination["enabled"], f"data.{source}")
     rows_read = len(records) + len(skipped)
     dropped: list[dict[str, Any]] = []
     if contamination["enabled"]:
         index = benchmark_ngrams(against, contamination["ngram"])
         records, dropped = decontaminate(records, index, contamination["ngram"])
     if order["shuffle_seed"] is not None:
-        records = shuffled_prefix(records, order["shuffle_seed"], order["max_rows"], f"data.{source}")
+        shuffle = order.get("shuffle", "python_random")
+        records = shuffled_prefix(records, order["shuffle_seed"], order["max_rows"], f"data.{source}", shuffle)
     if not records:
         raise InputError(f"data: no usable training rows ({len(skipped)} skipped, {len(dropped)} decontaminated)")
     rows = [training_row(record, template, source) for record in records]

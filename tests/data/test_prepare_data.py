@@ -200,3 +200,53 @@ def test_cli_bad_spec_exits_2(tmp_path: Path) -> None:
     out = tmp_path / "train.jsonl"
     result = run_stage("--spec", '{"source": "hf"}', "--out", str(out), "--card", str(tmp_path / "c.json"))
     assert result.returncode == 2 and "data.source" in result.stderr and not out.exists()
+
+
+# --- upstream's training order ------------------------------------------------------------------------------------
+
+
+def write_deepmath_shaped(directory: Path, n: int) -> Path:
+    """A DeepMath-103K-shaped split (conversational ``prompt`` + ``solution``) of n distinct rows."""
+    directory.mkdir(parents=True)
+    rows = [{"prompt": [{"role": "user", "content": f"Compute {i} + {i}."}], "solution": str(2 * i)} for i in range(n)]
+    (directory / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return directory
+
+
+def test_paper_config_trains_on_upstreams_first_1600_prompts(tmp_path: Path) -> None:
+    """The paper config's training table is the split in the order of datasets' own Dataset.shuffle(seed=42)."""
+    import datasets
+    import yaml
+
+    hub = write_deepmath_shaped(tmp_path / "deepmath", 2000)
+    data_spec = yaml.safe_load((REPO / "configs" / "paper.yaml").read_text())["data"]
+    data_spec["deepmath"] |= {"hub_id": str(hub), "cache_dir": str(tmp_path / "hf")}
+    rows, card = prepare_data(data_spec, [])
+
+    split = datasets.load_dataset(str(hub), split="train", cache_dir=str(tmp_path / "hf2"))
+    upstream = datasets.concatenate_datasets([split]).shuffle(seed=42)
+    expected = [row["prompt"][0]["content"] + PROMPT_SUFFIX_UPSTREAM for row in upstream]
+    ours = [row["prompt"][0]["content"] for row in rows]
+    assert ours[:1600] == expected[:1600]
+    assert ours == expected and [row["solution"] for row in rows] == upstream["solution"]
+    assert card["shuffle"] == "datasets"
+
+
+def test_python_random_order_is_not_upstreams(tmp_path: Path) -> None:
+    hub = write_deepmath_shaped(tmp_path / "deepmath", 200)
+    rows, _ = prepare_data({"source": "deepmath", "deepmath": {"hub_id": str(hub), "cache_dir": str(tmp_path)}}, [])
+    datasets_order, _ = prepare_data(
+        {"source": "deepmath", "deepmath": {"hub_id": str(hub), "cache_dir": str(tmp_path), "shuffle": "datasets"}}, []
+    )
+    assert [row["id"] for row in rows] != [row["id"] for row in datasets_order]
+    assert sorted(row["id"] for row in rows) == sorted(row["id"] for row in datasets_order)
+
+
+def test_datasets_order_refuses_rows_that_would_shift_positions(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"data.deepmath.shuffle: .* 3 row\(s\) cannot be used \(first: row"):
+        prepare_data(deepmath_spec(tmp_path, shuffle="datasets"), [])
+    hub = write_deepmath_shaped(tmp_path / "deepmath", 10)
+    spec = {"source": "deepmath", "deepmath": {"hub_id": str(hub), "cache_dir": str(tmp_path), "shuffle": "datasets"}}
+    benchmark = write_benchmark(tmp_path / "bench.jsonl", ["Compute 1 + 1."])
+    with pytest.raises(InputError, match=r"decontaminate\.enabled would drop rows"):
+        prepare_data(spec | {"decontaminate": {"enabled": True}}, [benchmark])
