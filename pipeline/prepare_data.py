@@ -6,8 +6,9 @@
 DATA_SPEC keys: ``source`` (deepmath | generated | jsonl), ``prompt_template`` (clean | upstream; upstream
 reproduces the paper's U+0008 quirk, spec 5), ``deepmath`` ({hub_id, revision, split, cache_dir, max_rows,
 shuffle_seed, shuffle}; shuffle python_random (default) or datasets: upstream's ``Dataset.shuffle(seed)`` order over
-every row, which refuses skipped rows and decontamination because they would shift positions), ``generated`` (ArithmeticSpec fields), ``jsonl`` ({path, max_rows, shuffle_seed}; rows with
-``problem`` and ``answer``), ``decontaminate`` ({enabled, ngram}).
+every row, which refuses skipped rows and decontamination because they would shift positions), ``generated``
+(ArithmeticSpec fields), ``jsonl`` ({path, max_rows, shuffle_seed}; rows with ``problem`` and ``answer``),
+``decontaminate`` ({enabled, ngram}).
 
 Output rows (ARCHITECTURE.md): ``{"id", "prompt": [{"role": "user", "content": ...}], "solution", "source"}``;
 the instruction is appended to the (last) user message, as upstream does for DeepMath's conversational prompt.
