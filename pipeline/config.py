@@ -218,7 +218,7 @@ class MethodConfig:
 
 
 def _is_credit_key(key: str) -> bool:
-    return key in ("credit", "answer_span") or key.startswith(tuple(CREDIT_PREFIXES.values()))
+    return key in ("credit", "answer_span", "answer_alignment") or key.startswith(tuple(CREDIT_PREFIXES.values()))
 
 
 @dataclass(frozen=True)

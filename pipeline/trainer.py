@@ -65,6 +65,7 @@ CHOICES = {
     "grail_leaf": GRAIL_LEAVES,
     "grail_position": ("previous", "same"),
     "answer_span": ("first", "last"),
+    "answer_alignment": ("exact", "upstream"),
     "grail_recompute": ("every_step", "per_generation"),
     "grail_implementation": ("fast", "reference"),
     "reward_grading": GRADING_MODES,
@@ -92,6 +93,10 @@ class GrailGRPOConfig(GRPOConfig):
     )
     answer_span: str = field(
         default="first", metadata={"help": "Which complete \\boxed{} is the answer: 'first' (upstream) or 'last'."}
+    )
+    answer_alignment: str = field(
+        default="exact",
+        metadata={"help": "Answer tokens: 'exact' character cover, or 'upstream' re-encode-and-count (spec 1.3)."},
     )
     grail_recompute: str = field(
         default="every_step",
@@ -256,7 +261,11 @@ class GrailGRPOTrainer(GRPOTrainer):
         if SPANS_KEY in batch:
             return batch[SPANS_KEY]
         return find_boxed_spans(
-            self.processing_class, batch["completion_ids"], batch["completion_mask"], which=self.args.answer_span
+            self.processing_class,
+            batch["completion_ids"],
+            batch["completion_mask"],
+            which=self.args.answer_span,
+            alignment=self.args.answer_alignment,
         )
 
     def _credit_weights(self, model: nn.Module, batch: dict[str, Any], *, share_loss_forward: bool) -> torch.Tensor:

@@ -14,6 +14,16 @@ tokenizations and tokens that merge across the box's edges are handled: a span i
 box text (``decode(ids[start:end])`` contains it, and equals it when no token straddles its edges). A token
 straddling the marker and the content counts as content; one straddling the content and the closing brace
 counts as the closing brace (boundary); a character split over several byte tokens belongs to all of them.
+
+Alignment ``upstream`` instead reproduces upstream GRAIL's counting (spec 1.3, 1.7): with
+encode_mid(s) = encode("a" + s) minus the tokens of "a",
+
+    start = |encode_mid(text[:box])|,  end = min(start + |encode_mid(box text)|, T),
+    content_start = min(start + |encode_mid("\\boxed{")|, end)
+
+which differs from the exact cover wherever a token merges across the box's edges: Qwen's ``{\\``, ``{-``, ``{(``
+and ``{x`` are single tokens, so upstream counts the token that opens the content as marker (boundary), and a
+`` $\\`` merge before ``\\boxed`` shifts its whole span by a token.
 """
 
 from __future__ import annotations
@@ -25,6 +35,8 @@ from typing import Literal, NamedTuple
 import torch
 
 from pipeline.rewards import BOX_MARKER, boxed_contents
+
+DUMMY_PREFIX = "a"  # upstream's prefix that puts re-encoded text mid-sequence
 
 
 class SpanMasks(NamedTuple):
@@ -85,27 +97,57 @@ def _row_span(tokenizer, ids: list[int], which: str) -> tuple[int, int, int] | N
     return start, content_start, last + 1
 
 
+def _mid_sequence_length(tokenizer, text: str, dummy_length: int) -> int:
+    """|encode_mid(text)|: tokens of ``"a" + text`` after the tokens of ``"a"`` (upstream's dummy-prefix count)."""
+    return max(len(tokenizer.encode(DUMMY_PREFIX + text, add_special_tokens=False)) - dummy_length, 0)
+
+
+def _upstream_row_span(tokenizer, ids: list[int], which: str) -> tuple[int, int, int] | None:
+    """Span of one row's valid ids by upstream's re-encode-and-count mapping (module docstring), or None."""
+    text = _decode(tokenizer, ids)
+    chars = _box_chars(text, which)
+    if chars is None:
+        return None
+    marker_char, _, end_char = chars
+    dummy_length = len(tokenizer.encode(DUMMY_PREFIX, add_special_tokens=False))
+    start = _mid_sequence_length(tokenizer, text[:marker_char], dummy_length)
+    end = min(start + _mid_sequence_length(tokenizer, text[marker_char:end_char], dummy_length), len(ids))
+    if start >= end:
+        return None
+    content_start = min(start + _mid_sequence_length(tokenizer, BOX_MARKER, dummy_length), end)
+    return start, content_start, end
+
+
+ROW_SPANS = {"exact": _row_span, "upstream": _upstream_row_span}
+
+
 def find_boxed_spans(
     tokenizer,
     completion_ids: torch.Tensor,
     completion_mask: torch.Tensor,
     which: Literal["first", "last"] = "first",
+    alignment: Literal["exact", "upstream"] = "exact",
 ) -> torch.Tensor:
     """(B, 3) long tensor of ``(start, content_start, end)`` per row (see the module docstring).
 
     Only positions with ``completion_mask == 1`` are read (a truncated row, all zeros, has no span). ``which``:
     "first" complete box (upstream GRAIL and OAR-G) or "last" (the one the reward grades). Braces are matched as
-    upstream does: an occurrence of ``\\boxed{`` whose braces never balance is skipped.
+    upstream does: an occurrence of ``\\boxed{`` whose braces never balance is skipped. ``alignment``: "exact"
+    character-to-token cover, or "upstream" re-encode-and-count (module docstring).
     """
     if which not in ("first", "last"):
         raise ValueError(f"which must be 'first' or 'last', got {which!r}")
+    if alignment not in ROW_SPANS:
+        raise ValueError(f"alignment must be one of {sorted(ROW_SPANS)}, got {alignment!r}")
     spans = torch.full((completion_ids.shape[0], 3), -1, dtype=torch.long)
     for row, (ids, mask) in enumerate(zip(completion_ids.tolist(), completion_mask.tolist(), strict=True)):
         positions = [t for t, valid in enumerate(mask) if valid]
-        span = _row_span(tokenizer, [ids[t] for t in positions], which)
+        span = ROW_SPANS[alignment](tokenizer, [ids[t] for t in positions], which)
         if span is not None:
             start, content_start, end = span
-            spans[row] = torch.tensor([positions[start], positions[content_start], positions[end - 1] + 1])
+            # one past the last valid position maps to one past its tensor position (an empty content)
+            ends = [*positions, positions[end - 1] + 1]
+            spans[row] = torch.tensor([positions[start], ends[content_start], positions[end - 1] + 1])
     return spans.to(completion_ids.device)
 
 
