@@ -48,6 +48,7 @@ from pipeline.credit import (
     answer_token_logprobs,
     find_boxed_spans,
     grail_weights_with_stats,
+    oar_g_official_weights,
     oar_g_weights,
     saliency_from_grad,
     saliency_scores,
@@ -66,10 +67,12 @@ CHOICES = {
     "grail_position": ("previous", "same"),
     "answer_span": ("first", "last"),
     "answer_alignment": ("exact", "upstream"),
+    "oar_g_variant": ("upstream", "official"),
     "grail_recompute": ("every_step", "per_generation"),
     "grail_implementation": ("fast", "reference"),
     "reward_grading": GRADING_MODES,
 }
+OAR_G_VARIANTS = {"upstream": oar_g_weights, "official": oar_g_official_weights}
 WEIGHTS_KEY = "credit_weights"  # (B, T) weights computed per generation round
 SPANS_KEY = "answer_spans"  # (B, 3) boxed spans, found once per generation round
 
@@ -113,6 +116,12 @@ class GrailGRPOConfig(GRPOConfig):
     oar_g_beta: float = field(default=2.0, metadata={"help": "OAR-G boosting coefficient, >= 0."})
     oar_g_eps: float = field(default=1e-12, metadata={"help": "OAR-G smoothing constant, > 0."})
     oar_g_noise_std: float = field(default=1e-3, metadata={"help": "OAR-G embedding noise std, >= 0."})
+    oar_g_variant: str = field(
+        default="upstream",
+        metadata={
+            "help": "'upstream' (GRAIL's OAR-G baseline) or 'official' (the OAR paper's code, credit.oar_g_official)."
+        },
+    )
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -434,9 +443,10 @@ class GrailGRPOTrainer(GRPOTrainer):
         answer_mask = answer_mask_from_spans(spans, completion_mask.size(1))
         unwrapped = self.accelerator.unwrap_model(model)
         parts = [completion_mask.new_empty((0, completion_mask.size(1)), dtype=torch.float32)]
+        weigh = OAR_G_VARIANTS[self.args.oar_g_variant]
         for chunk in rows.split(self.args.per_device_train_batch_size):
             with torch.enable_grad():
-                weights = oar_g_weights(
+                weights = weigh(
                     unwrapped,
                     input_ids[chunk],
                     attention_mask[chunk],

@@ -1,10 +1,11 @@
 """Token-level credit assignment (pure functions): boxed-answer spans, GRAIL saliency and weights, OAR-G weights.
 
-Spec: upstream GRAIL sections 1-2. Every function is side-effect free (no parameter ``.grad`` is touched).
+Spec: upstream GRAIL sections 1-2; ``oar_g_official`` is OAR-G as the OAR paper's official code defines it. Every function is side-effect free (no parameter ``.grad`` is touched).
 """
 
 from pipeline.credit.grail import grail_weights, grail_weights_with_stats
 from pipeline.credit.oar_g import oar_g_reshape, oar_g_weights, oar_g_weights_with_stats
+from pipeline.credit.oar_g_official import oar_g_official_weights, oar_g_official_weights_with_stats
 from pipeline.credit.saliency import answer_token_logprobs, saliency_from_grad, saliency_scores
 from pipeline.credit.spans import SpanMasks, answer_mask_from_spans, find_boxed_spans, span_masks
 
@@ -15,6 +16,8 @@ __all__ = [
     "find_boxed_spans",
     "grail_weights",
     "grail_weights_with_stats",
+    "oar_g_official_weights",
+    "oar_g_official_weights_with_stats",
     "oar_g_reshape",
     "oar_g_weights",
     "oar_g_weights_with_stats",
