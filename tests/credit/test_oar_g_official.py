@@ -91,7 +91,7 @@ def reference_official(model, input_ids, attention_mask, completion_mask, answer
         ids, mask = input_ids[i : i + 1], attention_mask[i : i + 1]
         embeds = model.model.embed_tokens.weight[ids].detach().clone()
 
-        def mean_answer_logits(inputs_embeds, ids_mask=mask):
+        def mean_answer_logits(inputs_embeds, ids_mask=mask, answer=answer):
             logits = model.model(inputs_embeds=inputs_embeds, attention_mask=ids_mask).last_hidden_state[0] @ head.T
             return torch.stack([logits[P + t - 1] for t in answer]).mean(dim=0)
 
