@@ -161,6 +161,28 @@ def test_paper_study_plan() -> None:
     assert study.effective_training("qwen3_4b", "grail")["per_device_train_batch_size"] == 8
 
 
+def test_paper_config_selects_each_upstream_fidelity_option() -> None:
+    """README's fidelity table: paper.yaml reproduces upstream; the defaults (default.yaml) stay clean."""
+    paper = Study.from_config(load_config(CONFIGS / "paper.yaml"))
+    assert paper.data["deepmath"]["shuffle"] == "datasets"  # training order
+    assert not paper.data["decontaminate"]["enabled"]
+    assert {spec.get("gold") for spec in paper.benchmarks.values()} == {"upstream"}  # golds
+    for name in ("olympiadbench", "collegemath"):  # items
+        ids_file = REPO / paper.benchmarks[name]["subset_ids_file"]
+        assert ids_file.is_file() and ids_file.parent.name == "subsets"
+    assert (paper.evaluation.spec["grading"], paper.evaluation.spec["extraction"]) == ("upstream", "upstream")
+    for method in paper.methods:
+        assert paper.effective_training("qwen3_4b", method)["reward_grading"] == "upstream"
+    for method in ("grail", "oar_g"):  # answer tokens
+        assert paper.methods[method].spec["answer_alignment"] == "upstream"
+    assert "oar_g_variant" not in paper.methods["oar_g"].spec  # the paper's baseline is upstream's OAR-G
+
+    clean = Study.from_config(load_config(CONFIGS / "default.yaml"))
+    assert (clean.evaluation.spec["grading"], clean.evaluation.spec["extraction"]) == ("clean", "clean")
+    assert all("reward_grading" not in clean.effective_training(m, k) for m in clean.models for k in clean.methods)
+    assert all("answer_alignment" not in method.spec for method in clean.methods.values())
+
+
 def test_resources_merge_default_rule_model() -> None:
     config = raw("default")
     config["resources"]["default"] = {"cpus": 1, "mem_mb": 1000, "runtime": 10, "gpus": 0, "nodes": 1}

@@ -56,3 +56,9 @@ def test_all_is_an_alias_of_both(tmp_path):
 def test_invalid_values_are_refused_by_name(tmp_path, field, value):
     with pytest.raises(InputError, match=field):
         config(tmp_path, **{field: value})
+
+
+def test_every_oar_g_variant_has_a_weight_function():
+    from pipeline.trainer import CHOICES, OAR_G_VARIANTS
+
+    assert set(OAR_G_VARIANTS) == set(CHOICES["oar_g_variant"])
