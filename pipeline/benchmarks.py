@@ -96,7 +96,7 @@ SOURCE_FORMATS: dict[str, SourceFormat] = {
         problem_fields=("problem", "question"),
         gold_fields=("answer", "solution"),
         id_fields=("idx", "id"),
-        upstream_gold_fields=("solution",),  # upstream grades against the boxed answer of the solution
+        upstream_gold_fields=("solution", "answer"),  # upstream grades against the boxed answer of the solution
     ),
     "olympiadbench": SourceFormat(
         hub_id="Hothan/OlympiadBench",
@@ -207,17 +207,14 @@ def gold_text(value: Any) -> str:
     return gold
 
 
-def upstream_gold_text(value: Any, field: str) -> str:
-    """The gold as upstream's scorer grades it: ``str(value)``; a ``solution`` field's last box by upstream's
-    extractor (it stops at the first unclosed box and keeps the content unstripped)."""
-    if field == "solution":
-        boxed = last_boxed(str(value), "upstream")
-        if not boxed or not boxed.strip():
-            raise SkipRow("solution has no complete, non-empty \\boxed{}")
-        return boxed
+def upstream_gold_text(value: Any) -> str:
+    """The gold as upstream's scorer grades it: ``str(value)``, or a boxed string's last box by upstream's
+    extractor (it stops at the first unclosed box and keeps the content unstripped), as for Minerva's solution."""
     if isinstance(value, bool):
         raise SkipRow("non-string answer (bool)")
     text = str(value)
+    if "\\boxed" in text:
+        text = last_boxed(text, "upstream") or ""
     if not text.strip():
         raise SkipRow("empty answer")
     return text
@@ -266,7 +263,7 @@ def normalize_row(
     # A worked solution is a gold only through its box (upstream extracts the last \boxed{} of Minerva's solution).
     if field == "solution" and "\\boxed" not in str(gold):
         raise SkipRow("field 'solution' has no \\boxed{} answer")
-    answer = upstream_gold_text(gold, field) if gold_format == "upstream" else gold_text(gold)
+    answer = upstream_gold_text(gold) if gold_format == "upstream" else gold_text(gold)
     return {"id": item_id(row, index, source), "problem": problem, "answer": answer, "source": label}
 
 
