@@ -137,6 +137,9 @@ def test_unknown_gold_format_is_refused_by_name(tmp_path):
 
 def test_minerva_upstream_gold_without_a_solution_field_falls_back_to_the_answer():
     minerva = SOURCE_FORMATS["minerva"]
-    rows = [{"idx": 1, "problem": "Q?", "answer": "0.49"}, {"idx": 2, "problem": "Q?", "answer": "E=\\boxed{7.2e-27} J"}]
+    rows = [
+        {"idx": 1, "problem": "Q?", "answer": "0.49"},
+        {"idx": 2, "problem": "Q?", "answer": "E=\\boxed{7.2e-27} J"},
+    ]
     items, _ = normalize_rows(rows, minerva, "m", "upstream")
     assert [item["answer"] for item in items] == ["0.49", "7.2e-27"]
