@@ -7,7 +7,9 @@ For every benchmark item and sample index s < n_samples (a "unit"), the model an
 ``[user: build_prompt(problem, prompt_template)]`` (thinking disabled). The completion is graded like the training
 reward: extracted = the last complete ``\\boxed{}``, correct = math-verify(gold, extracted) with a timeout, in the
 main thread (its timeout is SIGALRM based). Answers longer than ``max_answer_chars`` score 0 unparsed: no real
-benchmark answer is that long, and parsing megabytes costs a full timeout each time.
+benchmark answer is that long, and parsing megabytes costs a full timeout each time. ``grading`` (clean | upstream,
+pipeline.grading) and ``extraction`` (clean | upstream: upstream's extractor stops at the first unclosed box and has
+no length cap, spec 6.2) select upstream's behaviour for the paper study.
 
 Resume: graded rows are appended durably (fsync per batch) to ``OUT.partial`` whose first line fingerprints the
 model, benchmark, seed and the sampling/grading settings. A rerun keeps the valid rows of a matching partial file
