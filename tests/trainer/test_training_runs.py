@@ -22,13 +22,23 @@ EXPECTED_METRICS = {
 }
 
 
+# paper.yaml's fidelity options (README, fidelity table) with the OAR paper's own OAR-G
+FIDELITY = {"oar_g_variant": "official", "answer_alignment": "upstream", "reward_grading": "upstream"}
+
+
 @pytest.mark.parametrize(
-    ("credit", "recompute"),
-    [("grpo", "every_step"), ("grail", "every_step"), ("grail", "per_generation"), ("oar_g", "every_step")],
+    ("credit", "recompute", "options"),
+    [
+        ("grpo", "every_step", {}),
+        ("grail", "every_step", {}),
+        ("grail", "per_generation", {}),
+        ("oar_g", "every_step", {}),
+        ("oar_g", "every_step", FIDELITY),
+    ],
 )
-def test_short_run_logs_metrics_and_updates_weights(boxing_model_dir, tmp_path, credit, recompute):
+def test_short_run_logs_metrics_and_updates_weights(boxing_model_dir, tmp_path, credit, recompute, options):
     trainer = make_trainer(
-        boxing_model_dir, tmp_path, credit=credit, grail_recompute=recompute, max_steps=2, num_iterations=2
+        boxing_model_dir, tmp_path, credit=credit, grail_recompute=recompute, max_steps=2, num_iterations=2, **options
     )
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
