@@ -18,11 +18,14 @@ x completion mask. The official loss is the per-sequence token mean (TRL ``loss_
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
-from pipeline.credit.grail import weight_stats
 from pipeline.credit.oar_g import SUPPRESS_FLOOR, mean_answer_logits
+from pipeline.credit.stats import weight_stats
 
+OarGVariant = Literal["upstream", "official"]  # pipeline.credit.oar_g, or this module
 OFFICIAL_EPS = 1e-8  # the official code's constant in the threshold ratios and the renormalization
 
 

@@ -30,12 +30,16 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import torch
 
 from pipeline.rewards import BOX_MARKER, boxed_contents
 
+AnswerSpan = Literal["first", "last"]  # which complete box is the answer
+ANSWER_SPANS: tuple[str, ...] = get_args(AnswerSpan)
+AnswerAlignment = Literal["exact", "upstream"]  # how the box's characters map to tokens (module docstring)
+ANSWER_ALIGNMENTS: tuple[str, ...] = get_args(AnswerAlignment)
 DUMMY_PREFIX = "a"  # upstream's prefix that puts re-encoded text mid-sequence
 
 
@@ -125,8 +129,8 @@ def find_boxed_spans(
     tokenizer,
     completion_ids: torch.Tensor,
     completion_mask: torch.Tensor,
-    which: Literal["first", "last"] = "first",
-    alignment: Literal["exact", "upstream"] = "exact",
+    which: AnswerSpan = "first",
+    alignment: AnswerAlignment = "exact",
 ) -> torch.Tensor:
     """(B, 3) long tensor of ``(start, content_start, end)`` per row (see the module docstring).
 
@@ -135,10 +139,10 @@ def find_boxed_spans(
     upstream does: an occurrence of ``\\boxed{`` whose braces never balance is skipped. ``alignment``: "exact"
     character-to-token cover, or "upstream" re-encode-and-count (module docstring).
     """
-    if which not in ("first", "last"):
-        raise ValueError(f"which must be 'first' or 'last', got {which!r}")
-    if alignment not in ROW_SPANS:
-        raise ValueError(f"alignment must be one of {sorted(ROW_SPANS)}, got {alignment!r}")
+    if which not in ANSWER_SPANS:
+        raise ValueError(f"which must be one of {ANSWER_SPANS}, got {which!r}")
+    if alignment not in ANSWER_ALIGNMENTS:
+        raise ValueError(f"alignment must be one of {ANSWER_ALIGNMENTS}, got {alignment!r}")
     spans = torch.full((completion_ids.shape[0], 3), -1, dtype=torch.long)
     for row, (ids, mask) in enumerate(zip(completion_ids.tolist(), completion_mask.tolist(), strict=True)):
         positions = [t for t, valid in enumerate(mask) if valid]
