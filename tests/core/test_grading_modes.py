@@ -7,6 +7,8 @@ base-subscript golds, an equation without real roots).
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pipeline.grading import base_subscript_value, normalize_for_grading
 from pipeline.rewards import is_correct
@@ -100,3 +102,23 @@ def test_unknown_grading_mode_is_refused_by_name():
 
     with pytest.raises(ValueError, match="grading must be one of"):
         verify_answer("1", "1", None, "lenient")
+
+
+@given(st.text(alphabet="0123456789.eEi -+/\\,{}_x=", max_size=30))
+def test_normalization_is_idempotent(text):
+    once = normalize_for_grading(text)
+    assert normalize_for_grading(once) == once
+
+
+@given(st.integers(0, 10**6), st.integers(2, 36))
+def test_base_subscript_values_round_trip(value, base):
+    digits = "".join(reversed(_digits(value, base)))
+    assert base_subscript_value(f"{digits}_{{{base}}}") == value
+
+
+def _digits(value: int, base: int) -> list[str]:
+    alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
+    digits = [alphabet[value % base]]
+    while value := value // base:
+        digits.append(alphabet[value % base])
+    return digits
