@@ -80,9 +80,8 @@ def official_reshape(scores: torch.Tensor, reasoning: torch.Tensor, *, tau: floa
         boosted = 1 + beta * (normalized - threshold) / (1 - threshold + OFFICIAL_EPS)
         raw = torch.where(normalized < threshold, suppressed, boosted)
         total = raw.sum()
-        if total > 0:
-            raw = raw * positions.numel() / (total + OFFICIAL_EPS)
-        weights[row, positions] = raw if total > 0 else torch.ones_like(raw)
+        if total > 0:  # the official code keeps ones when the weights sum to zero
+            weights[row, positions] = raw * positions.numel() / (total + OFFICIAL_EPS)
     return weights
 
 
