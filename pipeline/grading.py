@@ -20,6 +20,7 @@ from typing import Literal
 
 import sympy
 from math_verify import parse, verify
+from math_verify.utils import timeout
 
 GradingMode = Literal["clean", "upstream"]
 GRADING_MODES: tuple[str, ...] = ("clean", "upstream")
@@ -92,5 +93,7 @@ def verify_answer(gold: str, answer: str, timeout_seconds: int | None, grading: 
     answer_parsed = parse(f"${answer}$", parsing_timeout=timeout_seconds)
     verdict = bool(verify(gold_parsed, answer_parsed, timeout_seconds=timeout_seconds))
     if verdict and grading == "clean" and gold_parsed and answer_parsed:
-        return equations_proportional(gold_parsed[0], answer_parsed[0]) is not False
+        # sympy's simplify has no limit of its own: math-verify's timeout bounds it (a timeout raises: graded 0)
+        proportional = timeout(timeout_seconds)(equations_proportional)(gold_parsed[0], answer_parsed[0])
+        return proportional is not False
     return verdict
