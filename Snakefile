@@ -15,6 +15,7 @@ import shlex
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from snakemake.utils import min_version, validate
 
@@ -148,6 +149,13 @@ rule all:
 
 
 rule prepare_benchmarks:
+    input:
+        # a recorded subset (e.g. upstream's ids in eval_data/subsets/) is an input: editing it reruns the job
+        subset=lambda wildcards: [
+            path
+            for path in [STUDY.benchmarks[wildcards.benchmark].get("subset_ids_file")]
+            if path and Path(path).is_file()
+        ],
     output:
         benchmark=BENCHMARK_FILE,
         audit=AUDIT,
