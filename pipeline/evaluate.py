@@ -37,16 +37,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from pipeline.generation import (
-    chat_prompt_ids,
-    dataclass_from_mapping,
-    derive_seed,
-    load_causal_lm,
-    load_tokenizer,
-    model_fingerprint,
-    resolve_model,
-    stable_hash,
-)
+from pipeline.generation import chat_prompt_ids, derive_seed, model_fingerprint, stable_hash
 from pipeline.grading import GRADING_MODES
 from pipeline.io import (
     InputError,
@@ -56,7 +47,9 @@ from pipeline.io import (
     read_jsonl,
     run_cli,
 )
+from pipeline.loading import load_model, load_tokenizer, resolve_model
 from pipeline.rewards import EXTRACTION_MODES, PROMPT_TEMPLATES, build_prompt, is_correct, last_boxed
+from pipeline.specs import dataclass_from_mapping
 
 SAMPLE_KEYS = ("id", "sample", "completion", "extracted", "correct", "num_tokens")
 BACKENDS = ("auto", "hf", "vllm")
@@ -304,7 +297,7 @@ class HFBackend:
         self.torch = torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = "auto" if self.device == "cuda" else torch.float32
-        self.model = load_causal_lm(model, dtype=dtype).to(self.device).eval()
+        self.model = load_model(model, dtype=dtype).to(self.device).eval()
         self.tokenizer = tokenizer
         self.spec = spec
         configured = self.model.generation_config.eos_token_id
