@@ -37,8 +37,9 @@ BASE_SUBSCRIPT = re.compile(r"^\s*\$?\s*([0-9A-Za-z]+)_\{?(\d+)\}?\s*\$?\s*$")
 
 def normalize_for_grading(text: str) -> str:
     """``text`` with e-notation, trailing decimal points and spaced imaginary units rewritten (module docstring)."""
-    text = E_NOTATION.sub(lambda match: f"{match.group(1)} \\times 10^{{{match.group(2)}}}", text)
+    # the trailing point goes first: "0.E0" would otherwise become e-notation only on a second pass
     text = TRAILING_DECIMAL_POINT.sub("", text)
+    text = E_NOTATION.sub(lambda match: f"{match.group(1)} \\times 10^{{{match.group(2)}}}", text)
     return SPACED_IMAGINARY_UNIT.sub("", text)
 
 
