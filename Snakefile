@@ -35,6 +35,7 @@ from pipeline.config import (
     Study,
     canonical_json,
     check_config_schema,
+    coerce_overrides,
     source_digest,
 )
 
@@ -46,6 +47,7 @@ if not workflow.overwrite_configfiles:
 
 
 SCHEMA = os.path.join(workflow.basedir, "configs", "schema.yaml")
+coerce_overrides(config, workflow.config_settings.config, SCHEMA)  # --config hands nested values over as text
 check_config_schema(config, SCHEMA)  # every bad key named, all at once
 validate(config, SCHEMA)  # Snakemake's validator: fills the schema's defaults
 STUDY = Study.from_config(config)  # cross-key checks; refuses before any job
