@@ -36,9 +36,9 @@ from pipeline.config import (
     Study,
     canonical_json,
     check_config_schema,
+    coerce_overrides,
     source_digest,
 )
-
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
 if not workflow.overwrite_configfiles:
@@ -47,9 +47,11 @@ if not workflow.overwrite_configfiles:
 
 
 SCHEMA = os.path.join(workflow.basedir, "configs", "schema.yaml")
+coerce_overrides(config, workflow.config_settings.config, SCHEMA)  # --config hands nested values over as text
 check_config_schema(config, SCHEMA)  # every bad key named, all at once
 validate(config, SCHEMA)  # Snakemake's validator: fills the schema's defaults
 STUDY = Study.from_config(config)  # cross-key checks; refuses before any job
+
 
 container: STUDY.container_image
 
@@ -159,9 +161,6 @@ rule prepare_benchmarks:
     output:
         benchmark=BENCHMARK_FILE,
         audit=AUDIT,
-    params:
-        spec=lambda wildcards: canonical_json(STUDY.benchmarks[wildcards.benchmark]),
-        code=source_digest("pipeline.prepare_benchmarks"),
     log:
         f"{R}/logs/prepare_benchmarks/{{benchmark}}.log",
     benchmark:
@@ -169,6 +168,9 @@ rule prepare_benchmarks:
     threads: threads_of("prepare_benchmarks")
     resources:
         **resources_of("prepare_benchmarks"),
+    params:
+        spec=lambda wildcards: canonical_json(STUDY.benchmarks[wildcards.benchmark]),
+        code=source_digest("pipeline.prepare_benchmarks"),
     shell:
         "python -m pipeline.prepare_benchmarks --name {wildcards.benchmark:q} --spec {params.spec:q}"
         " --out {output.benchmark:q} --audit {output.audit:q} > {log:q} 2>&1"
@@ -180,9 +182,6 @@ rule prepare_data:
     output:
         data=TRAIN_DATA,
         card=DATA_CARD,
-    params:
-        spec=canonical_json(STUDY.data),
-        code=source_digest("pipeline.prepare_data"),
     log:
         f"{R}/logs/prepare_data.log",
     benchmark:
@@ -190,6 +189,9 @@ rule prepare_data:
     threads: threads_of("prepare_data")
     resources:
         **resources_of("prepare_data"),
+    params:
+        spec=canonical_json(STUDY.data),
+        code=source_digest("pipeline.prepare_data"),
     shell:
         "python -m pipeline.prepare_data --spec {params.spec:q} --out {output.data:q} --card {output.card:q}"
         " --decontaminate-against {input.decontaminate_against:q} > {log:q} 2>&1"
@@ -200,10 +202,6 @@ rule warmup:
         data=TRAIN_DATA,
     output:
         model=directory(START_MODEL),
-    params:
-        spec=lambda wildcards: canonical_json(STUDY.models[wildcards.model].warmup_spec),
-        seed=lambda wildcards: STUDY.models[wildcards.model].warmup_seed,
-        code=source_digest("pipeline.warmup"),
     log:
         f"{R}/logs/warmup/{{model}}.log",
     benchmark:
@@ -211,6 +209,10 @@ rule warmup:
     threads: threads_of("warmup", per_model=True)
     resources:
         **resources_of("warmup", per_model=True),
+    params:
+        spec=lambda wildcards: canonical_json(STUDY.models[wildcards.model].warmup_spec),
+        seed=lambda wildcards: STUDY.models[wildcards.model].warmup_seed,
+        code=source_digest("pipeline.warmup"),
     shell:
         "python -m pipeline.warmup --spec {params.spec:q} --data {input.data:q} --seed {params.seed}"
         " --out {output.model:q} > {log:q} 2>&1"
@@ -236,6 +238,13 @@ rule train:
         *[directory(f"{RUN_DIR}/exports/step-{step}") for step in STUDY.export_steps()],
         final=directory(f"{RUN_DIR}/final"),
         metrics=f"{RUN_DIR}/metrics.jsonl",
+    log:
+        f"{R}/logs/train/{{model}}/{{method}}/seed{{seed}}.log",
+    benchmark:
+        f"{R}/benchmarks/train/{{model}}/{{method}}/seed{{seed}}.tsv"
+    threads: threads_of("train", per_model=True)
+    resources:
+        **resources_of("train", per_model=True),
     params:
         model=train_model_argument,
         training_spec=lambda wildcards: canonical_json(STUDY.training_spec(wildcards.model)),
@@ -246,13 +255,6 @@ rule train:
         # from the output, so that a storage provider's local path is used
         run_dir=lambda wildcards, output: os.path.dirname(output.metrics),
         code=source_digest("pipeline.train"),
-    log:
-        f"{R}/logs/train/{{model}}/{{method}}/seed{{seed}}.log",
-    benchmark:
-        f"{R}/benchmarks/train/{{model}}/{{method}}/seed{{seed}}.tsv"
-    threads: threads_of("train", per_model=True)
-    resources:
-        **resources_of("train", per_model=True),
     shell:
         "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --"
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
@@ -278,10 +280,6 @@ rule evaluate:
         unpack(evaluate_inputs),
     output:
         samples=SAMPLES,
-    params:
-        model=evaluate_model_argument,
-        spec=canonical_json(STUDY.evaluation.spec),
-        code=source_digest("pipeline.evaluate"),
     log:
         f"{R}/logs/evaluate/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}/{{benchmark}}.log",
     benchmark:
@@ -289,6 +287,10 @@ rule evaluate:
     threads: threads_of("evaluate", per_model=True)
     resources:
         **resources_of("evaluate", per_model=True),
+    params:
+        model=evaluate_model_argument,
+        spec=canonical_json(STUDY.evaluation.spec),
+        code=source_digest("pipeline.evaluate"),
     shell:
         "python -m pipeline.evaluate {params.model} --benchmark {input.benchmark:q} --spec {params.spec:q}"
         " --seed {wildcards.seed} --out {output.samples:q} > {log:q} 2>&1"
@@ -301,10 +303,6 @@ rule aggregate:
     output:
         tables=[report(path, category="Tables") if path.endswith(".csv") else path for path in TABLES],
         figures=[report(path, category="Figures") for path in FIGURES],
-    params:
-        tables_dir=lambda wildcards, output: os.path.dirname(output.tables[0]),
-        figures_dir=lambda wildcards, output: os.path.dirname(output.figures[0]),
-        code=source_digest("pipeline.aggregate"),
     log:
         f"{R}/logs/aggregate.log",
     benchmark:
@@ -312,6 +310,10 @@ rule aggregate:
     threads: threads_of("aggregate")
     resources:
         **resources_of("aggregate"),
+    params:
+        tables_dir=lambda wildcards, output: os.path.dirname(output.tables[0]),
+        figures_dir=lambda wildcards, output: os.path.dirname(output.figures[0]),
+        code=source_digest("pipeline.aggregate"),
     shell:
         "python -m pipeline.aggregate --samples {input.samples:q} --train-metrics {input.metrics:q}"
         " --out-dir {params.tables_dir:q} --figures-dir {params.figures_dir:q} > {log:q} 2>&1"
@@ -330,13 +332,6 @@ rule significance:
     output:
         json=SIGNIFICANCE,
         markdown=SIGNIFICANCE_MD,
-    params:
-        compared=STUDY.significance_checkpoint(),
-        metrics=shlex.join(["--metrics", *STUDY.significance["metrics"]]) if STUDY.significance["metrics"] else "",
-        resamples=STUDY.significance["resamples"],
-        confidence=STUDY.significance["confidence"],
-        seed=STUDY.significance["seed"],
-        code=source_digest("pipeline.significance"),
     log:
         f"{R}/logs/significance.log",
     benchmark:
@@ -344,6 +339,13 @@ rule significance:
     threads: threads_of("significance")
     resources:
         **resources_of("significance"),
+    params:
+        compared=STUDY.significance_checkpoint(),
+        metrics=shlex.join(["--metrics", *STUDY.significance["metrics"]]) if STUDY.significance["metrics"] else "",
+        resamples=STUDY.significance["resamples"],
+        confidence=STUDY.significance["confidence"],
+        seed=STUDY.significance["seed"],
+        code=source_digest("pipeline.significance"),
     shell:
         "python -m pipeline.significance --scores {input.scores:q} --samples {input.samples:q}"
         " --checkpoint {params.compared:q} {params.metrics} --resamples {params.resamples}"
@@ -379,11 +381,6 @@ rule token_analysis:
             category="Token analysis",
             subcategory="{model} {method} seed{seed}",
         ),
-    params:
-        checkpoints=token_analysis_checkpoints,
-        spec=canonical_json(STUDY.token_analysis.spec),
-        out_dir=lambda wildcards, output: os.path.dirname(output.summary),
-        code=source_digest("pipeline.token_analysis"),
     log:
         f"{R}/logs/token_analysis/{{model}}/{{method}}/seed{{seed}}.log",
     benchmark:
@@ -391,6 +388,11 @@ rule token_analysis:
     threads: threads_of("token_analysis", per_model=True)
     resources:
         **resources_of("token_analysis", per_model=True),
+    params:
+        checkpoints=token_analysis_checkpoints,
+        spec=canonical_json(STUDY.token_analysis.spec),
+        out_dir=lambda wildcards, output: os.path.dirname(output.summary),
+        code=source_digest("pipeline.token_analysis"),
     shell:
         "python -m pipeline.token_analysis {params.checkpoints} --benchmark {input.benchmark:q}"
         " --spec {params.spec:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
@@ -406,13 +408,6 @@ rule report:
         token_analysis=[f"{TOKEN_ANALYSIS}/summary.json".format(**run) for run in STUDY.grail_runs()],
     output:
         report=REPORT,
-    params:
-        config=canonical_json(config),
-        tables_dir=lambda wildcards, input: os.path.dirname(input.tables[0]),
-        figures_dir=lambda wildcards, input: os.path.dirname(input.figures[0]),
-        token_analysis_dirs=lambda wildcards, input: [os.path.dirname(path) for path in input.token_analysis],
-        repo_dir=workflow.basedir,
-        code=source_digest("pipeline.report"),
     log:
         f"{R}/logs/report.log",
     benchmark:
@@ -420,6 +415,13 @@ rule report:
     threads: threads_of("report")
     resources:
         **resources_of("report"),
+    params:
+        config=canonical_json(config),
+        tables_dir=lambda wildcards, input: os.path.dirname(input.tables[0]),
+        figures_dir=lambda wildcards, input: os.path.dirname(input.figures[0]),
+        token_analysis_dirs=lambda wildcards, input: [os.path.dirname(path) for path in input.token_analysis],
+        repo_dir=workflow.basedir,
+        code=source_digest("pipeline.report"),
     shell:
         "python -m pipeline.report --config {params.config:q} --tables-dir {params.tables_dir:q}"
         " --figures-dir {params.figures_dir:q} --significance {input.significance:q}"

@@ -33,12 +33,12 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from tqdm import tqdm
 
 from pipeline.generation import chat_prompt_ids, derive_seed, model_fingerprint, stable_hash
-from pipeline.grading import GRADING_MODES
+from pipeline.grading import GradingMode
 from pipeline.io import (
     InputError,
     append_jsonl_durably,
@@ -48,11 +48,11 @@ from pipeline.io import (
     run_cli,
 )
 from pipeline.loading import load_model, load_tokenizer, resolve_model
-from pipeline.rewards import EXTRACTION_MODES, PROMPT_TEMPLATES, build_prompt, is_correct, last_boxed
+from pipeline.rewards import ExtractionMode, PromptTemplate, build_prompt, is_correct, last_boxed
 from pipeline.specs import dataclass_from_mapping
 
 SAMPLE_KEYS = ("id", "sample", "completion", "extracted", "correct", "num_tokens")
-BACKENDS = ("auto", "hf", "vllm")
+BackendName = Literal["auto", "hf", "vllm"]
 
 
 @dataclass(frozen=True)
@@ -70,19 +70,19 @@ class VllmSettings:
 class EvalSpec:
     """EVAL_SPEC: backend, sampling, batching, prompt and grading settings (defaults: upstream, spec 6.2)."""
 
-    backend: str = "auto"
+    backend: BackendName = "auto"
     n_samples: int = 3
     temperature: float = 0.6
     top_p: float = 0.95
     top_k: int = 20
     max_new_tokens: int = 8192
     batch_size: int = 64
-    prompt_template: str = "clean"
+    prompt_template: PromptTemplate = "clean"
     enable_thinking: bool = False
     grading_timeout_seconds: int = 5
     max_answer_chars: int = 1000
-    grading: str = "clean"
-    extraction: str = "clean"
+    grading: GradingMode = "clean"
+    extraction: ExtractionMode = "clean"
     vllm: VllmSettings = field(default_factory=VllmSettings)
 
 
@@ -134,10 +134,6 @@ def parse_eval_spec(mapping: Any) -> EvalSpec:
     """EVAL_SPEC from a mapping; unknown keys, wrong types and out-of-range values raise InputError by name."""
     spec = dataclass_from_mapping(EvalSpec, mapping, "evaluation spec")
     checks = {
-        "backend": spec.backend in BACKENDS,
-        "prompt_template": spec.prompt_template in PROMPT_TEMPLATES,
-        "grading": spec.grading in GRADING_MODES,
-        "extraction": spec.extraction in EXTRACTION_MODES,
         "n_samples": spec.n_samples >= 1,
         "batch_size": spec.batch_size >= 1,
         "max_new_tokens": spec.max_new_tokens >= 1,
@@ -148,8 +144,7 @@ def parse_eval_spec(mapping: Any) -> EvalSpec:
         "vllm.tensor_parallel_size": spec.vllm.tensor_parallel_size >= 1,
         "vllm.data_parallel_size": spec.vllm.data_parallel_size >= 1,
         "vllm.gpu_memory_utilization": 0 < spec.vllm.gpu_memory_utilization <= 1,
-        "vllm.max_model_len": spec.vllm.max_model_len is None
-        or (isinstance(spec.vllm.max_model_len, int) and spec.vllm.max_model_len >= 1),
+        "vllm.max_model_len": spec.vllm.max_model_len is None or spec.vllm.max_model_len >= 1,
     }
     for key, valid in checks.items():
         if not valid:

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Literal
+from typing import Literal, get_args
 
 import sympy
 from math_verify import parse, verify
 from math_verify.utils import timeout
 
 GradingMode = Literal["clean", "upstream"]
-GRADING_MODES: tuple[str, ...] = ("clean", "upstream")
+GRADING_MODES: tuple[str, ...] = get_args(GradingMode)
 
 # A plain decimal in e-notation, not part of a word or a longer number ("2e" or "e^2" are left alone).
 E_NOTATION = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?)[eE]([-+]?\d+)(?![\w.])")
