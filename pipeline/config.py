@@ -281,7 +281,9 @@ class MethodConfig:
 
 
 def _is_credit_key(key: str) -> bool:
-    return key in ("credit", "answer_span", "answer_alignment", "reward_grading") or key.startswith(tuple(CREDIT_PREFIXES.values()))
+    return key in ("credit", "answer_span", "answer_alignment", "reward_grading") or key.startswith(
+        tuple(CREDIT_PREFIXES.values())
+    )
 
 
 @dataclass(frozen=True)
