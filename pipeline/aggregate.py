@@ -47,7 +47,7 @@ from pipeline.metrics import score_benchmark
 
 SCORE_COLUMNS = ["model", "method", "seed", "checkpoint", "benchmark", "metric", "value"]
 AVERAGE_BENCHMARKS = ("average", "weighted_average")
-# Counts are summed in the item-weighted average and averaged in the plain one (upstream spec 6.4).
+# Counts are summed in the item-weighted average and averaged in the plain one (spec 6.4, docs/spec.md).
 COUNT_METRICS = ("items", "samples", "no_answer")
 TRAINING_PREFIXES = ("grail/", "oar_g/")
 # The same colour for a method in every figure; other methods take the remaining matplotlib cycle colours.
