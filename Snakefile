@@ -30,9 +30,8 @@ sys.path.insert(0, workflow.basedir)
 if threading.current_thread() is threading.main_thread():  # (a Snakefile parsed in a thread cannot set handlers)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
+from pipeline import layout
 from pipeline.config import (
-    BASELINE_METHOD,
-    START_CHECKPOINT,
     Study,
     canonical_json,
     check_config_schema,
@@ -63,19 +62,21 @@ E = STUDY.eval_data_dir
 # (Snakemake itself exports OMP_NUM_THREADS and its BLAS cousins = the job's threads.)
 shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 
+# The results layout (names and templates) is pipeline/layout.py's, shared with the stages.
 BENCHMARK_FILE = f"{E}/{{benchmark}}.jsonl"
-AUDIT = f"{R}/audit/{{benchmark}}.json"
-TRAIN_DATA = f"{R}/data/train.jsonl"
-DATA_CARD = f"{R}/data/data_card.json"
-START_MODEL = f"{R}/models/{{model}}/start"
-RUN_DIR = f"{R}/runs/{{model}}/{{method}}/seed{{seed}}"
-SAMPLES = f"{R}/eval/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}/{{benchmark}}.jsonl"
-TABLES = [f"{R}/tables/{name}" for name in ("scores.csv", "summary.csv", "summary.md", "summary.xlsx")]
-FIGURES = [f"{R}/figures/{name}" for name in ("scores_by_benchmark.png", "training_curves.png")]
-SIGNIFICANCE = f"{R}/stats/significance.json"
-SIGNIFICANCE_MD = f"{R}/stats/significance.md"
-TOKEN_ANALYSIS = f"{R}/token_analysis/{{model}}/{{method}}/seed{{seed}}"
-REPORT = f"{R}/report.md"
+AUDIT = f"{R}/{layout.AUDIT}"
+TRAIN_DATA = f"{R}/{layout.TRAIN_DATA}"
+DATA_CARD = f"{R}/{layout.DATA_CARD}"
+START_MODEL = f"{R}/{layout.START_MODEL}"
+RUN_DIR = f"{R}/{layout.RUN_DIR}"
+RUN_METRICS = f"{RUN_DIR}/{layout.METRICS_FILE}"
+SAMPLES = f"{R}/{layout.SAMPLES}"
+TABLES = [f"{R}/{layout.TABLES_DIR}/{name}" for name in layout.TABLE_FILES]
+FIGURES = [f"{R}/{layout.FIGURES_DIR}/{name}" for name in (layout.SCORES_FIGURE, layout.TRAINING_CURVES_FIGURE)]
+SIGNIFICANCE = f"{R}/{layout.SIGNIFICANCE}"
+SIGNIFICANCE_MD = f"{R}/{layout.SIGNIFICANCE_MD}"
+TOKEN_ANALYSIS = f"{R}/{layout.TOKEN_ANALYSIS}"
+REPORT = f"{R}/{layout.REPORT}"
 
 
 def _names(names):
@@ -84,9 +85,9 @@ def _names(names):
 
 wildcard_constraints:
     model=_names(STUDY.models),
-    method=_names([*STUDY.methods, BASELINE_METHOD]),
+    method=_names([*STUDY.methods, layout.BASELINE_METHOD]),
     seed=r"\d+",
-    checkpoint=r"final|start|step-\d+",
+    checkpoint=rf"{layout.FINAL_CHECKPOINT}|{layout.START_CHECKPOINT}|{layout.EXPORT_PREFIX}\d+",
     benchmark=_names(STUDY.benchmarks),
 
 
@@ -120,12 +121,11 @@ def resources_of(stage, per_model=False):
 
 def model_dir(model, method, seed, label):
     """The model an evaluation or analysis loads: the run's final or exported model, or the starting point."""
-    if label == START_CHECKPOINT:
-        if method != BASELINE_METHOD:
-            raise ValueError(f"checkpoint '{START_CHECKPOINT}' belongs to method '{BASELINE_METHOD}', not '{method}'")
+    if label == layout.START_CHECKPOINT:
+        if method != layout.BASELINE_METHOD:
+            raise ValueError(f"checkpoint '{label}' belongs to method '{layout.BASELINE_METHOD}', not '{method}'")
         return START_MODEL.format(model=model)
-    run = RUN_DIR.format(model=model, method=method, seed=seed)
-    return f"{run}/final" if label == "final" else f"{run}/exports/{label}"
+    return layout.run_model_dir(RUN_DIR.format(model=model, method=method, seed=seed), label)
 
 
 def starts_from_warmup(model):
@@ -235,9 +235,9 @@ rule train:
     input:
         unpack(train_inputs),
     output:
-        *[directory(f"{RUN_DIR}/exports/step-{step}") for step in STUDY.export_steps()],
-        final=directory(f"{RUN_DIR}/final"),
-        metrics=f"{RUN_DIR}/metrics.jsonl",
+        *[directory(layout.run_model_dir(RUN_DIR, layout.export_label(step))) for step in STUDY.export_steps()],
+        final=directory(layout.run_model_dir(RUN_DIR, layout.FINAL_CHECKPOINT)),
+        metrics=RUN_METRICS,
     log:
         f"{R}/logs/train/{{model}}/{{method}}/seed{{seed}}.log",
     benchmark:
@@ -264,7 +264,7 @@ rule train:
 
 def evaluate_inputs(wildcards):
     inputs = {"benchmark": BENCHMARK_FILE.format(benchmark=wildcards.benchmark)}
-    if wildcards.checkpoint != START_CHECKPOINT or starts_from_warmup(wildcards.model):
+    if wildcards.checkpoint != layout.START_CHECKPOINT or starts_from_warmup(wildcards.model):
         inputs["model"] = model_dir(wildcards.model, wildcards.method, wildcards.seed, wildcards.checkpoint)
     return inputs
 
@@ -299,7 +299,7 @@ rule evaluate:
 rule aggregate:
     input:
         samples=[SAMPLES.format(**job) for job in STUDY.evaluations()],
-        metrics=[f"{RUN_DIR}/metrics.jsonl".format(**run) for run in STUDY.runs()],
+        metrics=[RUN_METRICS.format(**run) for run in STUDY.runs()],
     output:
         tables=[report(path, category="Tables") if path.endswith(".csv") else path for path in TABLES],
         figures=[report(path, category="Figures") for path in FIGURES],

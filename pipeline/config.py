@@ -22,13 +22,11 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from pipeline.io import InputError
+from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, checkpoint_label, label_step
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 SCHEMA_PATH = PACKAGE_DIR.parent / "configs" / "schema.yaml"
 
-BASELINE_METHOD = "base"
-START_CHECKPOINT = "start"
-FINAL_CHECKPOINT = "final"
 RESOURCE_KEYS = ("cpus", "mem_mb", "runtime", "gpus", "nodes", "gpu_model", "slurm_extra")
 CREDIT_PREFIXES = {"grail": "grail_", "oar_g": "oar_g_"}
 # TRL 1.16 GRPOConfig defaults of the fields the batch-shape check reads.
@@ -201,11 +199,6 @@ def coerce_overrides(
 
 
 # --------------------------------------------------------------------------------------------- typed views
-
-
-def checkpoint_label(checkpoint: int | str) -> str:
-    """``final`` stays ``final``; a training step N becomes ``step-N`` (the export directory's name)."""
-    return FINAL_CHECKPOINT if checkpoint == FINAL_CHECKPOINT else f"step-{int(checkpoint)}"
 
 
 def canonical_json(value: Any) -> str:
@@ -381,7 +374,7 @@ class Study:
         labels = set(self.evaluation.checkpoints)
         if self.token_analysis.enabled:
             labels |= set(self.token_analysis.checkpoints)
-        return sorted(int(label.removeprefix("step-")) for label in labels if label != FINAL_CHECKPOINT)
+        return sorted(label_step(label) for label in labels if label != FINAL_CHECKPOINT)
 
     def significance_checkpoint(self) -> str:
         """The checkpoint label the significance tests compare (``final`` or ``step-N``)."""
