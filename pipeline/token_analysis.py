@@ -47,7 +47,7 @@ class TokenAnalysisSpec:
     # "chat": the prompt the rollouts were generated from (chat template, template below);
     # "upstream": upstream's analysis prompt (problem + instruction, no chat template).
     prompt_format: Literal["chat", "upstream"] = "chat"
-    prompt_template: Literal["clean", "upstream"] = "clean"
+    prompt_template: Literal["clean", "upstream", "bare"] = "clean"
     enable_thinking: bool = False
     enabled: bool = True
 
