@@ -11,7 +11,7 @@ import dataclasses
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from trl import GRPOConfig
 
@@ -23,6 +23,10 @@ from pipeline.io import InputError
 Credit = Literal["grpo", "grail", "oar_g"]
 Recompute = Literal["every_step", "per_generation"]
 Implementation = Literal["fast", "reference"]
+
+# Values the config classes accept beyond their annotations (their __post_init__ converts them): TRL maps
+# scale_rewards True/False to "group"/"none"; transformers turns a bool or list of options for fsdp into its config.
+ANNOTATION_WIDENINGS: dict[str, Any] = {"scale_rewards": bool, "fsdp": bool | list[str]}
 
 
 @dataclass(frozen=True)
@@ -145,3 +149,12 @@ def credit_choices() -> dict[str, tuple[str, ...]]:
 def credit_ranges() -> dict[str, Range]:
     """The declared range of every numeric credit option that has one."""
     return {option.name: option.metadata["range"] for option in credit_fields() if "range" in option.metadata}
+
+
+def config_field_types() -> dict[str, Any]:
+    """Accepted type of every constructor argument of ``GrailGRPOConfig``: its annotation (| its widening)."""
+    annotations = typing.get_type_hints(GrailGRPOConfig)
+    types_by_name = {field.name: annotations[field.name] for field in dataclasses.fields(GrailGRPOConfig) if field.init}
+    for name, widening in ANNOTATION_WIDENINGS.items():
+        types_by_name[name] = types_by_name[name] | widening
+    return types_by_name

@@ -19,8 +19,13 @@ PROMPT_SUFFIX_UPSTREAM = " Please reason step by step, and put your final answer
 # The tiny study's prompts: the problem alone. Its model learns the answer format in warm-up, and a character
 # tokenizer would otherwise spend three quarters of every sequence (and of the CPU time) on the instruction.
 PROMPT_SUFFIX_BARE = ""
+PromptTemplate = Literal["clean", "upstream", "bare"]
 # "bare" last: its empty suffix matches every prompt, so suffix lookups must try the others first.
-PROMPT_TEMPLATES = {"clean": PROMPT_SUFFIX_CLEAN, "upstream": PROMPT_SUFFIX_UPSTREAM, "bare": PROMPT_SUFFIX_BARE}
+PROMPT_TEMPLATES: dict[PromptTemplate, str] = {
+    "clean": PROMPT_SUFFIX_CLEAN,
+    "upstream": PROMPT_SUFFIX_UPSTREAM,
+    "bare": PROMPT_SUFFIX_BARE,
+}
 
 BOX_MARKER = "\\boxed{"
 VERIFY_TIMEOUT_SECONDS = 5
@@ -28,7 +33,7 @@ VERIFY_TIMEOUT_SECONDS = 5
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
-def build_prompt(problem: str, template: Literal["clean", "upstream", "bare"] = "clean") -> str:
+def build_prompt(problem: str, template: PromptTemplate = "clean") -> str:
     """The user message: the problem followed by the boxed-answer instruction of ``template``."""
     try:
         return problem + PROMPT_TEMPLATES[template]
