@@ -22,6 +22,7 @@ import math
 import re
 import sys
 import zlib
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -50,6 +51,8 @@ AVERAGE_BENCHMARKS = ("average", "weighted_average")
 # Counts are summed in the item-weighted average and averaged in the plain one (spec 6.4, docs/spec.md).
 COUNT_METRICS = ("items", "samples", "no_answer")
 TRAINING_PREFIXES = ("grail/", "oar_g/")
+# Logged values per moving-average window in the training-curve figure (a tenth of a 100-step run at 2 a log).
+SMOOTHING_WINDOW = 5
 # The same colour for a method in every figure; other methods take the remaining matplotlib cycle colours.
 SUMMARY_NOTE = (
     "Scores in percent, mean ± std (ddof 1) over seeds; `average` is unweighted over benchmarks, "
@@ -318,39 +321,67 @@ def load_training_curves(paths: list[str]) -> dict[RunKey, pd.DataFrame]:
     return curves
 
 
-def plot_training_curves(curves: dict[RunKey, pd.DataFrame], path: Path) -> None:
-    """One panel per logged key among ``reward`` and the grail/ and oar_g/ statistics; one line per run.
+def smoothed(series: pd.Series, window: int) -> pd.Series:
+    """Trailing moving average over the last ``window`` logged values (fewer at the start): s_j = mean(x_{j-w+1..j})."""
+    return series.rolling(window, min_periods=1).mean()
 
-    Colour = method, line style = seed.
+
+def seed_bands(curves: dict[RunKey, pd.DataFrame], key: str, window: int) -> dict[tuple[str, str], pd.DataFrame]:
+    """Per (model, method): columns mean, low, high over seeds of each run's smoothed ``key``, indexed by step.
+
+    Each seed's logged values are smoothed (``smoothed``) first; at a step, mean/low/high are the mean, minimum
+    and maximum over the seeds that logged it.
     """
+    runs: dict[tuple[str, str], list[pd.Series]] = defaultdict(list)
+    for run, curve in sorted(curves.items()):
+        if key in curve.columns and curve[key].notna().any():
+            runs[run.model, run.method].append(smoothed(curve[key].dropna(), window).rename(run.seed))
+    bands = {}
+    for group, series in runs.items():
+        joined = pd.concat(series, axis=1)
+        bands[group] = pd.DataFrame(
+            {"mean": joined.mean(axis=1), "low": joined.min(axis=1), "high": joined.max(axis=1)}
+        )
+    return bands
+
+
+def training_curve_keys(curves: dict[RunKey, pd.DataFrame]) -> list[str]:
+    """The panels of the training-curve figure: ``reward`` first, then the GRAIL and OAR-G diagnostics."""
     logged = {key for curve in curves.values() for key in curve.columns if key.startswith(TRAINING_PREFIXES)}
-    keys = ["reward", *sorted(logged)]
-    columns = min(3, len(keys))
-    rows = math.ceil(len(keys) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.2 * rows), squeeze=False)
-    seeds = sorted({k.seed for k in curves})
-    styles = ["-", "--", ":", "-."]
-    for axis, key in zip(axes.flat, keys, strict=False):
-        for run, curve in sorted(curves.items()):
-            if key in curve.columns and curve[key].notna().any():
-                series = curve[key].dropna()
-                axis.plot(
-                    series.index,
-                    series.values,
-                    color=method_color(run.method),
-                    linestyle=styles[seeds.index(run.seed) % len(styles)],
-                    label=f"{run.model}/{run.method}/seed{run.seed}",
-                )
-        axis.set_title(key)
+    return ["reward", *sorted(logged)]
+
+
+def training_curves_figure(curves: dict[RunKey, pd.DataFrame], window: int = SMOOTHING_WINDOW) -> plt.Figure:
+    """Reward first (wide), then one panel per GRAIL/OAR-G diagnostic; one line per model/method (mean over seeds
+    of the smoothed curves) with a band from the lowest to the highest seed."""
+    keys = training_curve_keys(curves)
+    columns = 3
+    rows = 1 + math.ceil((len(keys) - 1) / columns)
+    fig = plt.figure(figsize=(5 * columns, 3.4 * rows))
+    grid = fig.add_gridspec(rows, columns)
+    axes = [fig.add_subplot(grid[0, :])]
+    axes += [fig.add_subplot(grid[1 + i // columns, i % columns]) for i in range(len(keys) - 1)]
+    models = {run.model for run in curves}
+    seeds = len({run.seed for run in curves})
+    for axis, key in zip(axes, keys, strict=True):
+        for (model, method), band in seed_bands(curves, key, window).items():
+            label = method if len(models) == 1 else f"{model}/{method}"
+            color = method_color(method)
+            axis.plot(band.index, band["mean"], color=color, label=label)
+            axis.fill_between(band.index, band["low"], band["high"], color=color, alpha=0.2, linewidth=0)
+        axis.set_title(f"{key} (moving average of {window} logs, band: min-max over {seeds} seed(s))")
         axis.set_xlabel("step")
         if not axis.lines:
             axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes)
-    for axis in axes.flat[len(keys) :]:
-        axis.set_visible(False)
-    if axes.flat[0].lines:
-        axes.flat[0].legend(fontsize=7)
+    if axes[0].lines:
+        axes[0].legend(fontsize=8)
     fig.tight_layout()
-    _save_figure(fig, path)
+    return fig
+
+
+def plot_training_curves(curves: dict[RunKey, pd.DataFrame], path: Path) -> None:
+    """Write ``training_curves_figure`` as a PNG."""
+    _save_figure(training_curves_figure(curves), path)
 
 
 def write_outputs(scores: pd.DataFrame, curves: dict[RunKey, pd.DataFrame], out_dir: Path, figures_dir: Path) -> None:

@@ -141,9 +141,9 @@ def check_keys(spec: Any, allowed: set[str], where: str) -> dict[str, Any]:
 
 
 def arithmetic_spec(spec: Any, where: str) -> ArithmeticSpec:
-    """An ArithmeticSpec from a config mapping (keys count, seed, low, high, operations), checked field by field."""
-    check_keys(spec, {"count", "seed", "low", "high", "operations"}, where)
-    for key in ("count", "seed", "low", "high"):
+    """An ArithmeticSpec from a config mapping (keys count, seed, low, high, operations, terms), checked per field."""
+    check_keys(spec, {"count", "seed", "low", "high", "operations", "terms"}, where)
+    for key in ("count", "seed", "low", "high", "terms"):
         if key in spec and (not isinstance(spec[key], int) or isinstance(spec[key], bool)):
             raise InputError(f"{where}.{key}: expected an integer, got {spec[key]!r}")
     fields = {key: value for key, value in spec.items() if key != "operations"}
@@ -153,8 +153,8 @@ def arithmetic_spec(spec: Any, where: str) -> ArithmeticSpec:
             raise InputError(f"{where}.operations: expected a non-empty list of '+', '-', '*', got {operations!r}")
         fields["operations"] = tuple(operations)
     result = ArithmeticSpec(**fields)
-    if result.count < 0 or result.low > result.high:
-        raise InputError(f"{where}: need count >= 0 and low <= high, got {spec}")
+    if result.count < 0 or result.low > result.high or result.terms < 2:
+        raise InputError(f"{where}: need count >= 0, low <= high and terms >= 2, got {spec}")
     return result
 
 

@@ -18,7 +18,7 @@ from pipeline.rewards import PROMPT_TEMPLATES
 def problem_from_prompt(prompt: Any, where: str) -> str:
     """The problem text of a training row's conversational prompt: the user content minus the instruction.
 
-    Either prompt template's suffix (clean or upstream) is removed; content without a known suffix is returned
+    Any prompt template's suffix (clean, upstream or the empty bare one) is removed; content without a known suffix is returned
     whole (a row written with some other instruction still gives a usable problem).
     """
     if (

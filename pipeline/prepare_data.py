@@ -3,7 +3,7 @@
     python -m pipeline.prepare_data --spec DATA_SPEC --out results/data/train.jsonl \\
         --card results/data/data_card.json [--decontaminate-against eval_data/A.jsonl ...]
 
-DATA_SPEC keys: ``source`` (deepmath | generated | jsonl), ``prompt_template`` (clean | upstream; upstream
+DATA_SPEC keys: ``source`` (deepmath | generated | jsonl), ``prompt_template`` (clean | upstream | bare; upstream
 reproduces the paper's U+0008 quirk, spec 5), ``deepmath`` ({hub_id, revision, split, cache_dir, max_rows,
 shuffle_seed, shuffle}; shuffle python_random (default) or datasets: upstream's ``Dataset.shuffle(seed)`` order over
 every row, which refuses skipped rows and decontamination because they would shift positions), ``generated``

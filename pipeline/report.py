@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.io import InputError, atomic_write_text, load_spec, run_cli
+from pipeline.significance import key_comparisons, key_comparisons_table, paper_test, paper_test_sentence
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 REPORTED_PACKAGES = (
@@ -34,7 +35,6 @@ REPORTED_PACKAGES = (
     "vllm",
     "deepspeed",
 )
-SIGNIFICANCE_COLUMNS = ("method_a", "method_b", "metric", "n", "statistic", "p_value", "alternative", "test")
 
 
 def secret_values(environ: dict[str, str] | None = None) -> list[str]:
@@ -124,23 +124,26 @@ def markdown_table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
 
 
 def significance_section(path: Path) -> str:
-    """The Wilcoxon rows (one-sided exact first: the paper's test) and the bootstrap intervals."""
+    """The paper's test first, then the comparisons that answer "did RL help, did GRAIL beat GRPO".
+
+    The full grid (both zero methods, both directions, three test variants, every pair) stays in the
+    significance stage's JSON and Markdown under results/stats/.
+    """
     rows = json.loads(path.read_text())
     if not isinstance(rows, list):
         raise InputError(f"{path}: expected a JSON list of test results")
-    # The full grid (both zero methods, both directions, three test variants) stays in the JSON; the report shows
-    # the paper's test (exact, one-sided) and its two-sided and tie-aware companions, zero differences dropped.
-    wilcoxon = [
-        row
-        for row in rows
-        if row.get("test") in ("wilcoxon_exact", "wilcoxon_exact_conditional") and row.get("zero_method") == "wilcox"
-    ]
-    wilcoxon.sort(key=lambda r: (r.get("metric"), r.get("test"), r.get("alternative") != "greater"))
-    bootstrap = [row for row in rows if row.get("test") == "paired_bootstrap"]
-    parts = [markdown_table(wilcoxon, (*SIGNIFICANCE_COLUMNS, "p_holm", "rank_biserial"))]
-    if bootstrap:
-        parts.append("Paired bootstrap over items (difference of accuracy, 95 % interval):")
-        parts.append(markdown_table(bootstrap, ("method_a", "method_b", "benchmark", "metric", "ci_low", "ci_high")))
+    parts = [paper_test_sentence(paper_test(rows))]
+    entries = key_comparisons(rows)
+    if entries:
+        parts += [
+            "Paired over benchmark items (acc per item = mean over samples and seeds; base = the warmed-up model "
+            "before RL). Wilcoxon: exact signed-rank test over items, one-sided (method > base) against base, "
+            "two-sided between methods; 95 % paired-bootstrap interval of the difference.",
+            key_comparisons_table(entries),
+        ]
+    parts.append(
+        f"Every test (all pairs, zero handlings, variants): `{path.name}` and `{path.stem}.md` in {path.parent}."
+    )
     return "\n\n".join(parts)
 
 
@@ -209,8 +212,6 @@ def build_report(args: argparse.Namespace) -> str:
         "## Figures",
         *[f"![{figure.stem}]({os.path.relpath(figure, report_dir)})" for figure in figures],
         "## Significance",
-        "Wilcoxon signed-rank tests over (model, benchmark) pairs of seed-mean scores; `statistic` is W+ "
-        "(sum of positive ranks of method_a - method_b). The paper's test is the one-sided exact row.",
         significance_section(args.significance),
         "## Data card",
         "```json\n" + json.dumps(card, indent=2) + "\n```",

@@ -17,8 +17,16 @@ PROMPT_SUFFIX_CLEAN = " Please reason step by step, and put your final answer wi
 # Upstream wrote the suffix as a non-raw Python string: "\b" became a backspace (U+0008), so the paper's prompts
 # asked for "<BS>oxed{}". Reproducing the paper's numbers means reproducing that string.
 PROMPT_SUFFIX_UPSTREAM = " Please reason step by step, and put your final answer within \boxed{}."
-PromptTemplate = Literal["clean", "upstream"]
-PROMPT_TEMPLATES: dict[PromptTemplate, str] = {"clean": PROMPT_SUFFIX_CLEAN, "upstream": PROMPT_SUFFIX_UPSTREAM}
+# The tiny study's prompts: the problem alone. Its model learns the answer format in warm-up, and a character
+# tokenizer would otherwise spend three quarters of every sequence (and of the CPU time) on the instruction.
+PROMPT_SUFFIX_BARE = ""
+PromptTemplate = Literal["clean", "upstream", "bare"]
+# "bare" last: its empty suffix matches every prompt, so suffix lookups must try the others first.
+PROMPT_TEMPLATES: dict[PromptTemplate, str] = {
+    "clean": PROMPT_SUFFIX_CLEAN,
+    "upstream": PROMPT_SUFFIX_UPSTREAM,
+    "bare": PROMPT_SUFFIX_BARE,
+}
 
 BOX_MARKER = "\\boxed{"
 ExtractionMode = Literal["clean", "upstream"]

@@ -24,12 +24,22 @@ Wilcoxon (one row per method pair, metric, test, zero handling and alternative):
 - ``p_holm``: Holm's step-down adjustment within one family = all rows sharing (test, alternative, zero_method),
   i.e. over every method pair and metric tested the same way.
 
-Paired bootstrap (``--samples``; ``test`` = "paired_bootstrap", one row per model, benchmark and unordered pair):
-items are resampled with replacement; per item, acc = mean correctness over its samples and the seeds; the
-statistic is the mean over items of acc_a - acc_b; ``ci_low``/``ci_high`` the percentile interval; ``p_value``
-the two-sided bootstrap p = (1 + #{|delta*_b - delta| >= |delta|}) / (B + 1). Holm family: all bootstrap rows.
-Each row draws from its own generator seeded by (--seed, crc32 of 'model/benchmark/method_a/method_b'), so a
-row's interval does not depend on which other rows exist.
+Paired tests over items (``--samples``), per model and benchmark, for every trained method against the baseline
+``base`` (its ``start`` samples; method_a = the method, method_b = base) and every unordered pair of trained
+methods (method_a sorting first). Per item, acc = mean correctness over its samples and the seeds; d_i = acc_a -
+acc_b. Two rows per comparison:
+- ``test`` = "paired_bootstrap": items resampled with replacement; the statistic is mean(d);
+  ``ci_low``/``ci_high`` the percentile interval; ``p_value`` the two-sided bootstrap
+  p = (1 + #{|delta*_b - delta| >= |delta|}) / (B + 1). Each row draws from its own generator seeded by (--seed,
+  crc32 of 'model/benchmark/method_a/method_b'), so a row's interval does not depend on which other rows exist.
+- ``test`` = "wilcoxon_items": the exact conditional Wilcoxon signed-rank test over the items' d (zero
+  differences dropped, tied ranks kept, as "wilcoxon_exact_conditional" above); one-sided "greater" (H1: the
+  method beats base) against base, two-sided between trained methods.
+Holm families as above: (test, alternative, zero_method).
+
+``key_comparisons`` picks the rows that answer "did RL help, and did GRAIL beat GRPO" for the report; the
+Markdown summary leads with them and with the paper's test (exact one-sided Wilcoxon, GRAIL > GRPO, over
+(model, benchmark) cells), then gives the full grid.
 """
 
 from __future__ import annotations
@@ -51,7 +61,7 @@ from tqdm import tqdm
 
 from pipeline.aggregate import AVERAGE_BENCHMARKS, parse_samples_path
 from pipeline.io import InputError, atomic_write_json, atomic_write_text, read_jsonl, run_cli
-from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT
+from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT
 from pipeline.metrics import group_by_item
 
 REQUIRED_COLUMNS = ("model", "method", "seed", "benchmark", "metric", "value")
@@ -60,6 +70,10 @@ ZERO_METHODS = ("wilcox", "zsplit")
 SCIPY_TESTS = {"wilcoxon_exact": "exact", "wilcoxon_approx": "asymptotic"}
 CONDITIONAL_TEST = "wilcoxon_exact_conditional"
 BOOTSTRAP_TEST = "paired_bootstrap"
+ITEM_WILCOXON_TEST = "wilcoxon_items"
+# The paper's headline test (spec E.3): exact one-sided Wilcoxon, GRAIL better than GRPO, over (model, benchmark).
+PAPER_TEST = {"test": "wilcoxon_exact", "alternative": "greater", "zero_method": "wilcox"}
+PAPER_PAIR = ("grail", "grpo")
 # Bound the (resamples x items) index matrix of one bootstrap chunk.
 BOOTSTRAP_CHUNK_CELLS = 2_000_000
 
@@ -226,7 +240,8 @@ def wilcoxon_comparisons(scores: pd.DataFrame, metrics: list[str]) -> list[dict[
 
 
 def item_accuracies(paths: list[str], checkpoint: str) -> dict[tuple[str, str], dict[str, tuple[pd.Series, int]]]:
-    """{(model, benchmark): {method: (per-item acc, n)}} from the samples files at ``checkpoint`` (base left out).
+    """{(model, benchmark): {method: (per-item acc, n)}} from the samples files at ``checkpoint``, with the
+    baseline ``base`` at its ``start`` checkpoint.
 
     Per-item acc = mean over seeds of (mean correctness over the item's samples); n = the fewest samples of any
     item in any seed (the acc@n label).
@@ -234,7 +249,8 @@ def item_accuracies(paths: list[str], checkpoint: str) -> dict[tuple[str, str], 
     per_seed: dict[tuple[str, str, str], list[tuple[pd.Series, int]]] = defaultdict(list)
     for path in tqdm(paths, desc="reading samples", unit="file", file=sys.stderr):
         key = parse_samples_path(path)
-        if key.checkpoint != checkpoint or key.method == BASELINE_METHOD:
+        wanted = START_CHECKPOINT if key.method == BASELINE_METHOD else checkpoint
+        if key.checkpoint != wanted:
             continue
         items = group_by_item(read_jsonl(path), source=str(path))
         accuracy = pd.Series({item: np.mean([row["correct"] for row in rows]) for item, rows in items.items()})
@@ -271,37 +287,63 @@ def paired_bootstrap(
     return float(low), float(high), float((1 + extreme) / (resamples + 1))
 
 
-def bootstrap_comparisons(
+def compared_pairs(methods: set[str]) -> list[tuple[str, str]]:
+    """(method_a, method_b) pairs tested over items: each trained method against base, then trained pairs."""
+    trained = sorted(methods - {BASELINE_METHOD})
+    against_base = [(method, BASELINE_METHOD) for method in trained] if BASELINE_METHOD in methods else []
+    return against_base + list(itertools.combinations(trained, 2))
+
+
+def item_comparisons(
     accuracies: dict[tuple[str, str], dict[str, tuple[pd.Series, int]]], resamples: int, confidence: float, seed: int
 ) -> list[dict[str, Any]]:
-    """One paired_bootstrap row per (model, benchmark) and unordered method pair (a sorting first)."""
+    """A paired_bootstrap and a wilcoxon_items row per (model, benchmark) and compared pair (module docstring)."""
     rows = []
     for (model, benchmark), by_method in sorted(accuracies.items()):
-        for method_a, method_b in itertools.combinations(sorted(by_method), 2):
+        for method_a, method_b in compared_pairs(set(by_method)):
             (acc_a, n_a), (acc_b, n_b) = by_method[method_a], by_method[method_b]
             if set(acc_a.index) != set(acc_b.index):
                 raise InputError(f"{model}/{benchmark}: {method_a} and {method_b} were scored on different items")
-            d = (acc_a - acc_b.reindex(acc_a.index)).to_numpy(dtype=float)
+            d = np.round((acc_a - acc_b.reindex(acc_a.index)).to_numpy(dtype=float), DIFFERENCE_DECIMALS)
+            common = {
+                "method_a": method_a,
+                "method_b": method_b,
+                "metric": f"acc@{min(n_a, n_b)}",
+                "n": len(d),
+                "model": model,
+                "benchmark": benchmark,
+            }
             # A seed per comparison, so a row's result does not depend on which other rows exist.
             row_seed = [seed, zlib.crc32(f"{model}/{benchmark}/{method_a}/{method_b}".encode())]
             low, high, p = paired_bootstrap(d, resamples, confidence, row_seed)
             rows.append(
                 {
-                    "method_a": method_a,
-                    "method_b": method_b,
-                    "metric": f"acc@{min(n_a, n_b)}",
-                    "n": len(d),
+                    **common,
                     "statistic": float(d.mean()),
                     "p_value": p,
                     "alternative": "two-sided",
                     "test": BOOTSTRAP_TEST,
-                    "model": model,
-                    "benchmark": benchmark,
                     "ci_low": low,
                     "ci_high": high,
                     "confidence": confidence,
                     "resamples": resamples,
                     "seed": seed,
+                }
+            )
+            alternative = "greater" if method_b == BASELINE_METHOD else "two-sided"
+            w_plus, w_minus = rank_sums(d, "wilcox")
+            rows.append(
+                {
+                    **common,
+                    "statistic": w_plus,
+                    "p_value": conditional_exact_pvalue(d, "wilcox", alternative),
+                    "alternative": alternative,
+                    "test": ITEM_WILCOXON_TEST,
+                    "zero_method": "wilcox",
+                    "n_zero": int((d == 0).sum()),
+                    "w_plus": w_plus,
+                    "w_minus": w_minus,
+                    "mean_difference": float(d.mean()),
                 }
             )
     return rows
@@ -321,10 +363,100 @@ def _number(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}g}"
 
 
-def markdown_report(rows: list[dict[str, Any]], checkpoint: str) -> str:
-    """Markdown tables of the Wilcoxon rows (per metric) and of the bootstrap rows."""
+def paper_test(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The paper's test row (exact one-sided Wilcoxon, GRAIL > GRPO) on the first acc@n metric, if it was run."""
+    candidates = [
+        row
+        for row in rows
+        if all(row.get(key) == value for key, value in PAPER_TEST.items())
+        and (row["method_a"], row["method_b"]) == PAPER_PAIR
+        and str(row["metric"]).startswith("acc@")
+    ]
+    return min(candidates, key=lambda row: row["metric"], default=None)
+
+
+def key_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per model and benchmark: every method against base, then GRAIL against GRPO, from the item-level rows.
+
+    Each entry: model, benchmark, comparison ("a vs b"), metric, items, difference (mean per-item acc_a - acc_b),
+    ci_low/ci_high (bootstrap), p_wilcoxon (one-sided against base, two-sided between methods), p_holm of it,
+    p_bootstrap (two-sided).
+    """
+    bootstrap = {
+        (r["model"], r["benchmark"], r["method_a"], r["method_b"]): r for r in rows if r["test"] == BOOTSTRAP_TEST
+    }
+    entries = []
+    for row in (r for r in rows if r["test"] == ITEM_WILCOXON_TEST):
+        pair = (row["method_a"], row["method_b"])
+        if pair[1] != BASELINE_METHOD and pair != PAPER_PAIR:
+            continue
+        interval = bootstrap[row["model"], row["benchmark"], *pair]
+        entries.append(
+            {
+                "model": row["model"],
+                "benchmark": row["benchmark"],
+                "comparison": f"{pair[0]} vs {pair[1]}",
+                "metric": row["metric"],
+                "items": row["n"],
+                "difference": row["mean_difference"],
+                "ci_low": interval["ci_low"],
+                "ci_high": interval["ci_high"],
+                "alternative": row["alternative"],
+                "p_wilcoxon": row["p_value"],
+                "p_wilcoxon_holm": row.get("p_holm"),
+                "p_bootstrap": interval["p_value"],
+            }
+        )
+    entries.sort(key=lambda e: (e["model"], e["benchmark"], e["comparison"].endswith(f"vs {BASELINE_METHOD}") is False))
+    return entries
+
+
+def paper_test_sentence(row: dict[str, Any] | None) -> str:
+    """One line stating the paper's test result (or why it is absent)."""
+    if row is None:
+        return "The paper's test (exact one-sided Wilcoxon, GRAIL > GRPO) was not run: one of the two is missing."
+    return (
+        f"**The paper's test** (exact one-sided Wilcoxon signed-rank, GRAIL > GRPO, {row['metric']}, over "
+        f"{row['n']} (model, benchmark) pairs of seed means): W+ = {row['w_plus']:g}, W- = {row['w_minus']:g}, "
+        f"p = {_number(row['p_value'])}. With n = {row['n']} pairs the smallest possible p is "
+        f"{_number(0.5 ** row['n'])}."
+    )
+
+
+def key_comparisons_table(entries: list[dict[str, Any]]) -> str:
+    """Markdown table of ``key_comparisons``."""
     lines = [
-        f"# Significance (checkpoint `{checkpoint}`)",
+        "| model | benchmark | comparison | metric | items | difference | 95 % CI | p (Wilcoxon) | p (Holm) "
+        "| p (bootstrap) |",
+        "|" + "---|" * 10,
+    ]
+    lines += [
+        f"| {e['model']} | {e['benchmark']} | {e['comparison']} | {e['metric']} | {e['items']} | "
+        f"{e['difference']:+.4f} | [{e['ci_low']:+.4f}, {e['ci_high']:+.4f}] | {_number(e['p_wilcoxon'])} "
+        f"({'one' if e['alternative'] == 'greater' else 'two'}-sided) | {_number(e['p_wilcoxon_holm'])} | "
+        f"{_number(e['p_bootstrap'])} |"
+        for e in entries
+    ]
+    return "\n".join(lines)
+
+
+def markdown_report(rows: list[dict[str, Any]], checkpoint: str) -> str:
+    """The paper's test and the key comparisons first, then the full grid: Wilcoxon rows per metric, item rows."""
+    lines = [f"# Significance (checkpoint `{checkpoint}`)", "", paper_test_sentence(paper_test(rows)), ""]
+    entries = key_comparisons(rows)
+    if entries:
+        lines += [
+            "## Did RL help, and did GRAIL beat GRPO (paired over items)",
+            "",
+            "Per item, acc = mean correctness over samples and seeds; difference = mean over items of acc_a - acc_b"
+            " (base: the warmed-up model before RL). Wilcoxon: exact signed-rank test over items, zero differences"
+            " dropped, ties kept; Holm within its family.",
+            "",
+            key_comparisons_table(entries),
+            "",
+        ]
+    lines += [
+        "## Full grid: Wilcoxon over (model, benchmark) pairs",
         "",
         "Wilcoxon signed-rank tests over (model, benchmark) pairs of seed-averaged scores, d = method_a - method_b.",
         "W+ is the rank sum of pairs where method_a is better; r = (W+ - W-)/(W+ + W-) (rank-biserial).",
@@ -334,10 +466,10 @@ def markdown_report(rows: list[dict[str, Any]], checkpoint: str) -> str:
         "(test, alternative, zero handling) family across method pairs and metrics.",
         "",
     ]
-    wilcoxon = [row for row in rows if row["test"] != BOOTSTRAP_TEST]
+    wilcoxon = [row for row in rows if row["test"] in (*SCIPY_TESTS, CONDITIONAL_TEST)]
     header = "| method_a | method_b | test | zeros | alternative | n | W+ | W- | r | p | p (Holm) |"
     for metric in dict.fromkeys(row["metric"] for row in wilcoxon):
-        lines += [f"## {metric}", "", header, "|" + "---|" * 11]
+        lines += [f"### {metric}", "", header, "|" + "---|" * 11]
         for row in (r for r in wilcoxon if r["metric"] == metric):
             lines.append(
                 f"| {row['method_a']} | {row['method_b']} | {row['test'].removeprefix('wilcoxon_')} | "
@@ -350,7 +482,7 @@ def markdown_report(rows: list[dict[str, Any]], checkpoint: str) -> str:
     if bootstrap:
         first = bootstrap[0]
         lines += [
-            "## Paired bootstrap over items",
+            "## Full grid: paired bootstrap over items",
             "",
             f"Mean per-item accuracy difference (method_a - method_b), {100 * first['confidence']:g} % percentile "
             f"interval from {first['resamples']} resamples (seed {first['seed']}); Holm across all rows below.",
@@ -389,7 +521,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = wilcoxon_comparisons(scores, metrics)
     if args.samples:
         accuracies = item_accuracies(args.samples, args.checkpoint)
-        rows += bootstrap_comparisons(accuracies, args.resamples, args.confidence, args.seed)
+        rows += item_comparisons(accuracies, args.resamples, args.confidence, args.seed)
     add_holm(rows)
     atomic_write_json(args.out, rows)
     if args.markdown:

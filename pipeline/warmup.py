@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from pipeline.arith import worked_solution
+from pipeline.arith import is_arithmetic_problem, worked_solution
 from pipeline.generation import chat_prompt_ids, problem_from_prompt
 from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
 from pipeline.specs import dataclass_from_mapping
@@ -35,8 +34,6 @@ from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
 
 IGNORE_INDEX = -100
 MAX_GRAD_NORM = 1.0
-# The problems pipeline.arith generates: "a+b=?", "a-b=?", "a*b=?" (operands may be negative after "-").
-ARITHMETIC_PROBLEM = re.compile(r"-?\d+[+\-*]-?\d+=\?")
 ARCHITECTURE_KEYS = frozenset(field.name for field in dataclasses.fields(TinyModelSpec)) - {"seed"}
 
 
@@ -78,8 +75,8 @@ def parse_warmup_spec(mapping: Any, seed: int) -> tuple[TinyModelSpec, SFTSettin
 
 
 def sft_target(problem: str, answer: str) -> str:
-    """The completion to imitate: a worked line for a generated arithmetic problem, else just the boxed answer."""
-    if ARITHMETIC_PROBLEM.fullmatch(problem):
+    """The completion to imitate: the worked steps of a generated arithmetic problem, else just the boxed answer."""
+    if is_arithmetic_problem(problem):
         return worked_solution(problem, answer)
     return f"\\boxed{{{answer}}}"
 

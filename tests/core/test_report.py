@@ -13,30 +13,30 @@ def write_inputs(root):
         "| model | method | math acc@3 |\n|---|---|---|\n| tiny | grail | 0.61 ± 0.02 |\n"
     )
     (figures / "scores_by_benchmark.png").write_bytes(b"\x89PNG fake")
+    paper = {
+        "method_a": "grail",
+        "method_b": "grpo",
+        "metric": "acc@3",
+        "n": 30,
+        "statistic": 459.5,
+        "w_plus": 459.5,
+        "w_minus": 5.5,
+        "p_value": 1.3e-8,
+        "alternative": "greater",
+        "test": "wilcoxon_exact",
+        "zero_method": "wilcox",
+        "p_holm": 2.6e-8,
+        "rank_biserial": 0.976,
+    }
+    item = {"method_a": "grail", "method_b": "base", "metric": "acc@3", "n": 400, "model": "tiny", "benchmark": "math"}
     rows = [
-        {
-            "method_a": "grail",
-            "method_b": "grpo",
-            "metric": "acc@3",
-            "n": 30,
-            "statistic": 459.5,
-            "p_value": 1.3e-8,
-            "alternative": "greater",
-            "test": "wilcoxon_exact",
-            "zero_method": "wilcox",
-            "p_holm": 2.6e-8,
-            "rank_biserial": 0.976,
-        },
-        {
-            "method_a": "grail",
-            "method_b": "grpo",
-            "metric": "acc@3",
-            "benchmark": "math",
-            "test": "paired_bootstrap",
-            "ci_low": 0.01,
-            "ci_high": 0.05,
-        },
-    ]
+        paper,
+        # a row of the full grid only: stays in results/stats, out of the report
+        {**paper, "zero_method": "zsplit", "alternative": "two-sided", "p_value": 0.123456},
+        {**item, "test": "paired_bootstrap", "statistic": 0.07, "p_value": 0.001, "ci_low": 0.04, "ci_high": 0.1},
+        {**item, "test": "wilcoxon_items", "alternative": "greater", "statistic": 900.0, "p_value": 2e-5,
+         "mean_difference": 0.07, "p_holm": 4e-5},
+    ]  # fmt: skip
     (root / "significance.json").write_text(json.dumps(rows))
     (root / "card.json").write_text(
         json.dumps({"rows": 2000, "skipped": {"empty_answer": 3}, "note": "fetched with sk-test-secret-value-123"})
@@ -79,9 +79,10 @@ def test_report_gathers_every_section_and_redacts_secrets(tmp_path):
         "## Main results",
         "0.61 ± 0.02",
         "![scores_by_benchmark](figures/scores_by_benchmark.png)",
-        "459.5",
-        "wilcoxon_exact",
-        "Paired bootstrap",
+        "## Significance\n\n**The paper's test** (exact one-sided Wilcoxon signed-rank, GRAIL > GRPO, acc@3, over 30",
+        "W+ = 459.5, W- = 5.5, p = 1.3e-08",
+        "| tiny | math | grail vs base | acc@3 | 400 | +0.0700 | [+0.0400, +0.1000] | 2e-05 (one-sided) | 4e-05 | 0.001 |",
+        "`significance.json`",
         "`m7`",
         "trl-lib/DeepMath-103K@abc123",
         "HuggingFaceH4/MATH-500@r1",
@@ -89,6 +90,7 @@ def test_report_gathers_every_section_and_redacts_secrets(tmp_path):
         '"skipped"',
     ):
         assert expected in text, expected
+    assert "0.123" not in text  # the full grid is not in the report
     assert "sk-test-secret-value-123" not in text
     assert "[REDACTED]" in text
 

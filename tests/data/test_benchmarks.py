@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.arith import ArithmeticSpec, arithmetic_problems
 from pipeline.benchmarks import (
     SOURCE_FORMATS,
     SkipRow,
@@ -213,6 +215,23 @@ def test_generated_benchmark_matches_arith() -> None:
     assert audit["failure_count"] == 0
 
 
+def test_generated_chains_have_terms_operands_and_their_left_to_right_value() -> None:
+    spec = {"count": 60, "seed": 7, "low": 0, "high": 4, "operations": ["+", "-", "*"], "terms": 4}
+    items, audit = prepare_benchmark("chain", {"kind": "generated", "generated": spec})
+    evaluate = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
+    for item in items:
+        body = item["problem"].removesuffix("=?")
+        (operation,) = set(body) - set("0123456789")  # one operation per problem
+        operands = [int(x) for x in body.split(operation)]
+        assert len(operands) == 4 and all(0 <= x <= 4 for x in operands), item
+        assert item["answer"] == str(functools.reduce(evaluate[operation], operands)), item
+    assert {item["problem"][1] for item in items} == {"+", "-", "*"}
+    assert audit["failure_count"] == 0
+    # two terms draw exactly the problems the two-operand generator always drew
+    two = arithmetic_problems(ArithmeticSpec(count=3, seed=0))
+    assert [row["problem"] for row in two] == ["6+6=?", "4+8=?", "6+4=?"]
+
+
 # --- bad inputs ------------------------------------------------------------------------------------------------
 
 
@@ -229,6 +248,7 @@ def test_corrupt_line_names_file_and_line() -> None:
         ({"kind": "qwen_jsonl"}, r"benchmarks\.x: kind 'qwen_jsonl' reads a local file: set 'path'"),
         ({"kind": "generated", "generated": {"count": "ten"}}, r"benchmarks\.x\.generated\.count"),
         ({"kind": "generated", "generated": {"operations": ["/"]}}, r"benchmarks\.x\.generated\.operations"),
+        ({"kind": "generated", "generated": {"terms": 1}}, r"benchmarks\.x\.generated: need .* terms >= 2"),
         ({"kind": "generated", "subset_size": -1}, r"benchmarks\.x\.subset_size"),
         (["math500"], r"benchmarks\.x: expected a mapping"),
     ],

@@ -40,7 +40,7 @@ def test_bad_spec_is_refused_by_key(mapping, message):
     assert message in str(error.value)
 
 
-@pytest.mark.parametrize("template", ["clean", "upstream"])
+@pytest.mark.parametrize("template", ["clean", "upstream", "bare"])
 def test_problem_is_recovered_from_either_prompt_template(template):
     prompt = [{"role": "user", "content": build_prompt("3+4=?", template)}]
     assert problem_from_prompt(prompt, "row 1") == "3+4=?"
@@ -50,6 +50,9 @@ def test_targets():
     assert warmup.sft_target("3+4=?", "7") == "3+4=7. \\boxed{7}"
     assert warmup.sft_target("3-9=?", "-6") == "3-9=-6. \\boxed{-6}"
     assert warmup.sft_target("What is 2 squared?", "4") == "\\boxed{4}"
+    # chains: one worked step per operation, left to right, before the box
+    assert warmup.sft_target("3+4+2=?", "9") == "3+4=7. 7+2=9. \\boxed{9}"
+    assert warmup.sft_target("2*3*-4=?", "-24") == "2*3=6. 6*-4=-24. \\boxed{-24}"
 
 
 def test_collate_masks_prompt_and_padding():

@@ -100,7 +100,7 @@ def test_unknown_key_lists_the_allowed_keys() -> None:
         (lambda c: c["methods"]["grail"].pop("grail_std"), "`methods.grail.grail_std`: GRAIL needs a non-zero std"),
         (lambda c: c["token_analysis"].update(benchmark="math500"), "`token_analysis.benchmark`: unknown benchmark"),
         (lambda c: c["evaluation"].update(checkpoints=[500, "final"]), "`evaluation.checkpoints`: step(s) [500]"),
-        (lambda c: c["token_analysis"].update(checkpoints=[61]), "`token_analysis.checkpoints`: step(s) [61]"),
+        (lambda c: c["token_analysis"].update(checkpoints=[151]), "`token_analysis.checkpoints`: step(s) [151]"),
         (lambda c: c["significance"].update(checkpoint=10), "`significance.checkpoint`: 10 is not in"),
         (lambda c: c["models"]["tiny"].update(path="Qwen/Qwen3-4B"), "`models.tiny`: set exactly one of `path`"),
         (lambda c: c["training"].update(num_generations=7), "is not a multiple of num_generations = 7"),
@@ -136,7 +136,10 @@ def test_default_study_plan() -> None:
     study = Study.from_config(load_config(CONFIGS / "default.yaml"))
     assert len(study.runs()) == 1 * 3 * 2
     checkpoints = len(study.evaluation.checkpoints)
-    assert len(study.evaluations()) == 6 * checkpoints * 2 + 1 * 2 * 2  # runs x ckpts x benchmarks + baseline
+    analysed = [job for job in study.evaluations() if job["checkpoint"].startswith("step-")]
+    # runs x ckpts x benchmarks + baseline + the step the token analysis alone needs (GRAIL runs, one benchmark)
+    assert len(study.evaluations()) == 6 * checkpoints * 2 + 1 * 2 * 2 + len(analysed)
+    assert len(analysed) == 2 and {job["benchmark"] for job in analysed} == {"arith_add"}
     assert {job["method"] for job in study.grail_runs()} == {"grail"}
     assert study.models["tiny"].warmup_spec == {
         k: v for k, v in raw("default")["models"]["tiny"]["warmup"].items() if k != "seed"

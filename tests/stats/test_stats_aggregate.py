@@ -10,7 +10,15 @@ import openpyxl
 import pandas as pd
 import pytest
 
-from pipeline.aggregate import main, parse_run_path, parse_samples_path
+from pipeline.aggregate import (
+    RunKey,
+    load_training_curves,
+    main,
+    parse_run_path,
+    parse_samples_path,
+    seed_bands,
+    training_curves_figure,
+)
 from pipeline.io import InputError, run_cli
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -166,3 +174,32 @@ def test_unequal_sample_counts_are_reported(tmp_path: Path, write_samples, capsy
     assert "items have different sample counts" in capsys.readouterr().err
     scores = pd.read_csv(out / "scores.csv")
     assert set(scores["metric"]) >= {"acc@2", "pass@2"} and "pass@3" not in set(scores["metric"])
+
+
+def test_seed_bands_smooth_each_seed_then_take_mean_and_range() -> None:
+    curves = {
+        RunKey("m", "grpo", 0): pd.DataFrame({"reward": [0.0, 1.0, 2.0]}, index=[1, 2, 3]),
+        RunKey("m", "grpo", 1): pd.DataFrame({"reward": [2.0, 3.0, 4.0]}, index=[1, 2, 3]),
+        RunKey("m", "grail", 0): pd.DataFrame({"loss": [1.0]}, index=[1]),  # no reward: no band
+    }
+    bands = seed_bands(curves, "reward", window=2)
+    assert list(bands) == [("m", "grpo")]
+    # seed 0 smoothed: 0, 0.5, 1.5; seed 1: 2, 2.5, 3.5
+    assert bands["m", "grpo"]["mean"].tolist() == [1.0, 1.5, 2.5]
+    assert bands["m", "grpo"]["low"].tolist() == [0.0, 0.5, 1.5]
+    assert bands["m", "grpo"]["high"].tolist() == [2.0, 2.5, 3.5]
+
+
+def test_training_curves_lead_with_the_reward_one_line_and_band_per_method(study) -> None:
+    _, metrics = study
+    curves = load_training_curves(list(map(str, metrics)))
+    figure = training_curves_figure(curves)
+    reward, *diagnostics = figure.axes
+    assert reward.get_title().startswith("reward ")
+    assert sorted(line.get_label() for line in reward.lines) == ["grail", "grpo"]
+    assert len(reward.collections) == 2  # one seed band per method
+    grpo = next(line for line in reward.lines if line.get_label() == "grpo")
+    # rewards 0.1 step + seed over seeds 0 and 1, moving average of up to 5: mean = 0.5 + 0.1 * (step + 1) / 2
+    assert grpo.get_ydata().tolist() == pytest.approx([0.6, 0.65, 0.7])
+    assert [axis.get_title().split(" ")[0] for axis in diagnostics] == ["grail/clip_frac_max", "grail/weight_mean"]
+    assert reward.get_position().width > 2 * diagnostics[0].get_position().width

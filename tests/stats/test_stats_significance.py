@@ -17,8 +17,10 @@ from pipeline.io import InputError, run_cli
 from pipeline.significance import (
     conditional_exact_pvalue,
     holm,
+    key_comparisons,
     main,
     paired_bootstrap,
+    paper_test,
     rank_sums,
 )
 
@@ -98,6 +100,8 @@ def test_reproduces_the_papers_one_sided_exact_wilcoxon(tmp_path: Path) -> None:
     assert sorted({r["metric"] for r in family}) == ["acc@3", "pass@3"] and len(family) == 4
     markdown = (tmp_path / "significance.md").read_text()
     assert "| grail | grpo | exact | wilcox | greater | 30 | 459.5 | 5.5 | 0.976 | 1.3e-08 |" in markdown
+    assert markdown.splitlines()[2].startswith("**The paper's test**")
+    assert "over 30 (model, benchmark) pairs of seed means): W+ = 459.5, W- = 5.5, p = 1.3e-08." in markdown
 
 
 def test_zsplit_with_one_zero_difference_also_gives_the_papers_numbers() -> None:
@@ -204,7 +208,7 @@ def test_bootstrap_of_identical_methods_is_not_significant() -> None:
     assert low < 0 < high and p > 0.5
 
 
-def test_bootstrap_rows_from_samples_files(tmp_path: Path, write_samples) -> None:
+def test_item_rows_from_samples_files(tmp_path: Path, write_samples) -> None:
     items = {f"q{i}": [True, True] for i in range(12)}
     wrong_half = {f"q{i}": [i < 6, False] for i in range(12)}
     samples = [
@@ -213,17 +217,50 @@ def test_bootstrap_rows_from_samples_files(tmp_path: Path, write_samples) -> Non
         write_samples("m", "grpo", 0, "final", "math", wrong_half),
         write_samples("m", "grpo", 1, "final", "math", wrong_half),
         write_samples("m", "base", 0, "start", "math", wrong_half),
+        write_samples("m", "base", 0, "final", "math", items),  # not the baseline's checkpoint: ignored
     ]
     scores = paper_scores(tmp_path / "scores.csv")
     argv = ["--samples", *map(str, samples), "--resamples", "2000", "--seed", "3"]
     rows = run_significance(tmp_path, *argv, scores=scores)
-    boot = find(rows, test="paired_bootstrap")
-    assert (boot["method_a"], boot["method_b"], boot["benchmark"], boot["model"]) == ("grail", "grpo", "math", "m")
+    boot = find(rows, test="paired_bootstrap", method_a="grail", method_b="grpo")
+    assert (boot["benchmark"], boot["model"]) == ("math", "m")
     assert boot["metric"] == "acc@2" and boot["n"] == 12 and boot["alternative"] == "two-sided"
     assert boot["statistic"] == pytest.approx(1 - 0.25)
-    assert boot["ci_low"] <= 0.75 <= boot["ci_high"] and boot["p_holm"] == boot["p_value"]
+    assert boot["ci_low"] <= 0.75 <= boot["ci_high"]
+    # Against base, the method is method_a: grail - base = 0.75 on average; grpo - base = 0 on every item.
+    assert find(rows, test="paired_bootstrap", method_a="grail", method_b="base")["statistic"] == pytest.approx(0.75)
+    same = find(rows, test="wilcoxon_items", method_a="grpo", method_b="base")
+    assert (same["n_zero"], same["p_value"], same["alternative"]) == (12, 1.0, "greater")
+    # grail - base per item: 0.5 on q0..q5, 1.0 on q6..q11, all positive: one-sided exact p = 2^-12.
+    better = find(rows, test="wilcoxon_items", method_a="grail", method_b="base")
+    assert (better["w_plus"], better["w_minus"]) == (78, 0)
+    assert better["p_value"] == pytest.approx(2.0**-12)
+    pair = find(rows, test="wilcoxon_items", method_a="grail", method_b="grpo")
+    assert pair["alternative"] == "two-sided" and pair["p_value"] == pytest.approx(2 * 2.0**-12)
     assert run_significance(tmp_path, *argv, scores=scores) == rows
-    assert "## Paired bootstrap over items" in (tmp_path / "significance.md").read_text()
+    markdown = (tmp_path / "significance.md").read_text()
+    assert markdown.index("The paper's test") < markdown.index("## Did RL help") < markdown.index("## Full grid")
+    key_table = markdown[markdown.index("## Did RL help") : markdown.index("## Full grid")]
+    assert "| m | math | grail vs base | acc@2 | 12 | +0.7500 |" in key_table
+    assert "| m | math | grail vs grpo |" in key_table and "grpo vs base" in key_table
+    assert "oar_g" not in key_table and "| 0.000244 (one-sided) |" in key_table
+
+
+def test_key_comparisons_leave_out_pairs_that_do_not_answer_the_questions(tmp_path: Path, write_samples) -> None:
+    items = {f"q{i}": [i % 2 == 0] for i in range(4)}
+    samples = [write_samples("m", method, 0, "final", "b", items) for method in ("grail", "grpo", "oar_g")]
+    rows = run_significance(tmp_path, "--samples", *map(str, samples), "--resamples", "50")
+    comparisons = [entry["comparison"] for entry in key_comparisons(rows)]
+    assert comparisons == ["grail vs grpo"]  # no base samples: no base rows; grail/oar_g and grpo/oar_g left out
+    assert paper_test(rows) == find(
+        rows,
+        test="wilcoxon_exact",
+        method_a="grail",
+        method_b="grpo",
+        metric="acc@3",
+        zero_method="wilcox",
+        alternative="greater",
+    )
 
 
 def test_different_item_sets_are_refused(tmp_path: Path, write_samples) -> None:
