@@ -21,11 +21,11 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, saliency_scores
 from pipeline.generation import dataclass_from_mapping
 from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
+from pipeline.progress import progress
 from pipeline.rewards import PROMPT_SUFFIX_CLEAN, build_prompt
 
 NUM_BINS = 20
@@ -212,7 +212,7 @@ def analyse_checkpoint(model_dir: str, samples: Path, benchmark: Path, spec: Tok
     rollouts = load_rollouts(tokenizer, samples, benchmark, spec)
     records: list[tuple] = []
     batches = range(0, len(rollouts), spec.batch_size)
-    for start in tqdm(batches, desc=f"token analysis {Path(model_dir).name}", unit="batch"):
+    for start in progress(batches, desc=f"token analysis {Path(model_dir).name}", unit="batch"):
         batch = rollouts[start : start + spec.batch_size]
         weights, scores, spans = rollout_weights(model, tokenizer, batch, spec)
         records.extend(positional_records(batch, weights, scores, spans))
