@@ -404,7 +404,7 @@ def token_viewer_inputs(wildcards):
     return inputs
 
 
-def token_viewer_rollouts(wildcards, input):
+def viewer_rollout_arguments(wildcards, input):
     """`--rollouts LABEL MODEL_DIR SAMPLES` per shown (run, checkpoint), each token shell-quoted."""
     arguments = []
     for job in STUDY.viewed_rollouts():
@@ -419,7 +419,7 @@ rule token_viewer:
     output:
         page=report(TOKEN_VIEWER, category="Token weights"),
     params:
-        rollouts=token_viewer_rollouts,
+        rollouts=viewer_rollout_arguments,
         analysis_spec=canonical_json(STUDY.token_analysis.spec),
         credit_spec=canonical_json(STUDY.credit_settings()),
         per_outcome=STUDY.token_viewer.rollouts,
@@ -454,6 +454,9 @@ rule report:
         tables_dir=lambda wildcards, input: os.path.dirname(input.tables[0]),
         figures_dir=lambda wildcards, input: os.path.dirname(input.figures[0]),
         token_analysis_dirs=lambda wildcards, input: [os.path.dirname(path) for path in input.token_analysis],
+        token_viewer=lambda wildcards, input: shlex.join(["--token-viewer", *input.token_viewer])
+        if input.token_viewer
+        else "",
         repo_dir=workflow.basedir,
         code=source_digest("pipeline.report"),
     log:
@@ -467,6 +470,5 @@ rule report:
         "python -m pipeline.report --config {params.config:q} --tables-dir {params.tables_dir:q}"
         " --figures-dir {params.figures_dir:q} --significance {input.significance:q}"
         " --data-card {input.data_card:q} --audit {input.audits:q}"
-        " --token-analysis {params.token_analysis_dirs:q} --token-viewer {input.token_viewer:q}"
-        " --repo-dir {params.repo_dir:q}"
+        " --token-analysis {params.token_analysis_dirs:q} {params.token_viewer} --repo-dir {params.repo_dir:q}"
         " --out {output.report:q} > {log:q} 2>&1"
