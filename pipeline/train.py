@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import importlib.util
 import json
 import logging
 import os
@@ -626,9 +627,12 @@ def load_tracking(text: str) -> TrackingConfig:
     spec = load_spec(text)
     try:
         tracking = TrackingConfig(**spec)
-        tracking.integrations()
+        integrations = tracking.integrations()
     except (TypeError, ValueError) as error:
         raise InputError(f"--tracking: {error}") from None
+    missing = [name for name in integrations if importlib.util.find_spec(name) is None]
+    if missing:
+        raise InputError(f"--tracking: report_to {missing} is not installed (pip install -e '.[tracking]')")
     return tracking
 
 
