@@ -57,6 +57,7 @@ from transformers import (
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
+    ProgressCallback,
     TrainerCallback,
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -72,6 +73,7 @@ from pipeline.io import (
     read_jsonl,
     run_cli,
 )
+from pipeline.progress import progress
 from pipeline.rewards import trl_outcome_reward
 from pipeline.tracking import TrackingConfig, environment, tensorboard_environment, wandb_run
 from pipeline.trainer import GrailGRPOConfig, GrailGRPOTrainer
@@ -535,6 +537,16 @@ class MetricsCallback(TrainerCallback):
                 append_jsonl_durably(handle, [{"step": state.global_step, **logs}])
 
 
+class StepProgressCallback(ProgressCallback):
+    """transformers' progress bar (steps done / total, rate, time left; log dicts printed between updates) drawn by
+    ``pipeline.progress``: one line per update when the job log is a file. A resumed run starts at its step."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        if state.is_world_process_zero:
+            self.training_bar = progress(desc="train", unit="step", total=state.max_steps, initial=state.global_step)
+        self.current_step = state.global_step
+
+
 class ExportAndPreemptionCallback(TrainerCallback):
     """Force a checkpoint at every export step; on a preemption signal save one and stop after this step."""
 
@@ -735,6 +747,8 @@ def build_trainer(
             exports_dir=working_exports_dir(args.out),
         )
     control.accelerator = trainer.accelerator
+    if trainer.pop_callback(ProgressCallback) is not None:  # absent with disable_tqdm
+        trainer.add_callback(StepProgressCallback())
     return trainer, control
 
 

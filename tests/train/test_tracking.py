@@ -4,6 +4,7 @@ W&B (offline) on, read back with TensorBoard's own reader and from the W&B run f
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -114,3 +115,11 @@ def test_no_credential_reaches_any_tracker_file_or_output(tracked_run) -> None:
     assert any(path.suffix == ".wandb" for path in written)
     assert [path for path in written if FAKE_KEY.encode() in path.read_bytes()] == []
     assert FAKE_KEY not in result.stdout + result.stderr
+
+
+def test_training_progress_is_one_line_per_update_when_logged_to_a_file(tracked_run) -> None:
+    """stderr is a pipe here, as in a job log: the step bar prints whole lines (steps done / total, time left)."""
+    _, _, result = tracked_run
+    bars = [line for line in result.stderr.split("\n") if line.startswith("train: ")]
+    assert bars[0].startswith("train:   0%") and not any("\r" in line for line in bars), result.stderr[-3000:]
+    assert re.match(r"train: 100%\|#+\| 3/3 \[\d\d:\d\d<00:00, +[\d.]+(s/step|step/s)\]$", bars[-1]), bars
