@@ -258,17 +258,23 @@ def plot_profiles(summaries: dict[str, dict[str, Any]], path: Path) -> None:
     plt.close(figure)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.token_analysis", description=__doc__.splitlines()[0])
+def add_checkpoint_arguments(parser: argparse.ArgumentParser, option: str, purpose: str) -> None:
+    """``option LABEL MODEL_DIR SAMPLES_JSONL`` (repeatable) and ``--benchmark``: the evaluated checkpoints a stage
+    reads (token analysis, token viewer)."""
     parser.add_argument(
-        "--checkpoint",
+        option,
         nargs=3,
         action="append",
         required=True,
         metavar=("LABEL", "MODEL_DIR", "SAMPLES_JSONL"),
-        help="a checkpoint to analyse: its label, its model directory and its evaluation samples",
+        help=f"a checkpoint to {purpose}: its label, its model directory and its evaluation samples",
     )
     parser.add_argument("--benchmark", required=True, type=Path, help="the benchmark JSONL the samples answer")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.token_analysis", description=__doc__.splitlines()[0])
+    add_checkpoint_arguments(parser, "--checkpoint", "analyse")
     parser.add_argument("--spec", default="{}", help="token-analysis settings (inline JSON or a YAML/JSON file)")
     parser.add_argument("--out-dir", required=True, type=Path)
     return parser.parse_args(argv)

@@ -33,13 +33,15 @@ from typing import Any
 
 import torch
 
+from pipeline.config import CREDIT_PREFIXES
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, oar_g_weights, saliency_scores
 from pipeline.generation import dataclass_from_mapping, load_causal_lm, load_tokenizer
 from pipeline.io import InputError, atomic_write_text, load_spec, read_jsonl, run_cli
 from pipeline.progress import progress
-from pipeline.token_analysis import Rollout, TokenAnalysisSpec, collate, prompt_ids
+from pipeline.token_analysis import Rollout, TokenAnalysisSpec, add_checkpoint_arguments, collate, prompt_ids
 
-CREDIT_PREFIXES = ("grail_", "oar_g_")
+GRAIL_OPTIONS = ("mean", "std", "w_min", "w_max", "symmetry")  # grail_weights' keywords = grail_<name> fields
+OAR_G_OPTIONS = ("tau", "beta", "eps", "noise_std")  # oar_g_weights' keywords = oar_g_<name> fields
 METHOD_COLOURS = {"GRAIL": (214, 39, 40), "OAR-G": (31, 119, 180)}
 MIN_OPACITY = 0.06
 
@@ -72,7 +74,7 @@ def credit_settings(credit_spec: Any) -> dict[str, Any]:
     defaults = {
         field.name: field.default
         for field in dataclasses.fields(GrailGRPOConfig)
-        if field.name.startswith(CREDIT_PREFIXES) or field.name == "answer_span"
+        if field.name.startswith(tuple(CREDIT_PREFIXES.values())) or field.name == "answer_span"
     }
     if not isinstance(credit_spec, dict):
         raise InputError(f"credit spec: expected a mapping of GrailGRPOConfig credit options, got {credit_spec!r}")
@@ -134,6 +136,11 @@ def token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
     return texts
 
 
+def options(credit: dict[str, Any], prefix: str, names: tuple[str, ...]) -> dict[str, Any]:
+    """The keyword arguments of a credit function from the config fields ``prefix + name``."""
+    return {name: credit[prefix + name] for name in names}
+
+
 def compute_views(
     model: Any,
     tokenizer: Any,
@@ -164,29 +171,17 @@ def compute_views(
         position=credit["grail_position"],
     )
     advantages = torch.tensor([rollout.advantage for rollout in rollouts])
-    grail = grail_weights(
-        scores,
-        completion_mask,
-        advantages,
-        spans,
-        mean=credit["grail_mean"],
-        std=credit["grail_std"],
-        w_min=credit["grail_w_min"],
-        w_max=credit["grail_w_max"],
-        symmetry=credit["grail_symmetry"],
-    )
+    grail = grail_weights(scores, completion_mask, advantages, spans, **options(credit, "grail_", GRAIL_OPTIONS))
     with torch.enable_grad():
+        noise = torch.Generator().manual_seed(seed)
         oar_g = oar_g_weights(
             model,
             input_ids,
             attention,
             completion_mask,
             answer_mask,
-            tau=credit["oar_g_tau"],
-            beta=credit["oar_g_beta"],
-            eps=credit["oar_g_eps"],
-            noise_std=credit["oar_g_noise_std"],
-            generator=torch.Generator().manual_seed(seed),
+            generator=noise,
+            **options(credit, "oar_g_", OAR_G_OPTIONS),
         )
     for row, (rollout, sampled) in enumerate(zip(rollouts, batch, strict=True)):
         length = len(sampled.completion_ids)
@@ -308,15 +303,7 @@ the checkpoint's model by the trainer's own functions with settings <code>{setti
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipeline.token_viewer", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--rollouts",
-        nargs=3,
-        action="append",
-        required=True,
-        metavar=("LABEL", "MODEL_DIR", "SAMPLES_JSONL"),
-        help="a checkpoint to show: its label, its model directory and its evaluation samples",
-    )
-    parser.add_argument("--benchmark", required=True, type=Path, help="the benchmark JSONL the samples answer")
+    add_checkpoint_arguments(parser, "--rollouts", "show")
     parser.add_argument("--analysis-spec", default="{}", help="token-analysis settings: prompt format, temperature")
     parser.add_argument("--credit-spec", default="{}", help="GrailGRPOConfig credit options (grail_*, oar_g_*)")
     parser.add_argument("--per-outcome", type=int, default=2, help="correct and wrong rollouts shown each")
