@@ -178,3 +178,15 @@ def test_page_in_a_real_browser(viewer_page, browser) -> None:
     for name in ("grail", "oar-g", "saliency", "advantage"):
         assert token.get_attribute(f"data-{name}") in text, (name, text)
     assert f"GRAIL weight {token.get_attribute('data-grail')}" in text
+
+
+def test_report_links_the_page_and_requires_it(tmp_path: Path) -> None:
+    from tests.core.test_report import report_command, write_inputs
+
+    config = write_inputs(tmp_path)
+    (tmp_path / "token_weights.html").write_text("<!DOCTYPE html><html></html>")
+    command = [*report_command(tmp_path, json.dumps(config), tmp_path / "tables"), "--token-viewer"]
+    subprocess.run([*command, str(tmp_path / "token_weights.html")], check=True, capture_output=True, cwd=REPO)
+    assert "## Token weights\n\n[Token weights](token_weights.html)" in (tmp_path / "report.md").read_text()
+    missing = subprocess.run([*command, str(tmp_path / "nope.html")], capture_output=True, text=True, cwd=REPO)
+    assert missing.returncode == 2 and "nope.html: report input not found" in missing.stderr
