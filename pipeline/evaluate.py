@@ -33,16 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipeline.generation import (
-    chat_prompt_ids,
-    dataclass_from_mapping,
-    derive_seed,
-    load_causal_lm,
-    load_tokenizer,
-    model_fingerprint,
-    resolve_model,
-    stable_hash,
-)
+from pipeline.generation import chat_prompt_ids, derive_seed, model_fingerprint, stable_hash
 from pipeline.io import (
     InputError,
     append_jsonl_durably,
@@ -51,8 +42,10 @@ from pipeline.io import (
     read_jsonl,
     run_cli,
 )
+from pipeline.loading import load_model, load_tokenizer, resolve_model
 from pipeline.progress import progress
 from pipeline.rewards import PROMPT_TEMPLATES, build_prompt, is_correct, last_boxed
+from pipeline.specs import dataclass_from_mapping
 
 SAMPLE_KEYS = ("id", "sample", "completion", "extracted", "correct", "num_tokens")
 BACKENDS = ("auto", "hf", "vllm")
@@ -294,7 +287,7 @@ class HFBackend:
         self.torch = torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = "auto" if self.device == "cuda" else torch.float32
-        self.model = load_causal_lm(model, dtype=dtype).to(self.device).eval()
+        self.model = load_model(model, dtype=dtype).to(self.device).eval()
         self.tokenizer = tokenizer
         self.spec = spec
         configured = self.model.generation_config.eos_token_id

@@ -23,10 +23,11 @@ import numpy as np
 import torch
 
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, saliency_scores
-from pipeline.generation import dataclass_from_mapping
 from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
+from pipeline.loading import load_model, load_tokenizer
 from pipeline.progress import progress
 from pipeline.rewards import PROMPT_SUFFIX_CLEAN, build_prompt
+from pipeline.specs import dataclass_from_mapping
 
 NUM_BINS = 20
 
@@ -203,12 +204,8 @@ def summarize(records: list[tuple]) -> dict[str, Any]:
 
 def analyse_checkpoint(model_dir: str, samples: Path, benchmark: Path, spec: TokenAnalysisSpec) -> dict[str, Any]:
     """Load one checkpoint, recompute GRAIL weights for its rollouts and summarize them by position."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, dtype=torch.float32).eval()
     rollouts = load_rollouts(tokenizer, samples, benchmark, spec)
     records: list[tuple] = []
     batches = range(0, len(rollouts), spec.batch_size)

@@ -35,9 +35,10 @@ import torch
 
 from pipeline.config import CREDIT_PREFIXES
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, oar_g_weights, saliency_scores
-from pipeline.generation import dataclass_from_mapping, load_causal_lm, load_tokenizer
 from pipeline.io import InputError, atomic_write_text, load_spec, read_jsonl, run_cli
+from pipeline.loading import load_model, load_tokenizer
 from pipeline.progress import progress
+from pipeline.specs import dataclass_from_mapping
 from pipeline.token_analysis import Rollout, TokenAnalysisSpec, add_checkpoint_arguments, collate, prompt_ids
 
 GRAIL_OPTIONS = ("mean", "std", "w_min", "w_max", "symmetry")  # grail_weights' keywords = grail_<name> fields
@@ -69,7 +70,7 @@ class ViewedRollout:
 def credit_settings(credit_spec: Any) -> dict[str, Any]:
     """GrailGRPOConfig's credit options (``grail_*``, ``oar_g_*``, ``answer_span``) with CREDIT_SPEC's values;
     the defaults are read from the trainer's config class, so they are declared only there."""
-    from pipeline.trainer import GrailGRPOConfig
+    from pipeline.grpo_config import GrailGRPOConfig
 
     defaults = {
         field.name: field.default
@@ -325,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
         rollouts = choose_rollouts(read_jsonl(samples), problems, args.per_outcome, rng, Path(samples))
         if rollouts:
             tokenizer = load_tokenizer(model_dir)
-            model = load_causal_lm(model_dir, dtype=torch.float32).eval()
+            model = load_model(model_dir, dtype=torch.float32).eval()
             compute_views(model, tokenizer, rollouts, analysis, credit, args.seed)
         views[label] = rollouts
     atomic_write_text(args.out, render_page(views, credit, args.seed))

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from safetensors.torch import load_file
 from train_support import REPO_ROOT, TRAINING_SPEC, run_train, subprocess_env, train_command
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline.train import PREEMPTED_EXIT_CODE, working_metrics_path
+from pipeline.resume import working_metrics_path
+from pipeline.train import PREEMPTED_EXIT_CODE
 from tests.hold_stage import hold_training_env
 
 pytestmark = pytest.mark.slow
@@ -52,7 +54,8 @@ def assert_same_weights(first: Path, second: Path) -> None:
 def interrupt_after_checkpoint(
     command: list[str], run_dir: Path, signum: int, step: int = 2
 ) -> subprocess.CompletedProcess:
-    """Start a run that holds once checkpoint-``step`` is published, send it ``signum`` there, wait for its end."""
+    """Start a run that holds once checkpoint-``step`` is published, send it ``signum`` once it says it holds
+    there (the checkpoint directory alone appears before the export and the callbacks), wait for its end."""
     process = subprocess.Popen(
         command,
         cwd=REPO_ROOT,
@@ -61,14 +64,26 @@ def interrupt_after_checkpoint(
         stderr=subprocess.PIPE,
         text=True,
     )
+    output: dict[str, list[str]] = {"stdout": [], "stderr": []}
+    readers = [
+        threading.Thread(target=lambda name=name, stream=stream: output[name].extend(stream), daemon=True)
+        for name, stream in (("stdout", process.stdout), ("stderr", process.stderr))
+    ]
+    for reader in readers:
+        reader.start()
     deadline = time.monotonic() + 300
-    while not (run_dir / "checkpoints" / f"checkpoint-{step}").is_dir():
-        assert process.poll() is None, process.communicate()[1][-3000:]
-        assert time.monotonic() < deadline, f"no checkpoint-{step} within 300 s"
+    while not any(f"holding after checkpoint-{step}" in line for line in list(output["stderr"])):
+        assert process.poll() is None, "".join(output["stderr"])[-3000:]
+        assert time.monotonic() < deadline, f"no hold after checkpoint-{step} within 300 s"
         time.sleep(0.1)
+    assert (run_dir / "checkpoints" / f"checkpoint-{step}").is_dir()
     process.send_signal(signum)
-    stdout, stderr = process.communicate(timeout=300)
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    process.wait(timeout=300)
+    for reader in readers:
+        reader.join(timeout=60)
+    return subprocess.CompletedProcess(
+        command, process.returncode, "".join(output["stdout"]), "".join(output["stderr"])
+    )
 
 
 @pytest.fixture(scope="module")
