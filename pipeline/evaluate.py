@@ -31,7 +31,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pipeline.generation import chat_prompt_ids, derive_seed, model_fingerprint, stable_hash
 from pipeline.io import (
@@ -44,11 +44,11 @@ from pipeline.io import (
 )
 from pipeline.loading import load_model, load_tokenizer, resolve_model
 from pipeline.progress import progress
-from pipeline.rewards import PROMPT_TEMPLATES, build_prompt, is_correct, last_boxed
+from pipeline.rewards import PromptTemplate, build_prompt, is_correct, last_boxed
 from pipeline.specs import dataclass_from_mapping
 
 SAMPLE_KEYS = ("id", "sample", "completion", "extracted", "correct", "num_tokens")
-BACKENDS = ("auto", "hf", "vllm")
+BackendName = Literal["auto", "hf", "vllm"]
 
 
 @dataclass(frozen=True)
@@ -66,14 +66,14 @@ class VllmSettings:
 class EvalSpec:
     """EVAL_SPEC: backend, sampling, batching, prompt and grading settings (defaults: upstream, spec 6.2)."""
 
-    backend: str = "auto"
+    backend: BackendName = "auto"
     n_samples: int = 3
     temperature: float = 0.6
     top_p: float = 0.95
     top_k: int = 20
     max_new_tokens: int = 8192
     batch_size: int = 64
-    prompt_template: str = "clean"
+    prompt_template: PromptTemplate = "clean"
     enable_thinking: bool = False
     grading_timeout_seconds: int = 5
     max_answer_chars: int = 1000
@@ -128,8 +128,6 @@ def parse_eval_spec(mapping: Any) -> EvalSpec:
     """EVAL_SPEC from a mapping; unknown keys, wrong types and out-of-range values raise InputError by name."""
     spec = dataclass_from_mapping(EvalSpec, mapping, "evaluation spec")
     checks = {
-        "backend": spec.backend in BACKENDS,
-        "prompt_template": spec.prompt_template in PROMPT_TEMPLATES,
         "n_samples": spec.n_samples >= 1,
         "batch_size": spec.batch_size >= 1,
         "max_new_tokens": spec.max_new_tokens >= 1,
@@ -140,8 +138,7 @@ def parse_eval_spec(mapping: Any) -> EvalSpec:
         "vllm.tensor_parallel_size": spec.vllm.tensor_parallel_size >= 1,
         "vllm.data_parallel_size": spec.vllm.data_parallel_size >= 1,
         "vllm.gpu_memory_utilization": 0 < spec.vllm.gpu_memory_utilization <= 1,
-        "vllm.max_model_len": spec.vllm.max_model_len is None
-        or (isinstance(spec.vllm.max_model_len, int) and spec.vllm.max_model_len >= 1),
+        "vllm.max_model_len": spec.vllm.max_model_len is None or spec.vllm.max_model_len >= 1,
     }
     for key, valid in checks.items():
         if not valid:

@@ -23,10 +23,11 @@ import numpy as np
 import torch
 
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, saliency_scores
+from pipeline.credit.saliency import Leaf, Position
 from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
 from pipeline.loading import load_model, load_tokenizer
 from pipeline.progress import progress
-from pipeline.rewards import PROMPT_SUFFIX_CLEAN, build_prompt
+from pipeline.rewards import PROMPT_SUFFIX_CLEAN, PromptTemplate, build_prompt
 from pipeline.specs import dataclass_from_mapping
 
 NUM_BINS = 20
@@ -41,14 +42,14 @@ class TokenAnalysisSpec:
     grail_std: float = 0.5
     grail_w_min: float = 0.5
     grail_w_max: float = 5.0
-    grail_leaf: str = "embeddings"
-    grail_position: Literal["previous", "same"] = "previous"
+    grail_leaf: Leaf = "embeddings"
+    grail_position: Position = "previous"
     batch_size: int = 8
     max_rollouts: int | None = None
     # "chat": the prompt the rollouts were generated from (chat template, template below);
     # "upstream": upstream's analysis prompt (problem + instruction, no chat template).
     prompt_format: Literal["chat", "upstream"] = "chat"
-    prompt_template: Literal["clean", "upstream"] = "clean"
+    prompt_template: PromptTemplate = "clean"
     enable_thinking: bool = False
     enabled: bool = True
 

@@ -54,6 +54,15 @@ from pipeline.io import (
     read_jsonl,
     run_cli,
 )
+from pipeline.layout import (
+    CHECKPOINTS_DIR,
+    EXPORTS_DIR,
+    FINAL_CHECKPOINT,
+    METRICS_FILE,
+    export_label,
+    working_exports_dir,
+    working_metrics_path,
+)
 from pipeline.loading import check_model_reference, load_model, load_tokenizer
 from pipeline.resume import (
     ExportAndPreemptionCallback,
@@ -64,8 +73,6 @@ from pipeline.resume import (
     checkpoint_problem,
     keep_metrics_up_to,
     newest_valid_checkpoint,
-    working_exports_dir,
-    working_metrics_path,
 )
 from pipeline.rewards import trl_outcome_reward
 from pipeline.specs import annotation_accepts, annotation_name
@@ -135,7 +142,7 @@ def build_config(
     try:
         return GrailGRPOConfig(
             **config_options,
-            output_dir=str(run_dir / "checkpoints"),
+            output_dir=str(run_dir / CHECKPOINTS_DIR),
             seed=seed,
             report_to=tracking.integrations(),
             run_name=run_name,
@@ -228,12 +235,12 @@ def publish_exports(run_dir: Path, steps: frozenset[int], final_step: int) -> No
     """Publish ``RUN_DIR/exports/step-N`` for each requested step up to ``final_step`` that is not there yet, from
     its working export (or, when a killed attempt did not make one, from its checkpoint)."""
     for step in sorted(s for s in steps if s <= final_step):
-        destination = run_dir / "exports" / f"step-{step}"
+        destination = run_dir / EXPORTS_DIR / export_label(step)
         if destination.is_dir():
             continue
-        source = working_exports_dir(run_dir) / f"step-{step}"
+        source = working_exports_dir(run_dir) / export_label(step)
         if not source.is_dir():
-            source = checkpoint_path(run_dir / "checkpoints", step)
+            source = checkpoint_path(run_dir / CHECKPOINTS_DIR, step)
             if checkpoint_problem(source) is not None:
                 raise InputError(f"--export-steps: step {step} has no export and no valid checkpoint to export from")
         export_model(source, destination)
@@ -271,11 +278,11 @@ def publish_outputs(
     if is_main:
         publish_exports(run_dir, export_steps, final_step)
     if finished_checkpoint is None:
-        save_final(trainer, run_dir / "final")
+        save_final(trainer, run_dir / FINAL_CHECKPOINT)
     elif is_main:
-        export_model(finished_checkpoint, run_dir / "final")
+        export_model(finished_checkpoint, run_dir / FINAL_CHECKPOINT)
     if is_main:
-        publish_metrics(working_metrics_path(run_dir), run_dir / "metrics.jsonl")
+        publish_metrics(working_metrics_path(run_dir), run_dir / METRICS_FILE)
 
 
 def stop_before_training(received: str) -> None:
@@ -350,7 +357,7 @@ def train_and_publish(
 ) -> None:
     """Resume from the newest valid checkpoint (or start), train to max_steps, publish the outputs."""
     run_dir: Path = args.out
-    checkpoints_dir = run_dir / "checkpoints"
+    checkpoints_dir = run_dir / CHECKPOINTS_DIR
     resume = newest_valid_checkpoint(checkpoints_dir)
     # The Trainer resumed at max_steps would train one step more (it checks the limit after a step), so a run
     # whose newest checkpoint is its last step (killed while publishing) only publishes.

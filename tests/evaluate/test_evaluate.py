@@ -164,8 +164,11 @@ def test_cli_writes_output_and_refuses_bad_spec(tiny_model_dir, bench, reference
         ({"n_samples": "3"}, "evaluation spec.n_samples: expected int"),
         ({"n_samples": True}, "evaluation spec.n_samples: expected int"),
         ({"enable_thinking": 1}, "evaluation spec.enable_thinking: expected bool"),
-        ({"backend": "tgi"}, "evaluation spec.backend: invalid value 'tgi'"),
-        ({"prompt_template": "fancy"}, "evaluation spec.prompt_template: invalid value 'fancy'"),
+        ({"backend": "tgi"}, "evaluation spec.backend: expected 'auto' | 'hf' | 'vllm', got str 'tgi'"),
+        (
+            {"prompt_template": "fancy"},
+            "evaluation spec.prompt_template: expected 'clean' | 'upstream', got str 'fancy'",
+        ),
         ({"top_p": 0}, "evaluation spec.top_p: invalid value 0.0"),
         ({"n_samples": 0}, "evaluation spec.n_samples: invalid value 0"),
         ({"vllm": {"max_model_len": 0}}, "evaluation spec.vllm.max_model_len: invalid value 0"),

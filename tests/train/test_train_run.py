@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from train_support import REPO_ROOT, TRAINING_SPEC, run_train, subprocess_env, train_command
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline.resume import working_metrics_path
+from pipeline.layout import working_metrics_path
 from pipeline.train import PREEMPTED_EXIT_CODE
 from tests.hold_stage import hold_training_env
 
