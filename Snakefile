@@ -440,6 +440,11 @@ rule token_viewer:
         " --per-outcome {params.per_outcome} --seed {params.seed} --out {output.page:q} > {log:q} 2>&1"
 
 
+def viewer_page_argument(wildcards, input):
+    """`--token-viewer PAGE` when the viewer is on, shell-quoted."""
+    return shlex.join(["--token-viewer", *input.token_viewer]) if input.token_viewer else ""
+
+
 rule report:
     input:
         tables=TABLES,
@@ -463,9 +468,7 @@ rule report:
         tables_dir=lambda wildcards, input: os.path.dirname(input.tables[0]),
         figures_dir=lambda wildcards, input: os.path.dirname(input.figures[0]),
         token_analysis_dirs=lambda wildcards, input: [os.path.dirname(path) for path in input.token_analysis],
-        token_viewer=lambda wildcards, input: (
-            shlex.join(["--token-viewer", *input.token_viewer]) if input.token_viewer else ""
-        ),
+        token_viewer=viewer_page_argument,
         repo_dir=workflow.basedir,
         code=source_digest("pipeline.report"),
     shell:
