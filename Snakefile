@@ -77,6 +77,8 @@ SIGNIFICANCE = f"{R}/{layout.SIGNIFICANCE}"
 SIGNIFICANCE_MD = f"{R}/{layout.SIGNIFICANCE_MD}"
 TOKEN_ANALYSIS = f"{R}/{layout.TOKEN_ANALYSIS}"
 REPORT = f"{R}/{layout.REPORT}"
+TOKEN_VIEWER = f"{R}/token_weights.html"
+TRACKING_DIR = f"{R}/tracking"
 
 
 def _names(names):
@@ -254,12 +256,16 @@ rule train:
         nodes=lambda wildcards: STUDY.resources("train", wildcards.model).nodes,
         # from the output, so that a storage provider's local path is used
         run_dir=lambda wildcards, output: os.path.dirname(output.metrics),
+        tracking=canonical_json(STUDY.tracking.__dict__),
+        run_name=lambda wildcards: STUDY.run_name(wildcards),
+        tracking_dir=TRACKING_DIR,
         code=source_digest("pipeline.train"),
     shell:
         "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --"
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
         " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
-        " --out {params.run_dir:q} --export-steps {params.export_steps} > {log:q} 2>&1"
+        " --out {params.run_dir:q} --export-steps {params.export_steps} --tracking {params.tracking:q}"
+        " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} > {log:q} 2>&1"
 
 
 def evaluate_inputs(wildcards):
@@ -398,6 +404,55 @@ rule token_analysis:
         " --spec {params.spec:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
+def token_viewer_inputs(wildcards):
+    benchmark = STUDY.token_viewer.benchmark
+    inputs = {"benchmark": BENCHMARK_FILE.format(benchmark=benchmark)}
+    for job in STUDY.viewed_rollouts():
+        label = f"{STUDY.run_name(job)}/{job['checkpoint']}"
+        inputs[f"model {label}"] = model_dir(job["model"], job["method"], job["seed"], job["checkpoint"])
+        inputs[f"samples {label}"] = SAMPLES.format(**job)
+    return inputs
+
+
+def viewer_rollout_arguments(wildcards, input):
+    """`--rollouts LABEL MODEL_DIR SAMPLES` per shown (run, checkpoint), each token shell-quoted."""
+    arguments = []
+    for job in STUDY.viewed_rollouts():
+        label = f"{STUDY.run_name(job)}/{job['checkpoint']}"
+        arguments += ["--rollouts", label, input[f"model {label}"], input[f"samples {label}"]]
+    return shlex.join(arguments)
+
+
+rule token_viewer:
+    input:
+        unpack(token_viewer_inputs),
+    output:
+        page=report(TOKEN_VIEWER, category="Token weights"),
+    log:
+        f"{R}/logs/token_viewer.log",
+    benchmark:
+        f"{R}/benchmarks/token_viewer.tsv"
+    threads: threads_of("token_viewer")
+    resources:
+        **resources_of("token_viewer"),
+    params:
+        rollouts=viewer_rollout_arguments,
+        analysis_spec=canonical_json(STUDY.token_analysis.spec),
+        credit_spec=canonical_json(STUDY.credit_settings()),
+        per_outcome=STUDY.token_viewer.rollouts,
+        seed=STUDY.token_viewer.seed,
+        code=source_digest("pipeline.token_viewer"),
+    shell:
+        "python -m pipeline.token_viewer {params.rollouts} --benchmark {input.benchmark:q}"
+        " --analysis-spec {params.analysis_spec:q} --credit-spec {params.credit_spec:q}"
+        " --per-outcome {params.per_outcome} --seed {params.seed} --out {output.page:q} > {log:q} 2>&1"
+
+
+def viewer_page_argument(wildcards, input):
+    """`--token-viewer PAGE` when the viewer is on, shell-quoted."""
+    return shlex.join(["--token-viewer", *input.token_viewer]) if input.token_viewer else ""
+
+
 rule report:
     input:
         tables=TABLES,
@@ -406,6 +461,7 @@ rule report:
         data_card=DATA_CARD,
         audits=expand(AUDIT, benchmark=STUDY.benchmarks),
         token_analysis=[f"{TOKEN_ANALYSIS}/summary.json".format(**run) for run in STUDY.grail_runs()],
+        token_viewer=[TOKEN_VIEWER] if STUDY.token_viewer.enabled else [],
     output:
         report=REPORT,
     log:
@@ -420,11 +476,12 @@ rule report:
         tables_dir=lambda wildcards, input: os.path.dirname(input.tables[0]),
         figures_dir=lambda wildcards, input: os.path.dirname(input.figures[0]),
         token_analysis_dirs=lambda wildcards, input: [os.path.dirname(path) for path in input.token_analysis],
+        token_viewer=viewer_page_argument,
         repo_dir=workflow.basedir,
         code=source_digest("pipeline.report"),
     shell:
         "python -m pipeline.report --config {params.config:q} --tables-dir {params.tables_dir:q}"
         " --figures-dir {params.figures_dir:q} --significance {input.significance:q}"
         " --data-card {input.data_card:q} --audit {input.audits:q}"
-        " --token-analysis {params.token_analysis_dirs:q} --repo-dir {params.repo_dir:q}"
+        " --token-analysis {params.token_analysis_dirs:q} {params.token_viewer} --repo-dir {params.repo_dir:q}"
         " --out {output.report:q} > {log:q} 2>&1"

@@ -23,6 +23,7 @@ from jsonschema.exceptions import ValidationError
 
 from pipeline.io import InputError
 from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, checkpoint_label, label_step
+from pipeline.tracking import TrackingConfig, run_name
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 SCHEMA_PATH = PACKAGE_DIR.parent / "configs" / "schema.yaml"
@@ -299,6 +300,16 @@ class TokenAnalysisConfig:
 
 
 @dataclass(frozen=True)
+class TokenViewerConfig:
+    """The token-weight viewer: shown benchmark, rollouts per outcome (correct, wrong), seed of their choice."""
+
+    enabled: bool
+    benchmark: str
+    rollouts: int
+    seed: int
+
+
+@dataclass(frozen=True)
 class Study:
     """The validated config, split by concern; the Snakefile plans every job from it."""
 
@@ -314,6 +325,8 @@ class Study:
     evaluation: EvaluationConfig
     token_analysis: TokenAnalysisConfig
     significance: dict[str, Any]
+    tracking: TrackingConfig
+    token_viewer: TokenViewerConfig
     resource_table: dict[str, dict[str, Any]] = field(repr=False)
 
     @classmethod
@@ -327,6 +340,7 @@ class Study:
         checkpoints = tuple(checkpoint_label(c) for c in evaluation.pop("checkpoints"))
         baseline = evaluation.pop("baseline")
         analysis = dict(config["token_analysis"])
+        viewer = config["token_viewer"]
         return cls(
             results_dir=config["results_dir"],
             eval_data_dir=config["eval_data_dir"],
@@ -355,6 +369,13 @@ class Study:
                 spec={k: v for k, v in analysis.items() if k not in TOKEN_ANALYSIS_PLAN_KEYS},
             ),
             significance=config["significance"],
+            tracking=TrackingConfig(**config["tracking"]),
+            token_viewer=TokenViewerConfig(
+                enabled=viewer["enabled"],
+                benchmark=viewer.get("benchmark") or analysis.get("benchmark") or next(iter(config["benchmarks"])),
+                rollouts=viewer["rollouts"],
+                seed=viewer["seed"],
+            ),
             resource_table=config["resources"],
         )
 
@@ -424,6 +445,32 @@ class Study:
             ]
         return jobs
 
+    def run_name(self, run: Mapping[str, Any]) -> str:
+        """A run's name in the trackers: ``<model>/<method>/seed<s>``."""
+        return run_name(run["model"], run["method"], run["seed"])
+
+    def credit_settings(self) -> dict[str, Any]:
+        """The credit options of the first method of each credit (``grail_*``, ``oar_g_*``), as the token viewer
+        recomputes weights with them; a credit no method uses keeps the trainer's defaults."""
+        settings: dict[str, Any] = {}
+        for credit, prefix in CREDIT_PREFIXES.items():
+            first = next((method for method in self.methods.values() if method.credit == credit), None)
+            if first is not None:
+                settings |= {key: value for key, value in first.spec.items() if key.startswith(prefix)}
+        return settings
+
+    def viewed_rollouts(self) -> list[dict[str, Any]]:
+        """The evaluations the token viewer shows: every (model, method) of the first seed, at every evaluated
+        checkpoint, on the viewer's benchmark (empty when it is disabled)."""
+        if not self.token_viewer.enabled:
+            return []
+        return [
+            {**run, "checkpoint": checkpoint, "benchmark": self.token_viewer.benchmark}
+            for run in self.runs()
+            if run["seed"] == self.seeds[0]
+            for checkpoint in self.evaluation.checkpoints
+        ]
+
     def grail_runs(self) -> list[dict[str, Any]]:
         """The runs the token analysis covers (credit ``grail``), empty when it is disabled."""
         if not self.token_analysis.enabled:
@@ -465,6 +512,7 @@ def semantic_errors(config: Mapping[str, Any]) -> list[str]:
         *_batch_shape_errors(config),
         *_evaluation_gpu_errors(config),
         *_token_analysis_errors(config),
+        *_token_viewer_errors(config),
     ]
 
 
@@ -591,6 +639,16 @@ def _token_analysis_errors(config: Mapping[str, Any]) -> list[str]:
             f"(benchmarks: {', '.join(config['benchmarks'])})"
         )
     return errors
+
+
+def _token_viewer_errors(config: Mapping[str, Any]) -> list[str]:
+    benchmark = config["token_viewer"].get("benchmark")
+    if benchmark is not None and benchmark not in config["benchmarks"]:
+        return [
+            f"config key `token_viewer.benchmark`: unknown benchmark '{benchmark}' "
+            f"(benchmarks: {', '.join(config['benchmarks'])})"
+        ]
+    return []
 
 
 # --------------------------------------------------------------------------------------------- code versions

@@ -35,8 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from tqdm import tqdm
-
 from pipeline.generation import chat_prompt_ids, derive_seed, model_fingerprint, stable_hash
 from pipeline.grading import GradingMode
 from pipeline.io import (
@@ -48,6 +46,7 @@ from pipeline.io import (
     run_cli,
 )
 from pipeline.loading import load_model, load_tokenizer, resolve_model
+from pipeline.progress import progress
 from pipeline.rewards import ExtractionMode, PromptTemplate, build_prompt, is_correct, last_boxed
 from pipeline.specs import dataclass_from_mapping
 
@@ -547,15 +546,17 @@ def _generate_pending(
     atomic_write_jsonl(partial, [{"fingerprint": stamp}, *done.values()])
     try:
         with open(partial, "a", encoding="utf-8") as handle:
-            progress = tqdm(batches(units, spec.batch_size), desc="evaluate batches")
-            for batch in progress:
-                todo = [u for u in batch if u.key not in done]
-                if not todo:
-                    continue
-                rows = generate_rows(todo, items, prompts, backend, spec)
-                append_jsonl_durably(handle, rows)
-                done.update({(row["id"], row["sample"]): row for row in rows})
-                progress.set_postfix(accuracy=f"{_accuracy(done.values()):.3f}")
+            initial = sum(u.key in done for u in units)
+            with progress(desc="evaluate", unit="sample", total=len(units), initial=initial) as bar:
+                for batch in batches(units, spec.batch_size):
+                    todo = [u for u in batch if u.key not in done]
+                    if not todo:
+                        continue
+                    rows = generate_rows(todo, items, prompts, backend, spec)
+                    append_jsonl_durably(handle, rows)
+                    done.update({(row["id"], row["sample"]): row for row in rows})
+                    bar.set_postfix(accuracy=f"{_accuracy(done.values()):.3f}", refresh=False)
+                    bar.update(len(todo))
     finally:
         if hasattr(backend, "close"):
             backend.close()

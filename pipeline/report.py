@@ -184,6 +184,15 @@ def token_analysis_section(directories: list[Path], report_dir: Path) -> str:
     return "\n\n".join([markdown_table(rows, ("run", "checkpoint", "rollouts", "U-shape index")), *figures])
 
 
+def token_viewer_section(page: Path, report_dir: Path) -> str:
+    """A link to the token-weight viewer page (pipeline.token_viewer)."""
+    return (
+        f"[Token weights]({os.path.relpath(page, report_dir)}): evaluation rollouts per run and checkpoint, each "
+        "token coloured by its GRAIL and OAR-G weight (boxed answer outlined; hover a token for its weights, "
+        "saliency and advantage)."
+    )
+
+
 def provenance(config: dict[str, Any], repo_dir: Path) -> dict[str, Any]:
     """What produced these numbers: code, config, packages, data revisions, hardware, time."""
     return {
@@ -221,6 +230,8 @@ def build_report(args: argparse.Namespace) -> str:
     ]
     if args.token_analysis:
         sections += ["## Token analysis", token_analysis_section(args.token_analysis, report_dir)]
+    if args.token_viewer:
+        sections += ["## Token weights", token_viewer_section(args.token_viewer, report_dir)]
     sections += ["## Provenance", "```json\n" + json.dumps(provenance(config, args.repo_dir), indent=2) + "\n```"]
     return redact("\n\n".join(sections) + "\n", secret_values())
 
@@ -234,6 +245,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-card", required=True, type=Path)
     parser.add_argument("--audit", nargs="*", default=[], type=Path)
     parser.add_argument("--token-analysis", nargs="*", default=[], type=Path)
+    parser.add_argument("--token-viewer", type=Path, help="the token-weight viewer page to link")
     parser.add_argument("--repo-dir", type=Path, default=Path.cwd(), help="the checkout whose commit is recorded")
     parser.add_argument("--out", required=True, type=Path)
     return parser.parse_args(argv)
@@ -241,7 +253,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    for path in [args.tables_dir / "summary.md", args.significance, args.data_card, *args.audit]:
+    viewer = [args.token_viewer] if args.token_viewer else []
+    for path in [args.tables_dir / "summary.md", args.significance, args.data_card, *args.audit, *viewer]:
         if not path.is_file():
             raise InputError(f"{path}: report input not found")
     atomic_write_text(args.out, build_report(args))

@@ -17,13 +17,14 @@ from typing import Any
 import torch
 from datasets import Dataset
 from safetensors import safe_open
-from transformers import TrainerCallback
+from transformers import ProgressCallback, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl.trainer.utils import RepeatSampler
 
 from pipeline.io import append_jsonl_durably, atomic_write_jsonl, export_model, publish_directory, read_jsonl
 from pipeline.layout import export_label
 from pipeline.preemption import PreemptionSignals
+from pipeline.progress import progress
 from pipeline.trainer import GrailGRPOTrainer
 
 logger = logging.getLogger(__name__)
@@ -214,6 +215,16 @@ class MetricsCallback(TrainerCallback):
         if state.is_world_process_zero and logs:
             with open(self.path, "a", encoding="utf-8") as handle:
                 append_jsonl_durably(handle, [{"step": state.global_step, **logs}])
+
+
+class StepProgressCallback(ProgressCallback):
+    """transformers' progress bar (steps done / total, rate, time left; log dicts printed between updates) drawn by
+    ``pipeline.progress``: one line per update when the job log is a file. A resumed run starts at its step."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        if state.is_world_process_zero:
+            self.training_bar = progress(desc="train", unit="step", total=state.max_steps, initial=state.global_step)
+        self.current_step = state.global_step
 
 
 class ExportAndPreemptionCallback(TrainerCallback):

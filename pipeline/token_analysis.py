@@ -21,12 +21,12 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, saliency_scores
 from pipeline.credit.saliency import Leaf, Position
 from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
 from pipeline.loading import load_model, load_tokenizer
+from pipeline.progress import progress
 from pipeline.rewards import PROMPT_SUFFIX_CLEAN, PromptTemplate, build_prompt
 from pipeline.specs import dataclass_from_mapping
 
@@ -210,7 +210,7 @@ def analyse_checkpoint(model_dir: str, samples: Path, benchmark: Path, spec: Tok
     rollouts = load_rollouts(tokenizer, samples, benchmark, spec)
     records: list[tuple] = []
     batches = range(0, len(rollouts), spec.batch_size)
-    for start in tqdm(batches, desc=f"token analysis {Path(model_dir).name}", unit="batch"):
+    for start in progress(batches, desc=f"token analysis {Path(model_dir).name}", unit="batch"):
         batch = rollouts[start : start + spec.batch_size]
         weights, scores, spans = rollout_weights(model, tokenizer, batch, spec)
         records.extend(positional_records(batch, weights, scores, spans))
@@ -256,17 +256,23 @@ def plot_profiles(summaries: dict[str, dict[str, Any]], path: Path) -> None:
     plt.close(figure)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.token_analysis", description=__doc__.splitlines()[0])
+def add_checkpoint_arguments(parser: argparse.ArgumentParser, option: str, purpose: str) -> None:
+    """``option LABEL MODEL_DIR SAMPLES_JSONL`` (repeatable) and ``--benchmark``: the evaluated checkpoints a stage
+    reads (token analysis, token viewer)."""
     parser.add_argument(
-        "--checkpoint",
+        option,
         nargs=3,
         action="append",
         required=True,
         metavar=("LABEL", "MODEL_DIR", "SAMPLES_JSONL"),
-        help="a checkpoint to analyse: its label, its model directory and its evaluation samples",
+        help=f"a checkpoint to {purpose}: its label, its model directory and its evaluation samples",
     )
     parser.add_argument("--benchmark", required=True, type=Path, help="the benchmark JSONL the samples answer")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.token_analysis", description=__doc__.splitlines()[0])
+    add_checkpoint_arguments(parser, "--checkpoint", "analyse")
     parser.add_argument("--spec", default="{}", help="token-analysis settings (inline JSON or a YAML/JSON file)")
     parser.add_argument("--out-dir", required=True, type=Path)
     return parser.parse_args(argv)

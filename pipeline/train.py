@@ -28,6 +28,7 @@ model loading), stopped at once with nothing to save; rerun or requeue it to res
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import shutil
 import sys
@@ -41,6 +42,7 @@ from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
 STARTUP_SIGNALS = PreemptionSignals().install() if __name__ == "__main__" else None
 
 from datasets import Dataset
+from transformers import ProgressCallback
 
 from pipeline.grpo_config import GrailGRPOConfig, config_field_types
 from pipeline.io import (
@@ -66,6 +68,7 @@ from pipeline.resume import (
     ExportAndPreemptionCallback,
     MetricsCallback,
     ResumableGRPOTrainer,
+    StepProgressCallback,
     checkpoint_path,
     checkpoint_problem,
     keep_metrics_up_to,
@@ -73,6 +76,7 @@ from pipeline.resume import (
 )
 from pipeline.rewards import trl_reward_function
 from pipeline.specs import annotation_accepts, annotation_name
+from pipeline.tracking import TrackingConfig, environment, tensorboard_environment, wandb_run
 
 logger = logging.getLogger("pipeline.train")
 
@@ -82,7 +86,8 @@ MODEL_LOADING_OPTIONS: dict[str, Any] = {"dtype": str, "trust_remote_code": bool
 RESERVED_KEYS = {
     "output_dir": "the run directory comes from --out",
     "seed": "the seed comes from --seed",
-    "report_to": "metrics go to RUN_DIR/metrics.jsonl",
+    "report_to": "trackers come from --tracking (the study config's `tracking` section)",
+    "run_name": "the run's name comes from --run-name",
     "save_strategy": "checkpoints are saved every save_steps steps",
     "save_only_model": "resuming needs the optimizer, scheduler and RNG states in every checkpoint",
     "resume_from_checkpoint": "the run resumes from its own newest valid checkpoint",
@@ -130,14 +135,17 @@ def split_options(merged: dict[str, Any], origin: dict[str, str]) -> tuple[dict[
     return config_options, loading_options
 
 
-def build_config(config_options: dict[str, Any], run_dir: Path, seed: int) -> GrailGRPOConfig:
+def build_config(
+    config_options: dict[str, Any], run_dir: Path, seed: int, tracking: TrackingConfig, run_name: str
+) -> GrailGRPOConfig:
     """The trainer config: the spec options plus what this stage fixes (paths, seed, full checkpoints)."""
     try:
         return GrailGRPOConfig(
             **config_options,
             output_dir=str(run_dir / CHECKPOINTS_DIR),
             seed=seed,
-            report_to="none",
+            report_to=tracking.integrations(),
+            run_name=run_name,
             save_strategy="steps",
             save_only_model=False,
         )
@@ -192,7 +200,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", required=True, type=int)
     parser.add_argument("--out", required=True, type=Path, help="run directory")
     parser.add_argument("--export-steps", nargs="*", type=int, default=[], help="steps whose model to export")
-    return parser.parse_args(argv)
+    parser.add_argument("--tracking", default="{}", help="TrackingConfig fields (report_to, project, study): JSON")
+    parser.add_argument("--run-name", help="the run's name in the trackers (default: the last 3 parts of --out)")
+    parser.add_argument("--tracking-dir", type=Path, help="tracker files (default: RUN_DIR/tracking)")
+    args = parser.parse_args(argv)
+    args.run_name = args.run_name or "/".join(args.out.resolve().parts[-3:])
+    args.tracking_dir = args.tracking_dir or args.out / "tracking"
+    return args
+
+
+def load_tracking(text: str) -> TrackingConfig:
+    """``--tracking`` as a TrackingConfig; unknown keys or integrations are refused by name."""
+    spec = load_spec(text)
+    try:
+        tracking = TrackingConfig(**spec)
+        integrations = tracking.integrations()
+    except (TypeError, ValueError) as error:
+        raise InputError(f"--tracking: {error}") from None
+    missing = [name for name in integrations if importlib.util.find_spec(name) is None]
+    if missing:
+        raise InputError(f"--tracking: report_to {missing} is not installed (pip install -e '.[tracking]')")
+    return tracking
 
 
 def check_export_steps(steps: list[int], max_steps: int) -> frozenset[int]:
@@ -264,7 +292,7 @@ def stop_before_training(received: str) -> None:
 
 
 def build_trainer(
-    args: argparse.Namespace, signals: PreemptionSignals
+    args: argparse.Namespace, signals: PreemptionSignals, tracking: TrackingConfig
 ) -> tuple[ResumableGRPOTrainer, ExportAndPreemptionCallback]:
     """Validate every input (specs, export steps, rows, tokenizer, model) and assemble the trainer."""
     specs = {}
@@ -275,7 +303,7 @@ def build_trainer(
             raise InputError(f"{name}: {error}") from None
     merged, origin = merge_specs(specs["training spec"], specs["method spec"])
     config_options, loading_options = split_options(merged, origin)
-    config = build_config(config_options, args.out, args.seed)
+    config = build_config(config_options, args.out, args.seed, tracking, args.run_name)
     export_steps = check_export_steps(args.export_steps, config.max_steps)
     dataset = load_training_rows(args.data)
     check_model_reference(args.model)
@@ -284,17 +312,20 @@ def build_trainer(
     )
     model = load_model(args.model, revision=args.model_revision, **loading_options)
     control = ExportAndPreemptionCallback(export_steps, signals)
-    trainer = ResumableGRPOTrainer(
-        model=model,
-        reward_funcs=[trl_reward_function(config.reward_grading)],
-        args=config,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[MetricsCallback(working_metrics_path(args.out)), control],
-        export_steps=export_steps,
-        exports_dir=working_exports_dir(args.out),
-    )
+    with environment(tensorboard_environment(tracking, args.run_name, args.tracking_dir)):
+        trainer = ResumableGRPOTrainer(
+            model=model,
+            reward_funcs=[trl_reward_function(config.reward_grading)],
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[MetricsCallback(working_metrics_path(args.out)), control],
+            export_steps=export_steps,
+            exports_dir=working_exports_dir(args.out),
+        )
     control.accelerator = trainer.accelerator
+    if trainer.pop_callback(ProgressCallback) is not None:  # absent with disable_tqdm
+        trainer.add_callback(StepProgressCallback())
     return trainer, control
 
 
@@ -313,10 +344,19 @@ def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if signals.received is not None:  # during the imports: stop before the slow validation and loading
         stop_before_training(signals.received_name())
-    run_dir: Path = args.out
-    trainer, control = build_trainer(args, signals)
+    tracking = load_tracking(args.tracking)
+    trainer, control = build_trainer(args, signals, tracking)
     if control.stop_requested():  # during validation or model loading
         stop_before_training(signals.received_name())
+    with wandb_run(tracking, args.run_name, args.tracking_dir, trainer.accelerator.is_main_process):
+        train_and_publish(args, trainer, control)
+
+
+def train_and_publish(
+    args: argparse.Namespace, trainer: ResumableGRPOTrainer, control: ExportAndPreemptionCallback
+) -> None:
+    """Resume from the newest valid checkpoint (or start), train to max_steps, publish the outputs."""
+    run_dir: Path = args.out
     checkpoints_dir = run_dir / CHECKPOINTS_DIR
     resume = newest_valid_checkpoint(checkpoints_dir)
     # The Trainer resumed at max_steps would train one step more (it checks the limit after a step), so a run

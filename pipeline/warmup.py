@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from pipeline.arith import is_arithmetic_problem, worked_solution
 from pipeline.generation import chat_prompt_ids, problem_from_prompt
 from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
+from pipeline.progress import progress
 from pipeline.specs import dataclass_from_mapping
 from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
 
@@ -133,8 +133,13 @@ def train_sft(model: Any, examples: list[Example], settings: SFTSettings, seed: 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / settings.steps)
     model.train()
     losses = []
-    progress = tqdm(batch_indices(len(examples), settings.batch_size, settings.steps, generator), desc="warmup SFT")
-    for indices in progress:
+    bar = progress(
+        batch_indices(len(examples), settings.batch_size, settings.steps, generator),
+        desc="warmup SFT",
+        unit="step",
+        total=settings.steps,
+    )
+    for indices in bar:
         loss = model(**collate([examples[i] for i in indices], pad_token_id)).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
@@ -142,7 +147,7 @@ def train_sft(model: Any, examples: list[Example], settings: SFTSettings, seed: 
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
-        progress.set_postfix(loss=f"{losses[-1]:.3f}")
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
     model.eval()
     return losses
 

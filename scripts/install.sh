@@ -12,5 +12,10 @@ if ! python3 -c "import torch" 2>/dev/null; then
   # A bare `torch` requirement would pull a multi-GB CUDA build; the CPU wheel is what laptops and CI need.
   python3 -m pip install --quiet "torch==2.13.0"
 fi
+if [ "${1:-}" = "--dev" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+  # the token-weight viewer test opens its page in a real headless browser (selenium against the system one)
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    chromium chromium-driver >/dev/null
+fi
 python3 -m pip install --quiet -e ".${extras}"
 python3 -c "import pipeline, torch, trl, snakemake; print('installed: torch', torch.__version__, '| trl', trl.__version__)"

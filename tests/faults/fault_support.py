@@ -52,6 +52,7 @@ def small_study() -> dict:
         n_samples=N_SAMPLES, checkpoints=[EXPORT_STEP, "final"], baseline=False, batch_size=1, max_new_tokens=16
     )
     config["token_analysis"] = {"enabled": False}
+    config["token_viewer"] = {"enabled": False}
     config["significance"]["resamples"] = 100
     return config
 

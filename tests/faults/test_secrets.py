@@ -2,9 +2,10 @@
 their spec asks, and no config value reaches a shell command unquoted.
 
 The whole small study (prepare_benchmarks, prepare_data, warmup, train, evaluate, aggregate, significance, report)
-runs under the real `snakemake` with fake HF_TOKEN / WANDB_API_KEY / AWS_SECRET_ACCESS_KEY set, and with a
-``results_dir`` full of shell metacharacters; then every file in the working directory (outputs, logs, benchmark
-files, Snakemake's own records) is searched for the fake values.
+runs under the real `snakemake` with fake HF_TOKEN / WANDB_API_KEY / AWS_SECRET_ACCESS_KEY set, with both trackers
+on (TensorBoard, and W&B offline with its config and cache directories in the working directory), and with a
+``results_dir`` full of shell metacharacters; then every file in the working directory (outputs, logs, tracker
+files, benchmark files, Snakemake's own records) is searched for the fake values.
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ def test_no_secret_reaches_any_output_and_hostile_paths_stay_quoted(tmp_path: Pa
     config["results_dir"] = HOSTILE_RESULTS_DIR
     config["training"].update(max_steps=2)
     config["evaluation"].update(checkpoints=["final"], batch_size=8)
+    config["tracking"] = {"report_to": ["tensorboard", "wandb"], "study": "secrets"}
     write_study(tmp_path, config)
+    wandb_dirs = {name: str(tmp_path / "wandb_home" / name) for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR")}
     process = subprocess.run(
         snakemake_command(tmp_path),
         cwd=tmp_path,
-        env=stage_env(**FAKE_SECRETS),
+        env=stage_env(**FAKE_SECRETS, WANDB_MODE="offline", **wandb_dirs),
         capture_output=True,
         text=True,
         timeout=900,
@@ -48,6 +51,8 @@ def test_no_secret_reaches_any_output_and_hostile_paths_stay_quoted(tmp_path: Pa
     results = tmp_path / HOSTILE_RESULTS_DIR
     assert (results / "report.md").is_file()
     assert not list(tmp_path.rglob("PWNED*")) and not list(REPO.glob("PWNED*"))  # no command substitution ran
+    assert list((results / "tracking" / "tensorboard" / "tiny" / "grpo" / "seed0").glob("events.out.tfevents.*"))
+    assert list((results / "tracking" / "wandb").glob("offline-run-*/run-*.wandb"))
 
     written = [path for path in tmp_path.rglob("*") if path.is_file()]
     assert len(written) > 30
@@ -91,8 +96,20 @@ def test_models_are_loaded_without_remote_code(monkeypatch: pytest.MonkeyPatch, 
 
 UNQUOTED_PARAM = re.compile(r"\{params\.(\w+)\}")
 # Params used unquoted in shell commands, and why that is safe (checked below against their definitions):
-NUMERIC_PARAMS = {"seed", "export_steps", "resamples", "confidence"}  # integers / numbers by configs/schema.yaml
-SHLEX_JOINED_PARAMS = {"model", "metrics", "checkpoints"}  # built with shlex.join: every token already quoted
+NUMERIC_PARAMS = {
+    "seed",
+    "export_steps",
+    "resamples",
+    "confidence",
+    "per_outcome",
+}  # integers / numbers by configs/schema.yaml
+SHLEX_JOINED_PARAMS = {
+    "model",
+    "metrics",
+    "checkpoints",
+    "rollouts",
+    "token_viewer",
+}  # built with shlex.join: every token already quoted
 
 
 def test_snakefile_passes_config_values_only_quoted() -> None:

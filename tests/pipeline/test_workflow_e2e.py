@@ -68,7 +68,7 @@ def test_every_rule_ran(workdir: Path, study: Study) -> None:
     assert len(list((results / "eval").rglob("*.jsonl"))) == len(study.evaluations())
     for rule in ("prepare_benchmarks", "warmup", "train", "evaluate", "token_analysis"):
         assert list((results / "benchmarks" / rule).rglob("*.tsv")), rule
-    for rule in ("prepare_data", "aggregate", "significance", "report"):
+    for rule in ("prepare_data", "aggregate", "significance", "token_viewer", "report"):
         assert (results / "benchmarks" / f"{rule}.tsv").is_file(), rule
 
 
@@ -120,6 +120,19 @@ def test_training_and_token_analysis_outputs(workdir: Path, study: Study) -> Non
         assert all(len(entry["bin_centres"]) == 20 for entry in summary["checkpoints"].values())
 
 
+def test_training_curves_reach_tensorboard(workdir: Path, study: Study) -> None:
+    """ci.yaml sets `tracking.report_to: tensorboard`: every run has its event files under its own name."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for run in study.runs():
+        events = EventAccumulator(str(workdir / "results" / "tracking" / "tensorboard" / study.run_name(run)))
+        events.Reload()
+        assert "train/reward" in events.Tags()["scalars"], run
+        assert [event.step for event in events.Scalars("train/reward")] == list(
+            range(1, study.training["max_steps"] + 1)
+        )
+
+
 def test_report_gathers_everything(workdir: Path, study: Study) -> None:
     report = (workdir / "results" / "report.md").read_text()
     assert len(report) > 500
@@ -130,6 +143,8 @@ def test_report_gathers_everything(workdir: Path, study: Study) -> None:
         assert benchmark in report
         audit = json.loads((workdir / "results" / "audit" / f"{benchmark}.json").read_text())
         assert audit["failure_count"] == 0
+    assert "## Token weights" in report and "](token_weights.html)" in report
+    assert (workdir / "results" / "token_weights.html").is_file()
     card = json.loads((workdir / "results" / "data" / "data_card.json").read_text())
     assert card["rows_written"] == study.data["generated"]["count"]
 
@@ -140,6 +155,7 @@ def test_snakemake_html_report(workdir: Path, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     text = html.read_text(errors="replace")
     assert text.lstrip().lower().startswith("<!doctype html") and "GRAIL_positional" in text
+    assert "token_weights.html" in text and "Token weights" in text
 
 
 def test_second_run_does_nothing(workdir: Path) -> None:
@@ -158,7 +174,7 @@ def test_evaluation_change_reruns_no_training(workdir: Path, study: Study, tmp_p
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
     assert counts.get("evaluate") == len(study.evaluations())
-    assert {"aggregate", "significance", "token_analysis", "report"} <= set(counts)
+    assert {"aggregate", "significance", "token_analysis", "token_viewer", "report"} <= set(counts)
     assert not {"train", "warmup", "prepare_data", "prepare_benchmarks"} & set(counts), counts
 
 

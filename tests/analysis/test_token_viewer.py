@@ -1,0 +1,192 @@
+"""The token-weight viewer: its choice of rollouts and colour scale, and its page opened in a real headless
+Chromium (Debian's ``chromium`` + ``chromium-driver``, driven by selenium): token texts, colours, hover."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.io import InputError
+from pipeline.tiny_model import TinyModelSpec, save_tiny_model
+from pipeline.token_viewer import choose_rollouts, credit_settings, group_advantages, opacity
+
+REPO = Path(__file__).resolve().parents[2]
+PER_OUTCOME = 2
+# Completions with HTML metacharacters, spaces before punctuation and line breaks, so that escaping and
+# whitespace handling are exercised; each item has a correct and a wrong one (non-zero advantages).
+COMPLETIONS = {
+    True: "Add them: {a} + {b} = {s} .\nCheck <ok> & done, so \\boxed{{{s}}}",
+    False: "Guess  {a}+{b} is {w} ; maybe\n\\boxed{{{w}}} (sure?)",
+}
+
+
+def test_group_advantages_known_answer() -> None:
+    assert group_advantages([1.0, 0.0, 0.0, 1.0]) == [0.5, -0.5, -0.5, 0.5]
+    assert group_advantages([1.0, 1.0]) == [0.0, 0.0]
+
+
+@given(st.lists(st.floats(0.01, 100.0), min_size=2, max_size=30))
+def test_opacity_grows_with_the_weight(weights: list[float]) -> None:
+    low, high = min(weights), max(weights)
+    ordered = sorted(weights)
+    alphas = [opacity(weight, low, high) for weight in ordered]
+    assert alphas == sorted(alphas)
+    assert all(0 < alpha <= 1 for alpha in alphas)
+
+
+def samples_rows(items: int) -> tuple[list[dict], list[dict]]:
+    benchmark, samples = [], []
+    for index in range(items):
+        a, b = index, index + 2
+        benchmark.append({"id": f"q{index}", "problem": f"{a}+{b}=?", "answer": str(a + b), "source": "test"})
+        for sample, correct in enumerate((True, False, index % 2 == 0)):
+            text = COMPLETIONS[correct].format(a=a, b=b, s=a + b, w=a + b + 1)
+            samples.append(
+                {"id": f"q{index}", "sample": sample, "completion": text, "correct": correct, "num_tokens": len(text)}
+            )
+    return benchmark, samples
+
+
+def test_choice_is_reproducible_balanced_and_prefers_mixed_groups() -> None:
+    benchmark, samples = samples_rows(6)
+    samples.append({"id": "q0", "sample": 9, "completion": "", "correct": False, "num_tokens": 0})
+    problems = {row["id"]: row["problem"] for row in benchmark}
+    first = choose_rollouts(samples, problems, PER_OUTCOME, random.Random("0/x"), Path("s.jsonl"))
+    again = choose_rollouts(samples, problems, PER_OUTCOME, random.Random("0/x"), Path("s.jsonl"))
+    assert [(r.id, r.sample) for r in first] == [(r.id, r.sample) for r in again]
+    assert [r.correct for r in first] == [True] * PER_OUTCOME + [False] * PER_OUTCOME
+    assert all(r.advantage != 0 and r.completion for r in first)
+    with pytest.raises(InputError, match=r"s\.jsonl:1: id 'q0' is not in the benchmark"):
+        choose_rollouts(samples, {}, PER_OUTCOME, random.Random(0), Path("s.jsonl"))
+
+
+def test_credit_settings_come_from_the_trainer_config() -> None:
+    settings = credit_settings({"grail_w_max": 3.0})
+    assert settings["grail_w_max"] == 3.0 and settings["oar_g_tau"] == 0.4 and settings["answer_span"] == "first"
+    with pytest.raises(InputError, match=r"unknown key\(s\) \['grail_wmax'\]"):
+        credit_settings({"grail_wmax": 3.0})
+
+
+@pytest.fixture(scope="module")
+def viewer_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict], str]:
+    """The stage run on the tiny model (two checkpoints), its stderr going to a file as in a job log."""
+    root = tmp_path_factory.mktemp("viewer")
+    model = save_tiny_model(TinyModelSpec(seed=1), root / "model")
+    benchmark, samples = samples_rows(4)
+    (root / "bench.jsonl").write_text("".join(json.dumps(row) + "\n" for row in benchmark))
+    (root / "samples.jsonl").write_text("".join(json.dumps(row) + "\n" for row in samples))
+    page = root / "token_weights.html"
+    with open(root / "stage.log", "w") as log:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipeline.token_viewer",
+                *("--rollouts", "tiny/grail/seed0/final", str(model), str(root / "samples.jsonl")),
+                *("--rollouts", "tiny/grpo/seed0/final", str(model), str(root / "samples.jsonl")),
+                *("--benchmark", str(root / "bench.jsonl")),
+                *("--credit-spec", json.dumps({"grail_symmetry": "both"})),
+                *("--per-outcome", str(PER_OUTCOME), "--seed", "5", "--out", str(page)),
+            ],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=True,
+            timeout=600,
+        )
+    return page, samples, (root / "stage.log").read_text()
+
+
+def test_stage_progress_is_readable_in_a_log_file(viewer_page) -> None:
+    _, _, log = viewer_page
+    assert "\r" not in log
+    final = [line for line in log.splitlines() if line.startswith("token weights: 100%")]
+    assert len(final) == 1 and re.search(r"\| 2/2 \[\d\d:\d\d<00:00, +[\d.]+s/checkpoint\]$", final[0]), log
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
+    driver.set_window_size(1400, 1000)
+    yield driver
+    driver.quit()
+
+
+def alpha(css_colour: str) -> float:
+    """The opacity of a computed ``rgba(r, g, b, a)`` colour (``rgb(...)`` is opaque)."""
+    parts = re.findall(r"[\d.]+", css_colour)
+    return float(parts[3]) if len(parts) == 4 else 1.0
+
+
+def test_page_in_a_real_browser(viewer_page, browser) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    page, samples, _ = viewer_page
+    completions = {(row["id"], row["sample"]): row["completion"] for row in samples}
+    browser.get(page.as_uri())
+    sections = browser.find_elements(By.CSS_SELECTOR, "section")
+    assert [s.get_attribute("data-label") for s in sections] == ["tiny/grail/seed0/final", "tiny/grpo/seed0/final"]
+    rollouts = browser.find_elements(By.CSS_SELECTOR, ".rollout")
+    assert len(rollouts) == 2 * 2 * PER_OUTCOME
+    orderings_checked = 0
+    for rollout in rollouts:
+        completion = completions[(rollout.get_attribute("data-id"), int(rollout.get_attribute("data-sample")))]
+        rows = rollout.find_elements(By.CSS_SELECTOR, ".weights")
+        assert [row.get_attribute("data-method") for row in rows] == ["GRAIL", "OAR-G"]
+        for row in rows:
+            tokens = row.find_elements(By.CSS_SELECTOR, ".token")
+            assert "".join(token.get_attribute("textContent") for token in tokens) == completion
+            boxed = "".join(t.get_attribute("textContent") for t in tokens if "boxed" in t.get_attribute("class"))
+            assert boxed.startswith("\\boxed{") and boxed.endswith("}") and boxed in completion
+            shown = [
+                (float(token.get_attribute("data-weight")), alpha(token.value_of_css_property("background-color")))
+                for token in tokens
+            ]
+            by_weight = sorted(shown)
+            assert [a for _, a in by_weight] == sorted(a for _, a in by_weight)  # colour intensity follows weight
+            if by_weight[0][0] < by_weight[-1][0]:
+                assert by_weight[0][1] < by_weight[-1][1]
+                orderings_checked += 1
+        grail_row = rows[0].find_elements(By.CSS_SELECTOR, ".token")
+        content = [float(t.get_attribute("data-grail")) for t in grail_row if "boxed" in t.get_attribute("class")]
+        assert content[len("\\boxed{")] == 5.0  # GRAIL's answer-content override (w_max), as the trainer applies
+    assert orderings_checked >= len(rollouts)  # every row had distinct weights, so the check was not vacuous
+
+    token = rollouts[0].find_elements(By.CSS_SELECTOR, ".weights .token")[3]
+    tooltip = browser.find_element(By.ID, "tooltip")
+    assert not tooltip.is_displayed()
+    ActionChains(browser).move_to_element(token).perform()
+    assert tooltip.is_displayed()
+    text = tooltip.text
+    for name in ("grail", "oar-g", "saliency", "advantage"):
+        assert token.get_attribute(f"data-{name}") in text, (name, text)
+    assert f"GRAIL weight {token.get_attribute('data-grail')}" in text
+
+
+def test_report_links_the_page_and_requires_it(tmp_path: Path) -> None:
+    from tests.core.test_report import report_command, write_inputs
+
+    config = write_inputs(tmp_path)
+    (tmp_path / "token_weights.html").write_text("<!DOCTYPE html><html></html>")
+    command = [*report_command(tmp_path, json.dumps(config), tmp_path / "tables"), "--token-viewer"]
+    subprocess.run([*command, str(tmp_path / "token_weights.html")], check=True, capture_output=True, cwd=REPO)
+    assert "## Token weights\n\n[Token weights](token_weights.html)" in (tmp_path / "report.md").read_text()
+    missing = subprocess.run([*command, str(tmp_path / "nope.html")], capture_output=True, text=True, cwd=REPO)
+    assert missing.returncode == 2 and "nope.html: report input not found" in missing.stderr
