@@ -21,6 +21,7 @@ from pipeline.credit.saliency import Leaf, Position
 from pipeline.credit.spans import AnswerAlignment, AnswerSpan
 from pipeline.grading import GradingMode
 from pipeline.io import InputError
+from pipeline.specs import annotation_accepts, annotation_name
 
 Credit = Literal["grpo", "grail", "oar_g"]
 Recompute = Literal["every_step", "per_generation"]
@@ -172,3 +173,56 @@ def config_field_types() -> dict[str, Any]:
     for name, widening in ANNOTATION_WIDENINGS.items():
         types_by_name[name] = types_by_name[name] | widening
     return types_by_name
+
+
+# ----------------------------------------------------- the training stage's specs -> config fields
+
+# Model-loading options a spec may set besides the config fields, with their types.
+MODEL_LOADING_OPTIONS: dict[str, Any] = {"dtype": str, "trust_remote_code": bool, "attn_implementation": str}
+# Config fields this stage owns: a spec that sets them would break the run layout, resume or the exports.
+RESERVED_KEYS = {
+    "output_dir": "the run directory comes from --out",
+    "seed": "the seed comes from --seed",
+    "report_to": "trackers come from --tracking (the study config's `tracking` section)",
+    "run_name": "the run's name comes from --run-name",
+    "save_strategy": "checkpoints are saved every save_steps steps",
+    "save_only_model": "resuming needs the optimizer, scheduler and RNG states in every checkpoint",
+    "resume_from_checkpoint": "the run resumes from its own newest valid checkpoint",
+}
+
+
+def merge_specs(training_spec: Any, method_spec: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """``{**training_spec, **method_spec}`` and, per key, the name of the spec its value came from."""
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for name, spec in (("training spec", training_spec), ("method spec", method_spec)):
+        if spec is None:
+            continue
+        if not isinstance(spec, dict):
+            raise InputError(f"{name}: expected a mapping of option names to values, got {type(spec).__name__}")
+        merged.update(spec)
+        origin.update(dict.fromkeys(spec, name))
+    return merged, origin
+
+
+def split_options(merged: dict[str, Any], origin: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split merged spec options into (config fields, model-loading options); refuse unknown or reserved keys and
+    values whose type does not fit the field's annotation."""
+    field_types = config_field_types()
+    config_options: dict[str, Any] = {}
+    loading_options: dict[str, Any] = {}
+    for key, value in merged.items():
+        if key in RESERVED_KEYS:
+            raise InputError(f"{origin[key]}: key '{key}' may not be set ({RESERVED_KEYS[key]})")
+        if key in MODEL_LOADING_OPTIONS:
+            expected, options = MODEL_LOADING_OPTIONS[key], loading_options
+        elif key in field_types:
+            expected, options = field_types[key], config_options
+        else:
+            raise InputError(f"{origin[key]}: unknown key '{key}' (not a GrailGRPOConfig field or model option)")
+        if not annotation_accepts(expected, value):
+            raise InputError(
+                f"{origin[key]}: key '{key}' must be {annotation_name(expected)}, got {type(value).__name__} {value!r}"
+            )
+        options[key] = value
+    return config_options, loading_options

@@ -15,6 +15,7 @@ writes to ``metrics.jsonl`` (TRL's keys, ``grail/...``, ``oar_g/...``) also goes
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pipeline.io import InputError, load_spec
 
 INTEGRATIONS = ("tensorboard", "wandb")
 NO_TRACKING = "none"
@@ -107,3 +110,17 @@ def wandb_run(config: TrackingConfig, name: str, tracking_dir: Path, is_main_pro
         yield
     finally:
         run.finish()
+
+
+def load_tracking(text: str) -> TrackingConfig:
+    """``--tracking`` as a TrackingConfig; unknown keys or integrations are refused by name."""
+    spec = load_spec(text)
+    try:
+        tracking = TrackingConfig(**spec)
+        integrations = tracking.integrations()
+    except (TypeError, ValueError) as error:
+        raise InputError(f"--tracking: {error}") from None
+    missing = [name for name in integrations if importlib.util.find_spec(name) is None]
+    if missing:
+        raise InputError(f"--tracking: report_to {missing} is not installed (pip install -e '.[tracking]')")
+    return tracking

@@ -28,7 +28,6 @@ model loading), stopped at once with nothing to save; rerun or requeue it to res
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import shutil
 import sys
@@ -44,7 +43,7 @@ STARTUP_SIGNALS = PreemptionSignals().install() if __name__ == "__main__" else N
 from datasets import Dataset
 from transformers import ProgressCallback
 
-from pipeline.grpo_config import GrailGRPOConfig, config_field_types
+from pipeline.grpo_config import GrailGRPOConfig, merge_specs, split_options
 from pipeline.io import (
     InputError,
     atomic_write_text,
@@ -75,64 +74,14 @@ from pipeline.resume import (
     newest_valid_checkpoint,
 )
 from pipeline.rewards import trl_reward_function
-from pipeline.specs import annotation_accepts, annotation_name
-from pipeline.tracking import TrackingConfig, environment, tensorboard_environment, wandb_run
+from pipeline.tracking import TrackingConfig, environment, load_tracking, tensorboard_environment, wandb_run
 
 logger = logging.getLogger("pipeline.train")
 
-# Model-loading options a spec may set besides the config fields, with their types.
-MODEL_LOADING_OPTIONS: dict[str, Any] = {"dtype": str, "trust_remote_code": bool, "attn_implementation": str}
-# Config fields this stage owns: a spec that sets them would break the run layout, resume or the exports.
-RESERVED_KEYS = {
-    "output_dir": "the run directory comes from --out",
-    "seed": "the seed comes from --seed",
-    "report_to": "trackers come from --tracking (the study config's `tracking` section)",
-    "run_name": "the run's name comes from --run-name",
-    "save_strategy": "checkpoints are saved every save_steps steps",
-    "save_only_model": "resuming needs the optimizer, scheduler and RNG states in every checkpoint",
-    "resume_from_checkpoint": "the run resumes from its own newest valid checkpoint",
-}
 ROW_FIELDS = {"id": str, "prompt": list, "solution": str, "source": str}
 
 
 # ----------------------------------------------------------------------------------------------- configuration
-
-
-def merge_specs(training_spec: Any, method_spec: Any) -> tuple[dict[str, Any], dict[str, str]]:
-    """``{**training_spec, **method_spec}`` and, per key, the name of the spec its value came from."""
-    merged: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    for name, spec in (("training spec", training_spec), ("method spec", method_spec)):
-        if spec is None:
-            continue
-        if not isinstance(spec, dict):
-            raise InputError(f"{name}: expected a mapping of option names to values, got {type(spec).__name__}")
-        merged.update(spec)
-        origin.update(dict.fromkeys(spec, name))
-    return merged, origin
-
-
-def split_options(merged: dict[str, Any], origin: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split merged spec options into (config fields, model-loading options); refuse unknown or reserved keys and
-    values whose type does not fit the field's annotation."""
-    field_types = config_field_types()
-    config_options: dict[str, Any] = {}
-    loading_options: dict[str, Any] = {}
-    for key, value in merged.items():
-        if key in RESERVED_KEYS:
-            raise InputError(f"{origin[key]}: key '{key}' may not be set ({RESERVED_KEYS[key]})")
-        if key in MODEL_LOADING_OPTIONS:
-            expected, options = MODEL_LOADING_OPTIONS[key], loading_options
-        elif key in field_types:
-            expected, options = field_types[key], config_options
-        else:
-            raise InputError(f"{origin[key]}: unknown key '{key}' (not a GrailGRPOConfig field or model option)")
-        if not annotation_accepts(expected, value):
-            raise InputError(
-                f"{origin[key]}: key '{key}' must be {annotation_name(expected)}, got {type(value).__name__} {value!r}"
-            )
-        options[key] = value
-    return config_options, loading_options
 
 
 def build_config(
@@ -207,20 +156,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.run_name = args.run_name or "/".join(args.out.resolve().parts[-3:])
     args.tracking_dir = args.tracking_dir or args.out / "tracking"
     return args
-
-
-def load_tracking(text: str) -> TrackingConfig:
-    """``--tracking`` as a TrackingConfig; unknown keys or integrations are refused by name."""
-    spec = load_spec(text)
-    try:
-        tracking = TrackingConfig(**spec)
-        integrations = tracking.integrations()
-    except (TypeError, ValueError) as error:
-        raise InputError(f"--tracking: {error}") from None
-    missing = [name for name in integrations if importlib.util.find_spec(name) is None]
-    if missing:
-        raise InputError(f"--tracking: report_to {missing} is not installed (pip install -e '.[tracking]')")
-    return tracking
 
 
 def check_export_steps(steps: list[int], max_steps: int) -> frozenset[int]:

@@ -25,11 +25,10 @@ from torch import nn
 from trl import GRPOTrainer
 
 from pipeline.credit import (
+    OAR_G_VARIANTS,
     answer_mask_from_spans,
     find_boxed_spans,
     grail_weights_with_stats,
-    oar_g_official_weights,
-    oar_g_weights,
     saliency_scores,
 )
 from pipeline.credit.grail import symmetry_fallback
@@ -44,7 +43,6 @@ __all__ = ["GrailGRPOConfig", "GrailGRPOTrainer"]
 
 WEIGHTS_KEY = "credit_weights"  # (B, T) weights computed per generation round
 SPANS_KEY = "answer_spans"  # (B, 3) boxed spans, found once per generation round
-OAR_G_VARIANTS = {"upstream": oar_g_weights, "official": oar_g_official_weights}  # oar_g_variant -> weights
 
 
 class GrailGRPOTrainer(GRPOTrainer):
@@ -98,12 +96,10 @@ class GrailGRPOTrainer(GRPOTrainer):
     def _answer_spans(self, batch: dict[str, Any]) -> torch.Tensor:
         if SPANS_KEY in batch:
             return batch[SPANS_KEY]
+        ids, mask = batch["completion_ids"], batch["completion_mask"]
+        args = self.args
         return find_boxed_spans(
-            self.processing_class,
-            batch["completion_ids"],
-            batch["completion_mask"],
-            which=self.args.answer_span,
-            alignment=self.args.answer_alignment,
+            self.processing_class, ids, mask, which=args.answer_span, alignment=args.answer_alignment
         )
 
     def _credit_weights(self, model: nn.Module, batch: dict[str, Any], *, share_loss_forward: bool) -> torch.Tensor:

@@ -10,7 +10,10 @@ from pipeline.credit.oar_g_official import oar_g_official_weights, oar_g_officia
 from pipeline.credit.saliency import answer_token_logprobs, saliency_from_grad, saliency_scores
 from pipeline.credit.spans import SpanMasks, answer_mask_from_spans, find_boxed_spans, span_masks
 
+OAR_G_VARIANTS = {"upstream": oar_g_weights, "official": oar_g_official_weights}  # oar_g_variant -> weights
+
 __all__ = [
+    "OAR_G_VARIANTS",
     "SpanMasks",
     "answer_mask_from_spans",
     "answer_token_logprobs",

@@ -12,6 +12,7 @@ from trl import GRPOConfig
 from pipeline.config import TOKEN_ANALYSIS_PLAN_KEYS, TRL_DEFAULTS, load_schema
 from pipeline.evaluate import EvalSpec, VllmSettings
 from pipeline.grpo_config import (
+    MODEL_LOADING_OPTIONS,
     GrailGRPOConfig,
     Range,
     config_field_types,
@@ -21,7 +22,6 @@ from pipeline.grpo_config import (
 )
 from pipeline.rewards import PROMPT_TEMPLATES, PromptTemplate
 from pipeline.token_analysis import TokenAnalysisSpec
-from pipeline.train import MODEL_LOADING_OPTIONS
 
 SCHEMA = load_schema()
 RANGE_KEYWORDS = {

@@ -18,7 +18,7 @@ import pytest
 from fault_support import REPO, small_study, snakemake_command, stage_env, write_study
 
 from pipeline import evaluate as ev
-from pipeline import train
+from pipeline import grpo_config
 from pipeline.io import InputError
 from pipeline.loading import load_model, load_tokenizer
 
@@ -88,9 +88,9 @@ def test_models_are_loaded_without_remote_code(monkeypatch: pytest.MonkeyPatch, 
             load()
     assert len(calls) == len(loaders) and all(call.get("trust_remote_code", False) is False for call in calls)
     assert ev.vllm_engine_kwargs("m", ev.EvalSpec(), 0)["trust_remote_code"] is False
-    _, loading = train.split_options({"credit": "grpo"}, {"credit": "method spec"})
+    _, loading = grpo_config.split_options({"credit": "grpo"}, {"credit": "method spec"})
     assert loading.get("trust_remote_code", False) is False
-    _, loading = train.split_options({"trust_remote_code": True}, {"trust_remote_code": "training spec"})
+    _, loading = grpo_config.split_options({"trust_remote_code": True}, {"trust_remote_code": "training spec"})
     assert loading["trust_remote_code"] is True
 
 

@@ -15,8 +15,7 @@ from wandb_records import history_rows, read_records
 
 from pipeline.config import SCHEMA_PATH
 from pipeline.io import InputError
-from pipeline.tracking import TrackingConfig, wandb_run_id
-from pipeline.train import load_tracking
+from pipeline.tracking import TrackingConfig, load_tracking, wandb_run_id
 
 FAKE_KEY = "wandbFAKEkey0123456789abcdef0123456789ab"
 RUN_NAME = "tiny/grail/seed3"

@@ -59,7 +59,7 @@ def test_invalid_values_are_refused_by_name(tmp_path, field, value):
 
 
 def test_every_oar_g_variant_has_a_weight_function():
+    from pipeline.credit import OAR_G_VARIANTS
     from pipeline.grpo_config import credit_choices
-    from pipeline.trainer import OAR_G_VARIANTS
 
     assert set(OAR_G_VARIANTS) == set(credit_choices()["oar_g_variant"])
