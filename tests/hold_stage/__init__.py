@@ -7,8 +7,8 @@ environment of a stage (run directly, through Snakemake or through Slurm):
   ``steps`` until it has recorded a preemption signal (SIGKILL simply ends it there);
 - ``hold_evaluation_env(rows)``: ``python -m pipeline.evaluate`` waits, once it has durably appended ``rows`` rows,
   until it is killed;
-- ``pseudo_random_reward_env()``: ``python -m pipeline.train`` trains on a reward that hashes (prompt, completion)
-  into [0, 1) instead of the outcome reward, so that every step of a tiny run has mixed rewards and a gradient
+- ``pseudo_random_reward_env()``: ``python -m pipeline.train`` trains on a reward that hashes (position in the
+  batch, prompt, completion) into [0, 1) instead of the outcome reward, so that every step of a tiny run has mixed rewards and a gradient
   (the resume tests compare weights, which only tells a wrong resume from a right one if every step moved them).
 The hook is ``sitecustomize.py`` next to this file, which Python imports at startup from ``PYTHONPATH``; it patches
 nothing in any other process.

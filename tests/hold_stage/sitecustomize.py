@@ -68,18 +68,20 @@ def hold_after_appended_rows(count: int) -> None:
 
 
 def pseudo_random_reward(salt: str) -> Any:
-    """A TRL reward function whose reward is ``sha256(salt, prompt, completion)`` read as a number in [0, 1).
+    """A TRL reward function whose reward is ``sha256(salt, position in the batch, prompt, completion)`` read as a
+    number in [0, 1).
 
-    A pure function of its inputs (a resumed process gives a completion the reward the uninterrupted one gave it)
-    that differs between any two different completions: every group of sampled completions has mixed rewards, so
-    every step has a gradient, which the real reward on a tiny model cannot promise.
+    A pure function of the generation batch (a resumed process gives a batch the rewards the uninterrupted one gave
+    it) that differs between any two completions of a group, even identical ones (a warmed-up tiny model often
+    samples the same short answer several times): every group has mixed rewards, so every step has a gradient,
+    which the real reward on a tiny model cannot promise.
     """
     from pipeline.rewards import completion_text
 
     def reward(prompts: list[Any], completions: list[Any], **_: Any) -> list[float]:
         digests = (
-            hashlib.sha256(json.dumps([salt, prompt, completion_text(completion)]).encode()).digest()
-            for prompt, completion in zip(prompts, completions, strict=True)
+            hashlib.sha256(json.dumps([salt, position, prompt, completion_text(completion)]).encode()).digest()
+            for position, (prompt, completion) in enumerate(zip(prompts, completions, strict=True))
         )
         return [int.from_bytes(digest[:8], "big") / 2**64 for digest in digests]
 

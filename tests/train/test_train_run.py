@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from train_support import REPO_ROOT, TRAINING_SPEC, run_train, subprocess_env, train_command
+from train_support import REPO_ROOT, TRAINING_SPEC, run_train, subprocess_env, train_command, training_rows
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl.trainer.utils import RepeatSampler
 
 from pipeline.train import PREEMPTED_EXIT_CODE, working_metrics_path
 from tests.hold_stage import hold_training_env, pseudo_random_reward_env
@@ -164,6 +165,29 @@ def test_killed_run_resumes_from_its_checkpoint(model_dir, train_jsonl, tmp_path
     assert_gradient_after(run_dir, resumed_at)
     assert_same_weights(run_dir / "final", reference_run / "final")
     assert_same_weights(run_dir / "exports" / "step-2", reference_run / "exports" / "step-2")
+
+
+def test_run_resumed_at_an_epoch_boundary_continues_with_the_next_epochs_order(model_dir, tmp_path):
+    """4 rows, all 4 prompts in each generation round (x 4 generations, num_iterations 2): one epoch is 2 steps,
+    so the run killed after checkpoint-2 resumes at the start of epoch 1, whose order a resumed process must draw
+    as the uninterrupted one did (not replay epoch 0's)."""
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in training_rows(4, seed=5)), encoding="utf-8")
+    spec = {**TRAINING_SPEC, "per_device_train_batch_size": 16}
+    orders = RepeatSampler(range(4), mini_repeat_count=4, batch_size=4, repeat_count=2, shuffle=True, seed=3)
+    assert list(orders) != list(orders)  # epochs 0 and 1 differ at the stage's seed 3
+    reference = tmp_path / "reference"
+    finished = run_train(train_command(model_dir, data, reference, training_spec=spec), REWARD)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    command = train_command(model_dir, data, run_dir, training_spec=spec)
+    assert interrupt_after_checkpoint(command, run_dir, signal.SIGKILL).returncode == -signal.SIGKILL
+    rerun = run_train(command, REWARD)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-2'} (step 2)" in rerun.stderr
+    assert json.loads((run_dir / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())["epoch"] == 2
+    assert_gradient_after(run_dir, 2)
+    assert_same_weights(run_dir / "final", reference / "final")
 
 
 def test_usr1_reaches_the_stage_through_the_launcher(model_dir, train_jsonl, tmp_path):
