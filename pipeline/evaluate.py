@@ -31,20 +31,11 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from tqdm import tqdm
 
-from pipeline.generation import (
-    chat_prompt_ids,
-    dataclass_from_mapping,
-    derive_seed,
-    load_causal_lm,
-    load_tokenizer,
-    model_fingerprint,
-    resolve_model,
-    stable_hash,
-)
+from pipeline.generation import chat_prompt_ids, derive_seed, model_fingerprint, stable_hash
 from pipeline.io import (
     InputError,
     append_jsonl_durably,
@@ -53,10 +44,12 @@ from pipeline.io import (
     read_jsonl,
     run_cli,
 )
-from pipeline.rewards import PROMPT_TEMPLATES, build_prompt, is_correct, last_boxed
+from pipeline.loading import load_model, load_tokenizer, resolve_model
+from pipeline.rewards import PromptTemplate, build_prompt, is_correct, last_boxed
+from pipeline.specs import dataclass_from_mapping
 
 SAMPLE_KEYS = ("id", "sample", "completion", "extracted", "correct", "num_tokens")
-BACKENDS = ("auto", "hf", "vllm")
+BackendName = Literal["auto", "hf", "vllm"]
 
 
 @dataclass(frozen=True)
@@ -74,14 +67,14 @@ class VllmSettings:
 class EvalSpec:
     """EVAL_SPEC: backend, sampling, batching, prompt and grading settings (defaults: upstream, spec 6.2)."""
 
-    backend: str = "auto"
+    backend: BackendName = "auto"
     n_samples: int = 3
     temperature: float = 0.6
     top_p: float = 0.95
     top_k: int = 20
     max_new_tokens: int = 8192
     batch_size: int = 64
-    prompt_template: str = "clean"
+    prompt_template: PromptTemplate = "clean"
     enable_thinking: bool = False
     grading_timeout_seconds: int = 5
     max_answer_chars: int = 1000
@@ -136,8 +129,6 @@ def parse_eval_spec(mapping: Any) -> EvalSpec:
     """EVAL_SPEC from a mapping; unknown keys, wrong types and out-of-range values raise InputError by name."""
     spec = dataclass_from_mapping(EvalSpec, mapping, "evaluation spec")
     checks = {
-        "backend": spec.backend in BACKENDS,
-        "prompt_template": spec.prompt_template in PROMPT_TEMPLATES,
         "n_samples": spec.n_samples >= 1,
         "batch_size": spec.batch_size >= 1,
         "max_new_tokens": spec.max_new_tokens >= 1,
@@ -148,8 +139,7 @@ def parse_eval_spec(mapping: Any) -> EvalSpec:
         "vllm.tensor_parallel_size": spec.vllm.tensor_parallel_size >= 1,
         "vllm.data_parallel_size": spec.vllm.data_parallel_size >= 1,
         "vllm.gpu_memory_utilization": 0 < spec.vllm.gpu_memory_utilization <= 1,
-        "vllm.max_model_len": spec.vllm.max_model_len is None
-        or (isinstance(spec.vllm.max_model_len, int) and spec.vllm.max_model_len >= 1),
+        "vllm.max_model_len": spec.vllm.max_model_len is None or spec.vllm.max_model_len >= 1,
     }
     for key, valid in checks.items():
         if not valid:
@@ -295,7 +285,7 @@ class HFBackend:
         self.torch = torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = "auto" if self.device == "cuda" else torch.float32
-        self.model = load_causal_lm(model, dtype=dtype).to(self.device).eval()
+        self.model = load_model(model, dtype=dtype).to(self.device).eval()
         self.tokenizer = tokenizer
         self.spec = spec
         configured = self.model.generation_config.eos_token_id

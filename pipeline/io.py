@@ -1,10 +1,12 @@
-"""Small I/O helpers shared by every stage: atomic outputs, durable JSONL, spec loading, CLI errors."""
+"""Small I/O helpers shared by every stage: atomic outputs, durable JSONL, durable directory publishing, model
+export, spec loading, CLI errors."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -13,6 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+# Checkpoint content that is training state, not part of an exported model.
+TRAINING_STATE_FILES = re.compile(
+    r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state.*\.pth|trainer_state\.json|training_args\.bin"
+    r"|generation_buffer.*\.pt|oar_g_noise_generator.*\.pt|latest|zero_to_fp32\.py|README\.md)$"
+)
 
 
 class InputError(ValueError):
@@ -86,6 +94,49 @@ def append_jsonl_durably(handle: Any, rows: Iterable[dict[str, Any]]) -> None:
         handle.write(json.dumps(row, default=_json_default) + "\n")
     handle.flush()
     os.fsync(handle.fileno())
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file under ``root`` and the directories themselves, so a rename publishes durable content."""
+    for directory, _, files in os.walk(root):
+        for name in files:
+            with open(Path(directory) / name, "rb") as handle:
+                os.fsync(handle.fileno())
+        fsync_directory(Path(directory))
+
+
+def fsync_directory(directory: Path) -> None:
+    """fsync a directory entry (makes renames inside it durable)."""
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def publish_directory(staging: Path, target: Path) -> None:
+    """Make the complete directory ``staging`` durable and rename it onto ``target`` (replacing it)."""
+    fsync_tree(staging)
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(staging, target)
+    fsync_directory(target.parent)
+
+
+def export_model(checkpoint: Path, destination: Path) -> None:
+    """Publish the model and tokenizer files of a checkpoint (or of an export) as ``destination``, hardlinked where
+    possible."""
+    staging = destination.parent / f".{destination.name}.partial"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    for source in sorted(checkpoint.iterdir()):
+        if source.is_file() and not TRAINING_STATE_FILES.match(source.name):
+            try:
+                os.link(source, staging / source.name)
+            except OSError:  # another filesystem, or no hardlinks there
+                shutil.copy2(source, staging / source.name)
+    publish_directory(staging, destination)
 
 
 def read_jsonl(path: str | os.PathLike[str], *, tolerate_torn_tail: bool = False) -> list[dict[str, Any]]:

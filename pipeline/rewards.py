@@ -16,7 +16,8 @@ PROMPT_SUFFIX_CLEAN = " Please reason step by step, and put your final answer wi
 # Upstream wrote the suffix as a non-raw Python string: "\b" became a backspace (U+0008), so the paper's prompts
 # asked for "<BS>oxed{}". Reproducing the paper's numbers means reproducing that string.
 PROMPT_SUFFIX_UPSTREAM = " Please reason step by step, and put your final answer within \boxed{}."
-PROMPT_TEMPLATES = {"clean": PROMPT_SUFFIX_CLEAN, "upstream": PROMPT_SUFFIX_UPSTREAM}
+PromptTemplate = Literal["clean", "upstream"]
+PROMPT_TEMPLATES: dict[PromptTemplate, str] = {"clean": PROMPT_SUFFIX_CLEAN, "upstream": PROMPT_SUFFIX_UPSTREAM}
 
 BOX_MARKER = "\\boxed{"
 VERIFY_TIMEOUT_SECONDS = 5
@@ -24,7 +25,7 @@ VERIFY_TIMEOUT_SECONDS = 5
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
-def build_prompt(problem: str, template: Literal["clean", "upstream"] = "clean") -> str:
+def build_prompt(problem: str, template: PromptTemplate = "clean") -> str:
     """The user message: the problem followed by the boxed-answer instruction of ``template``."""
     try:
         return problem + PROMPT_TEMPLATES[template]

@@ -24,9 +24,11 @@ import torch
 from tqdm import tqdm
 
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, saliency_scores
-from pipeline.generation import dataclass_from_mapping
+from pipeline.credit.saliency import Leaf, Position
 from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
-from pipeline.rewards import PROMPT_SUFFIX_CLEAN, build_prompt
+from pipeline.loading import load_model, load_tokenizer
+from pipeline.rewards import PROMPT_SUFFIX_CLEAN, PromptTemplate, build_prompt
+from pipeline.specs import dataclass_from_mapping
 
 NUM_BINS = 20
 
@@ -40,14 +42,14 @@ class TokenAnalysisSpec:
     grail_std: float = 0.5
     grail_w_min: float = 0.5
     grail_w_max: float = 5.0
-    grail_leaf: str = "embeddings"
-    grail_position: Literal["previous", "same"] = "previous"
+    grail_leaf: Leaf = "embeddings"
+    grail_position: Position = "previous"
     batch_size: int = 8
     max_rollouts: int | None = None
     # "chat": the prompt the rollouts were generated from (chat template, template below);
     # "upstream": upstream's analysis prompt (problem + instruction, no chat template).
     prompt_format: Literal["chat", "upstream"] = "chat"
-    prompt_template: Literal["clean", "upstream"] = "clean"
+    prompt_template: PromptTemplate = "clean"
     enable_thinking: bool = False
     enabled: bool = True
 
@@ -203,12 +205,8 @@ def summarize(records: list[tuple]) -> dict[str, Any]:
 
 def analyse_checkpoint(model_dir: str, samples: Path, benchmark: Path, spec: TokenAnalysisSpec) -> dict[str, Any]:
     """Load one checkpoint, recompute GRAIL weights for its rollouts and summarize them by position."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, dtype=torch.float32).eval()
     rollouts = load_rollouts(tokenizer, samples, benchmark, spec)
     records: list[tuple] = []
     batches = range(0, len(rollouts), spec.batch_size)

@@ -28,16 +28,9 @@ model loading), stopped at once with nothing to save; rerun or requeue it to res
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import enum
-import json
 import logging
-import os
-import re
 import shutil
 import sys
-import types
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -47,38 +40,35 @@ from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
 # arriving meanwhile would otherwise kill the job (status 138) instead of stopping it (status 75).
 STARTUP_SIGNALS = PreemptionSignals().install() if __name__ == "__main__" else None
 
-import torch
 from datasets import Dataset
-from safetensors import safe_open
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    TrainerCallback,
-)
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
-from trl.trainer.utils import RepeatSampler
 
+from pipeline.grpo_config import GrailGRPOConfig, config_field_types
 from pipeline.io import (
     InputError,
-    append_jsonl_durably,
-    atomic_write_jsonl,
     atomic_write_text,
+    export_model,
     load_spec,
+    publish_directory,
     read_jsonl,
     run_cli,
 )
+from pipeline.loading import check_model_reference, load_model, load_tokenizer
+from pipeline.resume import (
+    ExportAndPreemptionCallback,
+    MetricsCallback,
+    ResumableGRPOTrainer,
+    checkpoint_path,
+    checkpoint_problem,
+    keep_metrics_up_to,
+    newest_valid_checkpoint,
+    working_exports_dir,
+    working_metrics_path,
+)
 from pipeline.rewards import trl_outcome_reward
-from pipeline.trainer import GrailGRPOConfig, GrailGRPOTrainer
+from pipeline.specs import annotation_accepts, annotation_name
 
 logger = logging.getLogger("pipeline.train")
 
-# Values the config classes accept beyond their annotations (their __post_init__ converts them): TRL maps
-# scale_rewards True/False to "group"/"none"; transformers turns a bool or list of options for fsdp into its config.
-ANNOTATION_WIDENINGS: dict[str, Any] = {"scale_rewards": bool, "fsdp": bool | list[str]}
 # Model-loading options a spec may set besides the config fields, with their types.
 MODEL_LOADING_OPTIONS: dict[str, Any] = {"dtype": str, "trust_remote_code": bool, "attn_implementation": str}
 # Config fields this stage owns: a spec that sets them would break the run layout, resume or the exports.
@@ -91,19 +81,6 @@ RESERVED_KEYS = {
     "resume_from_checkpoint": "the run resumes from its own newest valid checkpoint",
 }
 ROW_FIELDS = {"id": str, "prompt": list, "solution": str, "source": str}
-CHECKPOINT_PATTERN = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
-# Checkpoint content that is training state, not part of an exported model.
-TRAINING_STATE_FILES = re.compile(
-    r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state.*\.pth|trainer_state\.json|training_args\.bin"
-    r"|generation_buffer.*\.pt|oar_g_noise_generator.*\.pt|latest|zero_to_fp32\.py|README\.md)$"
-)
-TRAINER_STATE_FILE = "trainer_state.json"
 
 
 # ----------------------------------------------------------------------------------------------- configuration
@@ -121,63 +98,6 @@ def merge_specs(training_spec: Any, method_spec: Any) -> tuple[dict[str, Any], d
         merged.update(spec)
         origin.update(dict.fromkeys(spec, name))
     return merged, origin
-
-
-def config_field_types() -> dict[str, Any]:
-    """Accepted type of every constructor argument of ``GrailGRPOConfig``: its annotation (| its widening)."""
-    annotations = typing.get_type_hints(GrailGRPOConfig)
-    types_by_name = {field.name: annotations[field.name] for field in dataclasses.fields(GrailGRPOConfig) if field.init}
-    for name, widening in ANNOTATION_WIDENINGS.items():
-        types_by_name[name] = types_by_name[name] | widening
-    return types_by_name
-
-
-def annotation_accepts(annotation: Any, value: Any) -> bool:
-    """Whether a spec value (as JSON/YAML parses it) fits a type annotation.
-
-    A union accepts what any member accepts; int and float never accept a bool, float accepts an int; an enum
-    accepts its members and their values; ``list[X]`` and ``dict[K, V]`` check their elements; Any accepts all.
-    """
-    origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
-    if annotation is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(annotation_accepts(member, value) for member in arguments)
-    if origin is typing.Literal:
-        return any(type(value) is type(option) and value == option for option in arguments)
-    if origin is list:
-        (item_type,) = arguments
-        return isinstance(value, list) and all(annotation_accepts(item_type, item) for item in value)
-    if origin is dict:
-        key_type, item_type = arguments
-        return isinstance(value, dict) and all(
-            annotation_accepts(key_type, key) and annotation_accepts(item_type, item) for key, item in value.items()
-        )
-    if origin is not None:  # another generic alias (tuple[...], ...): its container type
-        return isinstance(value, origin)
-    if annotation is type(None):
-        return value is None
-    if annotation in (int, float) and isinstance(value, bool):
-        return False
-    if annotation is float:
-        return isinstance(value, int | float)
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return isinstance(value, annotation) or value in {member.value for member in annotation}
-    return isinstance(annotation, type) and isinstance(value, annotation)
-
-
-def annotation_name(annotation: Any) -> str:
-    """A type annotation as written in Python: ``int``, ``dict | str | None``, ``list[str]``."""
-    origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
-    if annotation is type(None):
-        return "None"
-    if origin in (typing.Union, types.UnionType):
-        return " | ".join(annotation_name(member) for member in arguments)
-    if origin is typing.Literal:
-        return " | ".join(repr(option) for option in arguments)
-    if origin is not None:
-        return f"{annotation_name(origin)}[{', '.join(annotation_name(argument) for argument in arguments)}]"
-    return getattr(annotation, "__name__", repr(annotation))
 
 
 def split_options(merged: dict[str, Any], origin: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -252,348 +172,6 @@ def load_training_rows(path: Path) -> Dataset:
     return Dataset.from_list(rows)
 
 
-def check_model_reference(model: str) -> None:
-    """Refuse a local model path that does not exist (anything but a hub id ``name`` / ``org/name`` is a path)."""
-    looks_like_hub_id = re.fullmatch(r"[\w-][\w.-]*(/[\w.-]+)?", model) is not None
-    if not looks_like_hub_id and not Path(model).expanduser().is_dir():
-        raise InputError(f"{model}: model directory not found")
-
-
-def load_tokenizer(model: str, revision: str | None, trust_remote_code: bool) -> PreTrainedTokenizerBase:
-    """Tokenizer with left padding (prompts are left-padded for generation) and a pad token (else unk, else eos)."""
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as error:
-        raise InputError(f"{model}: could not load a tokenizer ({error})") from None
-    if not tokenizer.chat_template:
-        raise InputError(f"{model}: the tokenizer has no chat template (training prompts are conversational)")
-    tokenizer.padding_side = "left"
-    tokenizer.truncation_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.unk_token if tokenizer.unk_token is not None else tokenizer.eos_token
-    return tokenizer
-
-
-def is_causal_lm_config(config: Any) -> bool:
-    """Whether a model config describes a causal LM: its saved architectures (or its type) are causal-LM classes."""
-    auto_map = getattr(config, "auto_map", None) or {}
-    if "AutoModelForCausalLM" in auto_map:
-        return True
-    causal_classes = set()
-    for names in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
-        causal_classes.update([names] if isinstance(names, str) else names)
-    architectures = getattr(config, "architectures", None)
-    if architectures:
-        return any(name in causal_classes for name in architectures)
-    return config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-
-def load_model(model: str, revision: str | None, options: dict[str, Any]) -> PreTrainedModel:
-    """``AutoModelForCausalLM.from_pretrained`` with the spec's dtype / attention / remote-code options."""
-    trust_remote_code = options.get("trust_remote_code", False)
-    try:
-        config = AutoConfig.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as error:
-        raise InputError(f"{model}: could not load a model config ({error})") from None
-    if not is_causal_lm_config(config):
-        architectures = ", ".join(getattr(config, "architectures", None) or [config.model_type])
-        raise InputError(f"{model}: not a causal language model ({architectures})")
-    kwargs = {key: options[key] for key in ("dtype", "attn_implementation") if key in options}
-    try:
-        return AutoModelForCausalLM.from_pretrained(
-            model, revision=revision, trust_remote_code=trust_remote_code, **kwargs
-        )
-    except (OSError, ValueError) as error:
-        raise InputError(f"{model}: could not load the model ({error})") from None
-
-
-# ----------------------------------------------------------------------------------------------- checkpoints
-
-
-def checkpoint_problem(checkpoint: Path) -> str | None:
-    """Why ``checkpoint`` cannot be resumed from (missing or unreadable state or weights), or None if it can."""
-    state_file = checkpoint / TRAINER_STATE_FILE
-    try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return f"{TRAINER_STATE_FILE} missing"
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        return f"{TRAINER_STATE_FILE} unreadable ({error})"
-    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
-        return f"{TRAINER_STATE_FILE} has no integer global_step"
-    weights = [checkpoint / name for name in WEIGHT_FILES if (checkpoint / name).is_file()]
-    if not weights:
-        return "model weights missing"
-    for path in weights:
-        if problem := weights_problem(path):
-            return problem
-    has_optimizer = (checkpoint / "optimizer.pt").is_file() or any(checkpoint.glob("global_step*"))
-    return None if has_optimizer else "optimizer state missing"
-
-
-def weights_problem(path: Path) -> str | None:
-    """Whether a weights file (or every shard of an index) exists and, for safetensors, has a readable header."""
-    if path.name.endswith(".index.json"):
-        try:
-            shards = set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            return f"{path.name} unreadable ({error})"
-        missing = sorted(shard for shard in shards if not (path.parent / shard).is_file())
-        if missing:
-            return f"weight shards missing: {', '.join(missing)}"
-        problems = (weights_problem(path.parent / shard) for shard in sorted(shards))
-        return next((problem for problem in problems if problem), None)
-    if path.suffix == ".safetensors":
-        try:
-            with safe_open(path, framework="pt") as handle:
-                handle.keys()
-        except Exception as error:  # safetensors raises its own error types for truncated or garbled files
-            return f"{path.name} unreadable ({error})"
-    return None
-
-
-def checkpoints_newest_first(checkpoints_dir: Path) -> list[tuple[int, Path]]:
-    """``(step, path)`` of every ``checkpoint-<step>`` directory, newest first."""
-    if not checkpoints_dir.is_dir():
-        return []
-    found = [
-        (int(match.group(1)), path)
-        for path in checkpoints_dir.iterdir()
-        if path.is_dir() and (match := CHECKPOINT_PATTERN.match(path.name))
-    ]
-    return sorted(found, reverse=True)
-
-
-def newest_valid_checkpoint(checkpoints_dir: Path) -> tuple[int, Path] | None:
-    """The newest checkpoint that can be resumed from; invalid newer ones are skipped with a warning."""
-    for step, path in checkpoints_newest_first(checkpoints_dir):
-        problem = checkpoint_problem(path)
-        if problem is None:
-            return step, path
-        logger.warning("skipping checkpoint %s: %s", path, problem)
-    return None
-
-
-def fsync_tree(root: Path) -> None:
-    """fsync every file under ``root`` and the directories themselves, so a rename publishes durable content."""
-    for directory, _, files in os.walk(root):
-        for name in files:
-            with open(Path(directory) / name, "rb") as handle:
-                os.fsync(handle.fileno())
-        fsync_directory(Path(directory))
-
-
-def fsync_directory(directory: Path) -> None:
-    """fsync a directory entry (makes renames inside it durable)."""
-    handle = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
-
-
-def publish_directory(staging: Path, target: Path) -> None:
-    """Make the complete directory ``staging`` durable and rename it onto ``target`` (replacing it)."""
-    fsync_tree(staging)
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(staging, target)
-    fsync_directory(target.parent)
-
-
-def export_model(checkpoint: Path, destination: Path) -> None:
-    """Publish the model and tokenizer files of a checkpoint (or of an export) as ``destination``, hardlinked where
-    possible."""
-    staging = destination.parent / f".{destination.name}.partial"
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    for source in sorted(checkpoint.iterdir()):
-        if source.is_file() and not TRAINING_STATE_FILES.match(source.name):
-            try:
-                os.link(source, staging / source.name)
-            except OSError:  # another filesystem, or no hardlinks there
-                shutil.copy2(source, staging / source.name)
-    publish_directory(staging, destination)
-
-
-# ----------------------------------------------------------------------------------------------- trainer
-
-
-class EpochRepeatSampler(RepeatSampler):
-    """TRL's RepeatSampler whose epoch-``e`` order does not depend on how many epochs this process iterated.
-
-    RepeatSampler draws one permutation per ``__iter__`` from a generator seeded once, so a resumed process would
-    replay epoch 0's order in epoch e. ``set_epoch(e)`` (called by the Trainer every epoch) reseeds and draws e
-    permutations first: the order is then exactly the uninterrupted sampler's.
-    """
-
-    def set_epoch(self, epoch: int) -> None:
-        if not self.shuffle or self.seed is None:
-            return
-        self.generator.manual_seed(self.seed)
-        for _ in range(epoch):
-            torch.randperm(self.num_samples, generator=self.generator)
-
-
-class ResumableGRPOTrainer(GrailGRPOTrainer):
-    """``GrailGRPOTrainer`` whose checkpoints are atomic and carry TRL's generation state.
-
-    TRL keeps two things outside the HF checkpoint: the micro-step counter ``_step`` (it decides when to generate
-    and which slice of the generation buffer a micro-step uses) and the buffer itself. Without them a resumed run
-    regenerates at once and trains on misaligned slices. Here ``_step = global_step * gradient_accumulation_steps``
-    is restored and each process's buffer is saved in, and loaded from, the checkpoint; so is the state of OAR-G's
-    noise generator (a reseeded one would repeat the noise of the first steps).
-    """
-
-    def __init__(self, *args: Any, export_steps: frozenset[int], exports_dir: Path, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.export_steps = export_steps
-        self.exports_dir = exports_dir
-        self._staging_dir: Path | None = None
-
-    def _get_train_sampler(self, dataset: Dataset | None = None) -> EpochRepeatSampler:
-        sampler = super()._get_train_sampler(dataset)
-        return EpochRepeatSampler(
-            data_source=sampler.data_source,
-            mini_repeat_count=sampler.mini_repeat_count,
-            batch_size=sampler.batch_size,
-            repeat_count=sampler.repeat_count,
-            shuffle=sampler.shuffle,
-            seed=sampler.seed,
-        )
-
-    def _get_output_dir(self, trial: Any) -> str:
-        # While a checkpoint is being saved, the Trainer writes it under the staging directory.
-        return str(self._staging_dir) if self._staging_dir is not None else super()._get_output_dir(trial)
-
-    def _process_state_file(self, checkpoint: Path, kind: str) -> Path:
-        """Where this process keeps ``kind`` ("generation_buffer", "oar_g_noise_generator") in ``checkpoint``."""
-        return checkpoint / f"{kind}_rank{self.accelerator.process_index}.pt"
-
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        """Save into ``checkpoints/.staging/checkpoint-<step>``, then rename it into place (atomic)."""
-        run_dir = Path(self.args.output_dir)
-        staging_root = run_dir / ".staging"
-        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        if self.accelerator.is_main_process and staging_root.exists():
-            shutil.rmtree(staging_root)  # what a killed save left behind
-        self.accelerator.wait_for_everyone()
-        self._staging_dir = staging_root
-        try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self._staging_dir = None
-        if self._buffered_inputs is not None:
-            torch.save(self._buffered_inputs, self._process_state_file(staging_root / name, "generation_buffer"))
-        if self._oar_g_generator is not None:
-            torch.save(
-                self._oar_g_generator.get_state(),
-                self._process_state_file(staging_root / name, "oar_g_noise_generator"),
-            )
-        self.accelerator.wait_for_everyone()
-        if self.accelerator.is_main_process:
-            publish_directory(staging_root / name, run_dir / name)
-            shutil.rmtree(staging_root)
-            rotate_checkpoints(str(run_dir), save_total_limit=self.args.save_total_limit, use_mtime=False)
-            if self.state.global_step in self.export_steps:
-                export_model(run_dir / name, self.exports_dir / f"step-{self.state.global_step}")
-        self.accelerator.wait_for_everyone()
-
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
-            return
-        self._step = self.state.global_step * self.args.gradient_accumulation_steps
-        buffer_file = self._process_state_file(Path(checkpoint), "generation_buffer")
-        if buffer_file.is_file():
-            self._buffered_inputs = torch.load(buffer_file, map_location=self.accelerator.device, weights_only=True)
-        noise_file = self._process_state_file(Path(checkpoint), "oar_g_noise_generator")
-        if noise_file.is_file():
-            self._oar_g_generator = torch.Generator(device=self.accelerator.device)
-            self._oar_g_generator.set_state(torch.load(noise_file, map_location="cpu", weights_only=True))
-
-
-# ----------------------------------------------------------------------------------------------- callbacks
-
-
-class MetricsCallback(TrainerCallback):
-    """Append every log dict, with its ``step``, to ``metrics.jsonl`` durably (main process only)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
-        if state.is_world_process_zero and logs:
-            with open(self.path, "a", encoding="utf-8") as handle:
-                append_jsonl_durably(handle, [{"step": state.global_step, **logs}])
-
-
-class ExportAndPreemptionCallback(TrainerCallback):
-    """Force a checkpoint at every export step; on a preemption signal save one and stop after this step."""
-
-    def __init__(self, export_steps: frozenset[int], signals: PreemptionSignals) -> None:
-        self.export_steps = export_steps
-        self.signals = signals
-        self.stopped_on_request = False
-        self.accelerator: Any = None
-
-    def stop_requested(self) -> bool:
-        """Whether any process received a preemption signal (all processes must stop at the same step)."""
-        requested = self.signals.received is not None
-        if self.accelerator is None or self.accelerator.num_processes == 1:
-            return requested
-        flag = torch.tensor([float(requested)], device=self.accelerator.device)
-        return bool(self.accelerator.reduce(flag, reduction="sum").item() > 0)
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-        # The last step is checkpointed too, so that a job killed while saving final/ loses no training.
-        if state.global_step in self.export_steps or state.global_step == state.max_steps:
-            control.should_save = True
-        if self.stop_requested():
-            logger.warning(
-                "received %s: saving a checkpoint at step %d and stopping",
-                self.signals.received_name(),
-                state.global_step,
-            )
-            control.should_save = True
-            control.should_training_stop = True
-            self.stopped_on_request = True
-
-
-def working_metrics_path(run_dir: Path) -> Path:
-    """The metrics log appended during training; not a Snakemake output, so a failed job's cleanup keeps it."""
-    return run_dir / "checkpoints" / "metrics.jsonl"
-
-
-def working_exports_dir(run_dir: Path) -> Path:
-    """Where each export step's model is saved during training; kept when a failed job's outputs are deleted and
-    when its checkpoint is rotated away (``save_total_limit``)."""
-    return run_dir / "checkpoints" / "exports"
-
-
-def keep_metrics_up_to(path: Path, step: int | None, *, training_done: bool = False) -> None:
-    """Prepare the working metrics log for a run resuming at ``step`` (None: a fresh run, file emptied).
-
-    Lines logged after the checkpoint, and end-of-run summaries (``train_runtime``) of interrupted attempts, are
-    dropped: they will be logged again, so the file never holds a step twice. With ``training_done`` (the
-    checkpoint is the last step; no attempt will train or log again) the summary logged at ``step`` is kept.
-    """
-    if step is None or not path.exists():
-        path.unlink(missing_ok=True)
-        return
-    rows = read_jsonl(path, tolerate_torn_tail=True)
-    atomic_write_jsonl(
-        path,
-        [
-            row
-            for row in rows
-            if row.get("step", 0) <= step
-            and ("train_runtime" not in row or (training_done and row.get("step") == step))
-        ],
-    )
-
-
 # ----------------------------------------------------------------------------------------------- stage
 
 
@@ -627,7 +205,7 @@ def publish_exports(run_dir: Path, steps: frozenset[int], final_step: int) -> No
             continue
         source = working_exports_dir(run_dir) / f"step-{step}"
         if not source.is_dir():
-            source = run_dir / "checkpoints" / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+            source = checkpoint_path(run_dir / "checkpoints", step)
             if checkpoint_problem(source) is not None:
                 raise InputError(f"--export-steps: step {step} has no export and no valid checkpoint to export from")
         export_model(source, destination)
@@ -694,8 +272,10 @@ def build_trainer(
     export_steps = check_export_steps(args.export_steps, config.max_steps)
     dataset = load_training_rows(args.data)
     check_model_reference(args.model)
-    tokenizer = load_tokenizer(args.model, args.model_revision, loading_options.get("trust_remote_code", False))
-    model = load_model(args.model, args.model_revision, loading_options)
+    tokenizer = load_tokenizer(
+        args.model, revision=args.model_revision, trust_remote_code=loading_options.get("trust_remote_code", False)
+    )
+    model = load_model(args.model, revision=args.model_revision, **loading_options)
     control = ExportAndPreemptionCallback(export_steps, signals)
     trainer = ResumableGRPOTrainer(
         model=model,

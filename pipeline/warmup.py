@@ -28,8 +28,9 @@ import torch
 from tqdm import tqdm
 
 from pipeline.arith import worked_solution
-from pipeline.generation import chat_prompt_ids, dataclass_from_mapping, problem_from_prompt
+from pipeline.generation import chat_prompt_ids, problem_from_prompt
 from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
+from pipeline.specs import dataclass_from_mapping
 from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
 
 IGNORE_INDEX = -100

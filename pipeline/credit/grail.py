@@ -16,13 +16,15 @@ the content and boundary overrides are not intersected with the mask (harmless: 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import torch
 
 from pipeline.credit.spans import span_masks
+from pipeline.credit.stats import fraction, weight_stats
 
-SYMMETRIES = {"both": "both", "all": "both", "correct": "correct", "wrong": "wrong"}
+Symmetry = Literal["both", "all", "correct", "wrong"]  # "all" is the upstream README's word for "both"
+SYMMETRIES = {name: "both" if name == "all" else name for name in get_args(Symmetry)}
 LOG_EPS = 1e-8
 VAR_EPS = 1e-8
 
@@ -102,20 +104,6 @@ def grail_weights(
     return _grail_parts(scores, completion_mask, advantages, spans, mean, std, w_min, w_max, symmetry).weights
 
 
-def _fraction(flags: torch.Tensor) -> float:
-    """Mean of a bool tensor, NaN when empty."""
-    return flags.float().mean().item() if flags.numel() else float("nan")
-
-
-def weight_stats(weights: torch.Tensor, valid: torch.Tensor) -> dict[str, float]:
-    """Mean and unbiased std of the weights over valid tokens (NaN when there are too few)."""
-    values = weights[valid].double()
-    return {
-        "weight_mean": values.mean().item() if values.numel() else float("nan"),
-        "weight_std": values.std().item() if values.numel() > 1 else float("nan"),
-    }
-
-
 def grail_weights_with_stats(
     scores: torch.Tensor,
     completion_mask: torch.Tensor,
@@ -137,10 +125,10 @@ def grail_weights_with_stats(
     parts = _grail_parts(scores, completion_mask, advantages, spans, mean, std, w_min, w_max, symmetry)
     active = parts.valid & ~parts.fallback[:, None]
     stats = {
-        "clip_frac_min": _fraction(parts.raw[active] <= w_min),
-        "clip_frac_max": _fraction(parts.raw[active] >= w_max),
-        "fallback_rate": _fraction(parts.fallback),
-        "answer_found_rate": _fraction(parts.found),
+        "clip_frac_min": fraction(parts.raw[active] <= w_min),
+        "clip_frac_max": fraction(parts.raw[active] >= w_max),
+        "fallback_rate": fraction(parts.fallback),
+        "answer_found_rate": fraction(parts.found),
         **weight_stats(parts.weights, parts.valid),
         "nonfinite_rows": float(parts.nonfinite.sum().item()),
     }

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pipeline.credit.grail import weight_stats
 from pipeline.credit.saliency import completion_hidden, detached_head
+from pipeline.credit.stats import fraction, weight_stats
 
 SUPPRESS_FLOOR = 0.1
 INVALID_OFFSET = 1e9
@@ -153,9 +153,16 @@ def oar_g_weights_with_stats(
     weight_mean, weight_std (unbiased, valid tokens)."""
     args = (model, input_ids, attention_mask, completion_mask, answer_mask, tau, beta, eps, noise_std, generator)
     weights, fallback, has_answer = _oar_g(*args)
-    stats = {
-        "fallback_rate": fallback.float().mean().item(),
-        "answer_found_rate": has_answer.float().mean().item(),
+    return weights, oar_g_stats(weights, completion_mask, fallback, has_answer)
+
+
+def oar_g_stats(
+    weights: torch.Tensor, completion_mask: torch.Tensor, fallback: torch.Tensor, has_answer: torch.Tensor
+) -> dict[str, float]:
+    """OAR-G's metrics (log under ``oar_g/``): fallback_rate and answer_found_rate over the rows (NaN without
+    rows), weight_mean and weight_std (unbiased) of the weights (B, T) over valid tokens."""
+    return {
+        "fallback_rate": fraction(fallback),
+        "answer_found_rate": fraction(has_answer),
         **weight_stats(weights, completion_mask.bool()),
     }
-    return weights, stats

@@ -9,13 +9,22 @@ p(t) = P+t-1 ("previous", upstream's one-position shift) or P+t ("same").
 
 from __future__ import annotations
 
-from typing import Literal
+import contextlib
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-LEAVES = ("embeddings", "first", "middle", "last")
-POSITIONS = ("previous", "same")
+from pipeline.credit.spans import answer_mask_from_spans
+from pipeline.io import InputError
+
+Leaf = Literal["embeddings", "first", "middle", "last"]
+Position = Literal["previous", "same"]
+LEAVES: tuple[str, ...] = get_args(Leaf)
+POSITIONS: tuple[str, ...] = get_args(Position)
 
 
 def _working_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -63,7 +72,7 @@ def saliency_from_grad(
     grad: torch.Tensor,
     leaf_activation: torch.Tensor,
     completion_length: int,
-    position: Literal["previous", "same"] = "previous",
+    position: Position = "previous",
 ) -> torch.Tensor:
     """s_{i,t} = || grad_{i,p(t)} * h_{i,p(t)} ||_2 for t < T, as float32 (B, T).
 
@@ -86,9 +95,9 @@ def saliency_scores(
     attention_mask: torch.Tensor,
     answer_mask: torch.Tensor,
     *,
-    leaf: Literal["embeddings", "first", "middle", "last"] = "embeddings",
+    leaf: Leaf = "embeddings",
     temperature: float = 1.0,
-    position: Literal["previous", "same"] = "previous",
+    position: Position = "previous",
 ) -> torch.Tensor:
     """Reference (upstream-style) saliency: a separate forward pass, then ``autograd.grad`` w.r.t. the leaf only.
 
@@ -114,3 +123,124 @@ def saliency_scores(
         loss = -answer_token_logprobs(model, output.last_hidden_state, input_ids, answer_mask, temperature).sum()
         (grad,) = torch.autograd.grad(loss, activation)
     return saliency_from_grad(grad, activation.detach(), T, position)
+
+
+def leaf_module(model: nn.Module, leaf: str) -> nn.Module:
+    """Module whose output is the GRAIL leaf ``hidden_states[k]`` (spec 1.2).
+
+    k = 0 ("embeddings"), 1 ("first"), floor(L/2) ("middle"), L-1 ("last"); ``hidden_states[0]`` is the input
+    embedding and ``hidden_states[k]`` for 0 < k < L the output of decoder layer k-1.
+    """
+    if leaf == "embeddings":
+        return model.get_input_embeddings()
+    layers = model.get_decoder().layers
+    index = leaf_index(leaf, len(layers))
+    if index >= len(layers):
+        raise InputError(f"grail_leaf={leaf!r} needs a model with at least 2 decoder layers")
+    return model.get_input_embeddings() if index == 0 else layers[index - 1]
+
+
+class ForwardCapture:
+    """Forward hooks keeping, from the next forward pass, the leaf activation and the final hidden state."""
+
+    def __init__(self, model: nn.Module, leaf: str) -> None:
+        self.model, self.leaf_name = model, leaf
+        self.leaf: torch.Tensor | None = None
+        self.last_hidden: torch.Tensor | None = None
+
+    def _keep_leaf(self, module: nn.Module, args: Any, output: Any) -> Any:
+        if self.leaf is not None:  # a gradient-checkpointing recompute fires the hook again
+            return None
+        activation = output[0] if isinstance(output, tuple) else output
+        if not activation.requires_grad:
+            # Frozen embeddings (e.g. an adapter) give an activation outside the graph: make it a graph leaf.
+            activation = activation.detach().requires_grad_()
+            output = (activation, *output[1:]) if isinstance(output, tuple) else activation
+        self.leaf = activation
+        return output
+
+    def _keep_last_hidden(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.last_hidden is None:
+            self.last_hidden = output[0] if isinstance(output, tuple) else output.last_hidden_state
+
+    @contextlib.contextmanager
+    def hooks(self) -> Iterator[ForwardCapture]:
+        handles = [
+            leaf_module(self.model, self.leaf_name).register_forward_hook(self._keep_leaf),
+            self.model.get_decoder().register_forward_hook(self._keep_last_hidden),
+        ]
+        try:
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+def answer_saliency(
+    capture: ForwardCapture,
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    answer_mask: torch.Tensor,
+    *,
+    temperature: float,
+    position: str,
+    retain_graph: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRAIL saliency (B, T) and per-row mean gradient norm (B,) from a captured forward (spec 1.2-1.4).
+
+        L_ans = - Σ_{i,t: answer} log softmax(W_head h^last_{i,P+t-1} / temperature)[c_{i,t}]   (W_head detached)
+        s_{i,t} = ‖ ∂L_ans/∂h_{i,p} ⊙ h_{i,p} ‖₂,  g_i = mean_t ‖ ∂L_ans/∂h_{i,p} ‖₂,  p = P+t-1 or P+t (position)
+
+    Only the answer positions are projected onto the vocabulary; no parameter gradient is accumulated.
+    """
+    T = answer_mask.size(1)
+    answer_loss = -answer_token_logprobs(model, capture.last_hidden, input_ids, answer_mask, temperature).sum()
+    (grad,) = torch.autograd.grad(answer_loss, capture.leaf, retain_graph=retain_graph)
+    scores = saliency_from_grad(grad, capture.leaf.detach(), T, position)
+    grad_norm = saliency_from_grad(grad, grad.new_ones(()).expand_as(grad), T, position).mean(-1)
+    return scores, grad_norm
+
+
+def answer_saliency_own_forward(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    spans: torch.Tensor,
+    completion_length: int,
+    *,
+    leaf: str,
+    temperature: float,
+    position: str,
+    chunk_size: int,
+    autocast: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Saliency (B, T) and grad norms (B,) of rows that all have an answer, from a backbone forward of their own,
+    in chunks of ``chunk_size`` rows (``autocast``: the mixed-precision context to run them in).
+
+    Each chunk is cut after its last answer token: under causal attention the answer loss and its gradient at
+    earlier positions do not depend on later ones, whose scores are 0. The grad norm is a mean over all T
+    positions, as upstream logs it.
+    """
+    T = completion_length
+    prompt_length = input_ids.size(1) - T
+    scores = input_ids.new_zeros((input_ids.size(0), T), dtype=torch.float32)
+    grad_norms = scores.new_zeros(input_ids.size(0))
+    for start in range(0, input_ids.size(0), chunk_size):
+        part = slice(start, start + chunk_size)
+        end = int(spans[part, 2].max())
+        ids, mask = input_ids[part, : prompt_length + end], attention_mask[part, : prompt_length + end]
+        capture = ForwardCapture(model, leaf)
+        with torch.enable_grad(), autocast():
+            with capture.hooks():
+                model.get_decoder()(input_ids=ids, attention_mask=mask, use_cache=False)
+            scores[part, :end], part_norms = answer_saliency(
+                capture,
+                model,
+                ids,
+                answer_mask_from_spans(spans[part], end),
+                temperature=temperature,
+                position=position,
+                retain_graph=False,
+            )
+        grad_norms[part] = part_norms * end / T
+    return scores, grad_norms

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import torch
 
 from pipeline.rewards import BOX_MARKER, boxed_contents
+
+AnswerSpan = Literal["first", "last"]  # which complete box is the answer
+ANSWER_SPANS: tuple[str, ...] = get_args(AnswerSpan)
 
 
 class SpanMasks(NamedTuple):
@@ -89,7 +92,7 @@ def find_boxed_spans(
     tokenizer,
     completion_ids: torch.Tensor,
     completion_mask: torch.Tensor,
-    which: Literal["first", "last"] = "first",
+    which: AnswerSpan = "first",
 ) -> torch.Tensor:
     """(B, 3) long tensor of ``(start, content_start, end)`` per row (see the module docstring).
 
@@ -97,8 +100,8 @@ def find_boxed_spans(
     "first" complete box (upstream GRAIL and OAR-G) or "last" (the one the reward grades). Braces are matched as
     upstream does: an occurrence of ``\\boxed{`` whose braces never balance is skipped.
     """
-    if which not in ("first", "last"):
-        raise ValueError(f"which must be 'first' or 'last', got {which!r}")
+    if which not in ANSWER_SPANS:
+        raise ValueError(f"which must be one of {ANSWER_SPANS}, got {which!r}")
     spans = torch.full((completion_ids.shape[0], 3), -1, dtype=torch.long)
     for row, (ids, mask) in enumerate(zip(completion_ids.tolist(), completion_mask.tolist(), strict=True)):
         positions = [t for t, valid in enumerate(mask) if valid]

@@ -46,8 +46,8 @@ def test_summarize_splits_correct_and_wrong():
 
 
 def test_unknown_spec_key_is_named():
-    from pipeline.generation import dataclass_from_mapping
     from pipeline.io import InputError
+    from pipeline.specs import dataclass_from_mapping
 
     with pytest.raises(InputError, match=r"unknown key\(s\) \['bins'\]"):
         dataclass_from_mapping(TokenAnalysisSpec, {"bins": 10}, "token_analysis spec")

@@ -164,12 +164,18 @@ def test_cli_writes_output_and_refuses_bad_spec(tiny_model_dir, bench, reference
         ({"n_samples": "3"}, "evaluation spec.n_samples: expected int"),
         ({"n_samples": True}, "evaluation spec.n_samples: expected int"),
         ({"enable_thinking": 1}, "evaluation spec.enable_thinking: expected bool"),
-        ({"backend": "tgi"}, "evaluation spec.backend: invalid value 'tgi'"),
-        ({"prompt_template": "fancy"}, "evaluation spec.prompt_template: invalid value 'fancy'"),
+        ({"backend": "tgi"}, "evaluation spec.backend: expected 'auto' | 'hf' | 'vllm', got str 'tgi'"),
+        (
+            {"prompt_template": "fancy"},
+            "evaluation spec.prompt_template: expected 'clean' | 'upstream', got str 'fancy'",
+        ),
         ({"top_p": 0}, "evaluation spec.top_p: invalid value 0.0"),
         ({"n_samples": 0}, "evaluation spec.n_samples: invalid value 0"),
         ({"vllm": {"max_model_len": 0}}, "evaluation spec.vllm.max_model_len: invalid value 0"),
-        ({"vllm": {"max_model_len": "long"}}, "evaluation spec.vllm.max_model_len: invalid value 'long'"),
+        (
+            {"vllm": {"max_model_len": "long"}},
+            "evaluation spec.vllm.max_model_len: expected int | None, got str 'long'",
+        ),
     ],
 )
 def test_bad_spec_is_refused_by_key(mapping, message):
@@ -286,7 +292,7 @@ def test_model_that_is_not_a_causal_lm_is_refused(tiny_model_dir, bench, tmp_pat
     ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64).save_pretrained(
         model_dir
     )
-    with pytest.raises(InputError, match="cannot load it as a causal LM"):
+    with pytest.raises(InputError, match="not a causal language model"):
         run(model_dir, bench, tmp_path / "out.jsonl")
     assert not ev.partial_path(tmp_path / "out.jsonl").exists()
 
@@ -298,7 +304,7 @@ def test_pinned_hub_revision_that_cannot_be_fetched_is_named(tmp_path):
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     code = (
-        "from pipeline.generation import resolve_model\n"
+        "from pipeline.loading import resolve_model\n"
         f"print(resolve_model({str(tmp_path)!r}, None))\n"
         "resolve_model('org/not-cached-model', 'abc123')\n"
     )

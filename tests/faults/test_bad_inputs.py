@@ -117,7 +117,7 @@ def test_training_refuses_before_touching_the_run(tmp_path: Path, rows_text: str
 
 def test_training_refuses_a_model_directory_without_files(tmp_path: Path) -> None:
     (tmp_path / "model").mkdir()
-    with pytest.raises(InputError, match=r"model: could not load a tokenizer"):
+    with pytest.raises(InputError, match=r"model: cannot load its tokenizer"):
         train.main(train_args(tmp_path, line(GOOD_ROW)))
     assert not (tmp_path / "run").exists()
 

@@ -17,8 +17,9 @@ import pytest
 from fault_support import REPO, small_study, snakemake_command, stage_env, write_study
 
 from pipeline import evaluate as ev
-from pipeline import generation, train
+from pipeline import train
 from pipeline.io import InputError
+from pipeline.loading import load_model, load_tokenizer
 
 FAKE_SECRETS = {
     "HF_TOKEN": "hf_FAKEtokenDoNotLeak0123456789",
@@ -74,10 +75,8 @@ def test_models_are_loaded_without_remote_code(monkeypatch: pytest.MonkeyPatch, 
     for name in ("AutoTokenizer", "AutoModelForCausalLM", "AutoConfig"):
         monkeypatch.setattr(f"transformers.{name}.from_pretrained", record)
     loaders = [
-        lambda: generation.load_tokenizer(str(tmp_path)),
-        lambda: generation.load_causal_lm(str(tmp_path)),
-        lambda: train.load_tokenizer(str(tmp_path), None, trust_remote_code=False),
-        lambda: train.load_model(str(tmp_path), None, {}),
+        lambda: load_tokenizer(str(tmp_path)),
+        lambda: load_model(str(tmp_path)),
     ]
     for load in loaders:
         with pytest.raises(InputError):

@@ -12,13 +12,8 @@ import pytest
 import torch
 from trl.trainer.utils import RepeatSampler
 
-from pipeline.train import (
-    EpochRepeatSampler,
-    checkpoint_problem,
-    export_model,
-    keep_metrics_up_to,
-    newest_valid_checkpoint,
-)
+from pipeline.io import export_model
+from pipeline.resume import EpochRepeatSampler, checkpoint_problem, keep_metrics_up_to, newest_valid_checkpoint
 
 
 def make_checkpoint(model_dir: Path, checkpoints: Path, step: int) -> Path:
@@ -69,7 +64,7 @@ def test_newest_valid_checkpoint_skips_corrupt_ones_with_a_warning(untrained_mod
     (tmp_path / "checkpoint-10" / "model.safetensors").unlink()
     (tmp_path / "checkpoint-99").write_text("not a directory")
     (tmp_path / ".staging" / "checkpoint-14").mkdir(parents=True)
-    with caplog.at_level(logging.WARNING, logger="pipeline.train"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.resume"):
         found = newest_valid_checkpoint(tmp_path)
     assert found == (2, tmp_path / "checkpoint-2")
     assert [record.getMessage().split(":")[0] for record in caplog.records] == [

@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from train_support import TRAINING_SPEC, training_rows
 from transformers import BertConfig, BertModel
 
+from pipeline.grpo_config import config_field_types
 from pipeline.io import InputError, run_cli
+from pipeline.specs import annotation_accepts
 from pipeline.tiny_model import build_tokenizer
-from pipeline.train import annotation_accepts, config_field_types, main, merge_specs
+from pipeline.train import main, merge_specs
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +66,8 @@ def test_reserved_key_refused(untrained_model, rows_file, tmp_path, key):
 
 def test_bad_config_value_refused(untrained_model, rows_file, tmp_path):
     message = refused(argv(untrained_model, rows_file, tmp_path / "run", method={"credit": "nope"}))
-    assert "credit must be one of" in message
+    # The Literal annotation of GrailGRPOConfig.credit refuses it before the config is built.
+    assert message == "method spec: key 'credit' must be 'grpo' | 'grail' | 'oar_g', got str 'nope'"
 
 
 def test_trust_remote_code_must_be_boolean(untrained_model, rows_file, tmp_path):
@@ -81,7 +84,7 @@ def test_trust_remote_code_must_be_boolean(untrained_model, rows_file, tmp_path)
         ({"learning_rate": "1e-6"}, {}, "training spec: key 'learning_rate' must be float, got str '1e-6'"),
         ({}, {"grail_std": "0.5"}, "method spec: key 'grail_std' must be float, got str '0.5'"),
         ({}, {"bf16": [True]}, "method spec: key 'bf16' must be bool | None, got list [True]"),
-        ({}, {"credit": None}, "method spec: key 'credit' must be str, got NoneType None"),
+        ({}, {"credit": None}, "method spec: key 'credit' must be 'grpo' | 'grail' | 'oar_g', got NoneType None"),
         ({}, {"reward_weights": ["1"]}, "method spec: key 'reward_weights' must be list[float] | None, got list ['1']"),
         ({}, {"dtype": 16}, "method spec: key 'dtype' must be str, got int 16"),
     ],
@@ -204,7 +207,7 @@ def test_tokenizer_without_chat_template(untrained_model, rows_file, tmp_path):
     tokenizer_config.pop("chat_template", None)
     (model_dir / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     assert refused(argv(model_dir, rows_file, tmp_path / "run")) == (
-        f"{model_dir}: the tokenizer has no chat template (training prompts are conversational)"
+        f"{model_dir}: the tokenizer has no chat template (every stage prompts through it)"
     )
 
 

@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from train_support import REPO_ROOT, TRAINING_SPEC, run_train, subprocess_env, t
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.trainer.utils import RepeatSampler
 
-from pipeline.train import PREEMPTED_EXIT_CODE, working_metrics_path
+from pipeline.resume import working_metrics_path
+from pipeline.train import PREEMPTED_EXIT_CODE
 from tests.hold_stage import hold_training_env, pseudo_random_reward_env
 
 pytestmark = pytest.mark.slow
@@ -67,26 +69,36 @@ def assert_same_weights(first: Path, second: Path) -> None:
 def interrupt_after_checkpoint(
     command: list[str], run_dir: Path, signum: int, step: int = 2
 ) -> subprocess.CompletedProcess:
-    """Start a run that holds once checkpoint-``step`` is published, send it ``signum`` once it says it holds there
-    (not when the checkpoint appears: a SIGKILL could then land before the hold), wait for its end."""
-    stderr_path = run_dir.parent / f"{run_dir.name}.interrupted.stderr"
-    with open(stderr_path, "w", encoding="utf-8") as stderr:
-        process = subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            env=subprocess_env(REWARD, hold_training_env(step)),
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            text=True,
-        )
+    """Start a run that holds once checkpoint-``step`` is published, send it ``signum`` once it says it holds
+    there (the checkpoint directory alone appears before the export and the callbacks), wait for its end."""
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=subprocess_env(REWARD, hold_training_env(step)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    output: dict[str, list[str]] = {"stdout": [], "stderr": []}
+    readers = [
+        threading.Thread(target=lambda name=name, stream=stream: output[name].extend(stream), daemon=True)
+        for name, stream in (("stdout", process.stdout), ("stderr", process.stderr))
+    ]
+    for reader in readers:
+        reader.start()
     deadline = time.monotonic() + 300
-    while f"test hook: holding after checkpoint-{step} " not in stderr_path.read_text(encoding="utf-8"):
-        assert process.poll() is None, stderr_path.read_text(encoding="utf-8")[-3000:]
+    while not any(f"holding after checkpoint-{step}" in line for line in list(output["stderr"])):
+        assert process.poll() is None, "".join(output["stderr"])[-3000:]
         assert time.monotonic() < deadline, f"no hold after checkpoint-{step} within 300 s"
         time.sleep(0.1)
+    assert (run_dir / "checkpoints" / f"checkpoint-{step}").is_dir()
     process.send_signal(signum)
     process.wait(timeout=300)
-    return subprocess.CompletedProcess(command, process.returncode, "", stderr_path.read_text(encoding="utf-8"))
+    for reader in readers:
+        reader.join(timeout=60)
+    return subprocess.CompletedProcess(
+        command, process.returncode, "".join(output["stdout"]), "".join(output["stderr"])
+    )
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,280 @@
+"""Resumable training: checkpoint validation, the resumable trainer and its sampler, the stage's callbacks.
+
+A checkpoint is valid when its trainer state, weights (every shard, readable safetensors headers) and optimizer
+state are there; ``newest_valid_checkpoint`` skips partial or corrupt ones with a warning. ``ResumableGRPOTrainer``
+saves checkpoints atomically and with TRL's generation state, so a resumed run follows the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from safetensors import safe_open
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from trl.trainer.utils import RepeatSampler
+
+from pipeline.io import append_jsonl_durably, atomic_write_jsonl, export_model, publish_directory, read_jsonl
+from pipeline.preemption import PreemptionSignals
+from pipeline.trainer import GrailGRPOTrainer
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_PATTERN = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+TRAINER_STATE_FILE = "trainer_state.json"
+
+
+def checkpoint_path(checkpoints_dir: Path, step: int) -> Path:
+    """``checkpoints_dir/checkpoint-<step>``, the directory name the HF Trainer gives the checkpoint of a step."""
+    return checkpoints_dir / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` cannot be resumed from (missing or unreadable state or weights), or None if it can."""
+    state_file = checkpoint / TRAINER_STATE_FILE
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"{TRAINER_STATE_FILE} missing"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        return f"{TRAINER_STATE_FILE} unreadable ({error})"
+    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
+        return f"{TRAINER_STATE_FILE} has no integer global_step"
+    weights = [checkpoint / name for name in WEIGHT_FILES if (checkpoint / name).is_file()]
+    if not weights:
+        return "model weights missing"
+    for path in weights:
+        if problem := weights_problem(path):
+            return problem
+    has_optimizer = (checkpoint / "optimizer.pt").is_file() or any(checkpoint.glob("global_step*"))
+    return None if has_optimizer else "optimizer state missing"
+
+
+def weights_problem(path: Path) -> str | None:
+    """Whether a weights file (or every shard of an index) exists and, for safetensors, has a readable header."""
+    if path.name.endswith(".index.json"):
+        try:
+            shards = set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            return f"{path.name} unreadable ({error})"
+        missing = sorted(shard for shard in shards if not (path.parent / shard).is_file())
+        if missing:
+            return f"weight shards missing: {', '.join(missing)}"
+        problems = (weights_problem(path.parent / shard) for shard in sorted(shards))
+        return next((problem for problem in problems if problem), None)
+    if path.suffix == ".safetensors":
+        try:
+            with safe_open(path, framework="pt") as handle:
+                handle.keys()
+        except Exception as error:  # safetensors raises its own error types for truncated or garbled files
+            return f"{path.name} unreadable ({error})"
+    return None
+
+
+def checkpoints_newest_first(checkpoints_dir: Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every ``checkpoint-<step>`` directory, newest first."""
+    if not checkpoints_dir.is_dir():
+        return []
+    found = [
+        (int(match.group(1)), path)
+        for path in checkpoints_dir.iterdir()
+        if path.is_dir() and (match := CHECKPOINT_PATTERN.match(path.name))
+    ]
+    return sorted(found, reverse=True)
+
+
+def newest_valid_checkpoint(checkpoints_dir: Path) -> tuple[int, Path] | None:
+    """The newest checkpoint that can be resumed from; invalid newer ones are skipped with a warning."""
+    for step, path in checkpoints_newest_first(checkpoints_dir):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return step, path
+        logger.warning("skipping checkpoint %s: %s", path, problem)
+    return None
+
+
+class EpochRepeatSampler(RepeatSampler):
+    """TRL's RepeatSampler whose epoch-``e`` order does not depend on how many epochs this process iterated.
+
+    RepeatSampler draws one permutation per ``__iter__`` from a generator seeded once, so a resumed process would
+    replay epoch 0's order in epoch e. ``set_epoch(e)`` (called by the Trainer every epoch) reseeds and draws e
+    permutations first: the order is then exactly the uninterrupted sampler's.
+    """
+
+    def set_epoch(self, epoch: int) -> None:
+        if not self.shuffle or self.seed is None:
+            return
+        self.generator.manual_seed(self.seed)
+        for _ in range(epoch):
+            torch.randperm(self.num_samples, generator=self.generator)
+
+
+class ResumableGRPOTrainer(GrailGRPOTrainer):
+    """``GrailGRPOTrainer`` whose checkpoints are atomic and carry TRL's generation state.
+
+    TRL keeps two things outside the HF checkpoint: the micro-step counter ``_step`` (it decides when to generate
+    and which slice of the generation buffer a micro-step uses) and the buffer itself. Without them a resumed run
+    regenerates at once and trains on misaligned slices. Here ``_step = global_step * gradient_accumulation_steps``
+    is restored and each process's buffer is saved in, and loaded from, the checkpoint; so is the state of OAR-G's
+    noise generator (a reseeded one would repeat the noise of the first steps).
+    """
+
+    def __init__(self, *args: Any, export_steps: frozenset[int], exports_dir: Path, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.export_steps = export_steps
+        self.exports_dir = exports_dir
+        self._staging_dir: Path | None = None
+
+    def _get_train_sampler(self, dataset: Dataset | None = None) -> EpochRepeatSampler:
+        sampler = super()._get_train_sampler(dataset)
+        return EpochRepeatSampler(
+            data_source=sampler.data_source,
+            mini_repeat_count=sampler.mini_repeat_count,
+            batch_size=sampler.batch_size,
+            repeat_count=sampler.repeat_count,
+            shuffle=sampler.shuffle,
+            seed=sampler.seed,
+        )
+
+    def _get_output_dir(self, trial: Any) -> str:
+        # While a checkpoint is being saved, the Trainer writes it under the staging directory.
+        return str(self._staging_dir) if self._staging_dir is not None else super()._get_output_dir(trial)
+
+    def _process_state_file(self, checkpoint: Path, kind: str) -> Path:
+        """Where this process keeps ``kind`` ("generation_buffer", "oar_g_noise_generator") in ``checkpoint``."""
+        return checkpoint / f"{kind}_rank{self.accelerator.process_index}.pt"
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """Save into ``checkpoints/.staging/checkpoint-<step>``, then rename it into place (atomic)."""
+        run_dir = Path(self.args.output_dir)
+        staging_root = run_dir / ".staging"
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self.accelerator.is_main_process and staging_root.exists():
+            shutil.rmtree(staging_root)  # what a killed save left behind
+        self.accelerator.wait_for_everyone()
+        self._staging_dir = staging_root
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_dir = None
+        if self._buffered_inputs is not None:
+            torch.save(self._buffered_inputs, self._process_state_file(staging_root / name, "generation_buffer"))
+        if self._oar_g_generator is not None:
+            torch.save(
+                self._oar_g_generator.get_state(),
+                self._process_state_file(staging_root / name, "oar_g_noise_generator"),
+            )
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            publish_directory(staging_root / name, run_dir / name)
+            shutil.rmtree(staging_root)
+            rotate_checkpoints(str(run_dir), save_total_limit=self.args.save_total_limit, use_mtime=False)
+            if self.state.global_step in self.export_steps:
+                export_model(run_dir / name, self.exports_dir / f"step-{self.state.global_step}")
+        self.accelerator.wait_for_everyone()
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        self._step = self.state.global_step * self.args.gradient_accumulation_steps
+        buffer_file = self._process_state_file(Path(checkpoint), "generation_buffer")
+        if buffer_file.is_file():
+            self._buffered_inputs = torch.load(buffer_file, map_location=self.accelerator.device, weights_only=True)
+        noise_file = self._process_state_file(Path(checkpoint), "oar_g_noise_generator")
+        if noise_file.is_file():
+            self._oar_g_generator = torch.Generator(device=self.accelerator.device)
+            self._oar_g_generator.set_state(torch.load(noise_file, map_location="cpu", weights_only=True))
+
+
+# ----------------------------------------------------------------------------------------------- callbacks
+
+
+class MetricsCallback(TrainerCallback):
+    """Append every log dict, with its ``step``, to ``metrics.jsonl`` durably (main process only)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
+        if state.is_world_process_zero and logs:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                append_jsonl_durably(handle, [{"step": state.global_step, **logs}])
+
+
+class ExportAndPreemptionCallback(TrainerCallback):
+    """Force a checkpoint at every export step; on a preemption signal save one and stop after this step."""
+
+    def __init__(self, export_steps: frozenset[int], signals: PreemptionSignals) -> None:
+        self.export_steps = export_steps
+        self.signals = signals
+        self.stopped_on_request = False
+        self.accelerator: Any = None
+
+    def stop_requested(self) -> bool:
+        """Whether any process received a preemption signal (all processes must stop at the same step)."""
+        requested = self.signals.received is not None
+        if self.accelerator is None or self.accelerator.num_processes == 1:
+            return requested
+        flag = torch.tensor([float(requested)], device=self.accelerator.device)
+        return bool(self.accelerator.reduce(flag, reduction="sum").item() > 0)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        # The last step is checkpointed too, so that a job killed while saving final/ loses no training.
+        if state.global_step in self.export_steps or state.global_step == state.max_steps:
+            control.should_save = True
+        if self.stop_requested():
+            logger.warning(
+                "received %s: saving a checkpoint at step %d and stopping",
+                self.signals.received_name(),
+                state.global_step,
+            )
+            control.should_save = True
+            control.should_training_stop = True
+            self.stopped_on_request = True
+
+
+def working_metrics_path(run_dir: Path) -> Path:
+    """The metrics log appended during training; not a Snakemake output, so a failed job's cleanup keeps it."""
+    return run_dir / "checkpoints" / "metrics.jsonl"
+
+
+def working_exports_dir(run_dir: Path) -> Path:
+    """Where each export step's model is saved during training; kept when a failed job's outputs are deleted and
+    when its checkpoint is rotated away (``save_total_limit``)."""
+    return run_dir / "checkpoints" / "exports"
+
+
+def keep_metrics_up_to(path: Path, step: int | None, *, training_done: bool = False) -> None:
+    """Prepare the working metrics log for a run resuming at ``step`` (None: a fresh run, file emptied).
+
+    Lines logged after the checkpoint, and end-of-run summaries (``train_runtime``) of interrupted attempts, are
+    dropped: they will be logged again, so the file never holds a step twice. With ``training_done`` (the
+    checkpoint is the last step; no attempt will train or log again) the summary logged at ``step`` is kept.
+    """
+    if step is None or not path.exists():
+        path.unlink(missing_ok=True)
+        return
+    rows = read_jsonl(path, tolerate_torn_tail=True)
+    atomic_write_jsonl(
+        path,
+        [
+            row
+            for row in rows
+            if row.get("step", 0) <= step
+            and ("train_runtime" not in row or (training_done and row.get("step") == step))
+        ],
+    )

@@ -1,0 +1,135 @@
+"""Each option is declared once: these tests fail when configs/schema.yaml, the recorded TRL defaults or a stage's
+spec dataclass disagree with the declaration they mirror (keys, choices, ranges, defaults)."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+from trl import GRPOConfig
+
+from pipeline.config import TOKEN_ANALYSIS_PLAN_KEYS, TRL_DEFAULTS, load_schema
+from pipeline.evaluate import EvalSpec, VllmSettings
+from pipeline.grpo_config import (
+    GrailGRPOConfig,
+    Range,
+    config_field_types,
+    credit_choices,
+    credit_fields,
+    credit_ranges,
+)
+from pipeline.rewards import PROMPT_TEMPLATES, PromptTemplate
+from pipeline.token_analysis import TokenAnalysisSpec
+from pipeline.train import MODEL_LOADING_OPTIONS
+
+SCHEMA = load_schema()
+RANGE_KEYWORDS = {
+    "minimum": "minimum",
+    "maximum": "maximum",
+    "exclusiveMinimum": "exclusive_minimum",
+    "exclusiveMaximum": "exclusive_maximum",
+}
+# Keys of `evaluation` that plan jobs (the Snakefile reads them) rather than configure pipeline.evaluate.
+EVALUATION_PLAN_KEYS = {"checkpoints", "baseline"}
+
+
+def resolved(node: dict) -> dict:
+    """A schema node with a local ``$ref`` merged in."""
+    reference = node.get("$ref", "")
+    if not reference.startswith("#/"):
+        return node
+    target = SCHEMA
+    for part in reference[2:].split("/"):
+        target = target[part]
+    return {**resolved(target), **{key: value for key, value in node.items() if key != "$ref"}}
+
+
+def schema_node(path: tuple[str, ...]) -> dict:
+    """The (resolved) schema of a top-level config key and its nested keys."""
+    node = resolved(SCHEMA["properties"][path[0]])
+    for part in path[1:]:
+        node = resolved(node["properties"][part])
+    return node
+
+
+def choices(annotation: typing.Any) -> set | None:
+    """The values of a ``Literal`` annotation (also inside ``X | None``), or None for any other type."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return set(typing.get_args(annotation))
+    members = [choices(member) for member in typing.get_args(annotation)]
+    found = [member for member in members if member is not None]
+    return found[0] if found else None
+
+
+def assert_choices_match(properties: dict, cls: type) -> None:
+    """Every enum of ``properties`` is the Literal of the same-named field of ``cls``, and the other way round."""
+    annotations = typing.get_type_hints(cls)
+    for name, annotation in annotations.items():
+        if name in properties:
+            declared = choices(annotation)
+            schema_enum = resolved(properties[name]).get("enum")
+            assert (set(schema_enum) if schema_enum else None) == declared, f"{cls.__name__}.{name}"
+
+
+def test_schema_credit_keys_are_the_config_credit_fields():
+    assert set(SCHEMA["$defs"]["credit_fields"]["properties"]) == {option.name for option in credit_fields()}
+
+
+def test_schema_credit_choices_are_the_config_literals():
+    properties = SCHEMA["$defs"]["credit_fields"]["properties"]
+    for name, allowed in credit_choices().items():
+        assert set(properties[name]["enum"]) == set(allowed), name
+    assert {name for name, node in properties.items() if "enum" in node} == set(credit_choices())
+
+
+def test_schema_credit_ranges_are_the_config_ranges():
+    properties = SCHEMA["$defs"]["credit_fields"]["properties"]
+    ranges = credit_ranges()
+    for option in credit_fields():
+        node = properties[option.name]
+        schema_range = Range(**{field: node[keyword] for keyword, field in RANGE_KEYWORDS.items() if keyword in node})
+        assert schema_range == ranges.get(option.name, Range()), option.name
+        if typing.get_type_hints(GrailGRPOConfig)[option.name] is float:
+            assert node["type"] == "number", option.name
+
+
+def test_schema_training_keys_are_config_fields_or_loading_options():
+    known = set(config_field_types()) | set(MODEL_LOADING_OPTIONS)
+    assert sorted(set(SCHEMA["$defs"]["grpo_fields"]["properties"]) - known) == []
+
+
+def test_recorded_trl_defaults_are_grpo_configs(tmp_path):
+    defaults = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    assert {name: getattr(defaults, name) for name in TRL_DEFAULTS} == TRL_DEFAULTS
+
+
+@pytest.mark.parametrize(
+    ("path", "cls", "plan_keys"),
+    [
+        (("evaluation",), EvalSpec, EVALUATION_PLAN_KEYS),
+        (("evaluation", "vllm"), VllmSettings, set()),
+        (("token_analysis",), TokenAnalysisSpec, set(TOKEN_ANALYSIS_PLAN_KEYS)),
+    ],
+)
+def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
+    node = schema_node(path)
+    properties = {name: value for name, value in node["properties"].items() if name not in plan_keys}
+    assert set(properties) == {option.name for option in dataclasses.fields(cls)}
+    assert_choices_match(properties, cls)
+
+
+@pytest.mark.parametrize(("path", "cls"), [(("evaluation",), EvalSpec), (("evaluation", "vllm"), VllmSettings)])
+def test_schema_defaults_are_the_stage_defaults(path, cls):
+    node = schema_node(path)
+    defaults = cls()
+    for name, value in node["properties"].items():
+        if "default" in value and name in {option.name for option in dataclasses.fields(cls)}:
+            default = getattr(defaults, name)
+            expected = {} if dataclasses.is_dataclass(default) else default
+            assert value["default"] == expected, f"{cls.__name__}.{name}"
+
+
+def test_prompt_templates_are_the_literal_and_the_schema_enum():
+    declared = set(typing.get_args(PromptTemplate))
+    assert set(PROMPT_TEMPLATES) == declared == set(SCHEMA["$defs"]["prompt_template"]["enum"])
