@@ -29,15 +29,14 @@ sys.path.insert(0, workflow.basedir)
 if threading.current_thread() is threading.main_thread():  # (a Snakefile parsed in a thread cannot set handlers)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
+from pipeline import layout
 from pipeline.config import (
-    BASELINE_METHOD,
-    START_CHECKPOINT,
     Study,
     canonical_json,
     check_config_schema,
+    coerce_overrides,
     source_digest,
 )
-
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
 if not workflow.overwrite_configfiles:
@@ -46,9 +45,11 @@ if not workflow.overwrite_configfiles:
 
 
 SCHEMA = os.path.join(workflow.basedir, "configs", "schema.yaml")
+coerce_overrides(config, workflow.config_settings.config, SCHEMA)  # --config hands nested values over as text
 check_config_schema(config, SCHEMA)  # every bad key named, all at once
 validate(config, SCHEMA)  # Snakemake's validator: fills the schema's defaults
 STUDY = Study.from_config(config)  # cross-key checks; refuses before any job
+
 
 container: STUDY.container_image
 
@@ -60,19 +61,21 @@ E = STUDY.eval_data_dir
 # (Snakemake itself exports OMP_NUM_THREADS and its BLAS cousins = the job's threads.)
 shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 
+# The results layout (names and templates) is pipeline/layout.py's, shared with the stages.
 BENCHMARK_FILE = f"{E}/{{benchmark}}.jsonl"
-AUDIT = f"{R}/audit/{{benchmark}}.json"
-TRAIN_DATA = f"{R}/data/train.jsonl"
-DATA_CARD = f"{R}/data/data_card.json"
-START_MODEL = f"{R}/models/{{model}}/start"
-RUN_DIR = f"{R}/runs/{{model}}/{{method}}/seed{{seed}}"
-SAMPLES = f"{R}/eval/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}/{{benchmark}}.jsonl"
-TABLES = [f"{R}/tables/{name}" for name in ("scores.csv", "summary.csv", "summary.md", "summary.xlsx")]
-FIGURES = [f"{R}/figures/{name}" for name in ("scores_by_benchmark.png", "training_curves.png")]
-SIGNIFICANCE = f"{R}/stats/significance.json"
-SIGNIFICANCE_MD = f"{R}/stats/significance.md"
-TOKEN_ANALYSIS = f"{R}/token_analysis/{{model}}/{{method}}/seed{{seed}}"
-REPORT = f"{R}/report.md"
+AUDIT = f"{R}/{layout.AUDIT}"
+TRAIN_DATA = f"{R}/{layout.TRAIN_DATA}"
+DATA_CARD = f"{R}/{layout.DATA_CARD}"
+START_MODEL = f"{R}/{layout.START_MODEL}"
+RUN_DIR = f"{R}/{layout.RUN_DIR}"
+RUN_METRICS = f"{RUN_DIR}/{layout.METRICS_FILE}"
+SAMPLES = f"{R}/{layout.SAMPLES}"
+TABLES = [f"{R}/{layout.TABLES_DIR}/{name}" for name in layout.TABLE_FILES]
+FIGURES = [f"{R}/{layout.FIGURES_DIR}/{name}" for name in (layout.SCORES_FIGURE, layout.TRAINING_CURVES_FIGURE)]
+SIGNIFICANCE = f"{R}/{layout.SIGNIFICANCE}"
+SIGNIFICANCE_MD = f"{R}/{layout.SIGNIFICANCE_MD}"
+TOKEN_ANALYSIS = f"{R}/{layout.TOKEN_ANALYSIS}"
+REPORT = f"{R}/{layout.REPORT}"
 
 
 def _names(names):
@@ -81,9 +84,9 @@ def _names(names):
 
 wildcard_constraints:
     model=_names(STUDY.models),
-    method=_names([*STUDY.methods, BASELINE_METHOD]),
+    method=_names([*STUDY.methods, layout.BASELINE_METHOD]),
     seed=r"\d+",
-    checkpoint=r"final|start|step-\d+",
+    checkpoint=rf"{layout.FINAL_CHECKPOINT}|{layout.START_CHECKPOINT}|{layout.EXPORT_PREFIX}\d+",
     benchmark=_names(STUDY.benchmarks),
 
 
@@ -117,12 +120,11 @@ def resources_of(stage, per_model=False):
 
 def model_dir(model, method, seed, label):
     """The model an evaluation or analysis loads: the run's final or exported model, or the starting point."""
-    if label == START_CHECKPOINT:
-        if method != BASELINE_METHOD:
-            raise ValueError(f"checkpoint '{START_CHECKPOINT}' belongs to method '{BASELINE_METHOD}', not '{method}'")
+    if label == layout.START_CHECKPOINT:
+        if method != layout.BASELINE_METHOD:
+            raise ValueError(f"checkpoint '{label}' belongs to method '{layout.BASELINE_METHOD}', not '{method}'")
         return START_MODEL.format(model=model)
-    run = RUN_DIR.format(model=model, method=method, seed=seed)
-    return f"{run}/final" if label == "final" else f"{run}/exports/{label}"
+    return layout.run_model_dir(RUN_DIR.format(model=model, method=method, seed=seed), label)
 
 
 def starts_from_warmup(model):
@@ -151,9 +153,6 @@ rule prepare_benchmarks:
     output:
         benchmark=BENCHMARK_FILE,
         audit=AUDIT,
-    params:
-        spec=lambda wildcards: canonical_json(STUDY.benchmarks[wildcards.benchmark]),
-        code=source_digest("pipeline.prepare_benchmarks"),
     log:
         f"{R}/logs/prepare_benchmarks/{{benchmark}}.log",
     benchmark:
@@ -161,6 +160,9 @@ rule prepare_benchmarks:
     threads: threads_of("prepare_benchmarks")
     resources:
         **resources_of("prepare_benchmarks"),
+    params:
+        spec=lambda wildcards: canonical_json(STUDY.benchmarks[wildcards.benchmark]),
+        code=source_digest("pipeline.prepare_benchmarks"),
     shell:
         "python -m pipeline.prepare_benchmarks --name {wildcards.benchmark:q} --spec {params.spec:q}"
         " --out {output.benchmark:q} --audit {output.audit:q} > {log:q} 2>&1"
@@ -172,9 +174,6 @@ rule prepare_data:
     output:
         data=TRAIN_DATA,
         card=DATA_CARD,
-    params:
-        spec=canonical_json(STUDY.data),
-        code=source_digest("pipeline.prepare_data"),
     log:
         f"{R}/logs/prepare_data.log",
     benchmark:
@@ -182,6 +181,9 @@ rule prepare_data:
     threads: threads_of("prepare_data")
     resources:
         **resources_of("prepare_data"),
+    params:
+        spec=canonical_json(STUDY.data),
+        code=source_digest("pipeline.prepare_data"),
     shell:
         "python -m pipeline.prepare_data --spec {params.spec:q} --out {output.data:q} --card {output.card:q}"
         " --decontaminate-against {input.decontaminate_against:q} > {log:q} 2>&1"
@@ -192,10 +194,6 @@ rule warmup:
         data=TRAIN_DATA,
     output:
         model=directory(START_MODEL),
-    params:
-        spec=lambda wildcards: canonical_json(STUDY.models[wildcards.model].warmup_spec),
-        seed=lambda wildcards: STUDY.models[wildcards.model].warmup_seed,
-        code=source_digest("pipeline.warmup"),
     log:
         f"{R}/logs/warmup/{{model}}.log",
     benchmark:
@@ -203,6 +201,10 @@ rule warmup:
     threads: threads_of("warmup", per_model=True)
     resources:
         **resources_of("warmup", per_model=True),
+    params:
+        spec=lambda wildcards: canonical_json(STUDY.models[wildcards.model].warmup_spec),
+        seed=lambda wildcards: STUDY.models[wildcards.model].warmup_seed,
+        code=source_digest("pipeline.warmup"),
     shell:
         "python -m pipeline.warmup --spec {params.spec:q} --data {input.data:q} --seed {params.seed}"
         " --out {output.model:q} > {log:q} 2>&1"
@@ -225,9 +227,16 @@ rule train:
     input:
         unpack(train_inputs),
     output:
-        *[directory(f"{RUN_DIR}/exports/step-{step}") for step in STUDY.export_steps()],
-        final=directory(f"{RUN_DIR}/final"),
-        metrics=f"{RUN_DIR}/metrics.jsonl",
+        *[directory(layout.run_model_dir(RUN_DIR, layout.export_label(step))) for step in STUDY.export_steps()],
+        final=directory(layout.run_model_dir(RUN_DIR, layout.FINAL_CHECKPOINT)),
+        metrics=RUN_METRICS,
+    log:
+        f"{R}/logs/train/{{model}}/{{method}}/seed{{seed}}.log",
+    benchmark:
+        f"{R}/benchmarks/train/{{model}}/{{method}}/seed{{seed}}.tsv"
+    threads: threads_of("train", per_model=True)
+    resources:
+        **resources_of("train", per_model=True),
     params:
         model=train_model_argument,
         training_spec=lambda wildcards: canonical_json(STUDY.training_spec(wildcards.model)),
@@ -238,13 +247,6 @@ rule train:
         # from the output, so that a storage provider's local path is used
         run_dir=lambda wildcards, output: os.path.dirname(output.metrics),
         code=source_digest("pipeline.train"),
-    log:
-        f"{R}/logs/train/{{model}}/{{method}}/seed{{seed}}.log",
-    benchmark:
-        f"{R}/benchmarks/train/{{model}}/{{method}}/seed{{seed}}.tsv"
-    threads: threads_of("train", per_model=True)
-    resources:
-        **resources_of("train", per_model=True),
     shell:
         "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --"
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
@@ -254,7 +256,7 @@ rule train:
 
 def evaluate_inputs(wildcards):
     inputs = {"benchmark": BENCHMARK_FILE.format(benchmark=wildcards.benchmark)}
-    if wildcards.checkpoint != START_CHECKPOINT or starts_from_warmup(wildcards.model):
+    if wildcards.checkpoint != layout.START_CHECKPOINT or starts_from_warmup(wildcards.model):
         inputs["model"] = model_dir(wildcards.model, wildcards.method, wildcards.seed, wildcards.checkpoint)
     return inputs
 
@@ -270,10 +272,6 @@ rule evaluate:
         unpack(evaluate_inputs),
     output:
         samples=SAMPLES,
-    params:
-        model=evaluate_model_argument,
-        spec=canonical_json(STUDY.evaluation.spec),
-        code=source_digest("pipeline.evaluate"),
     log:
         f"{R}/logs/evaluate/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}/{{benchmark}}.log",
     benchmark:
@@ -281,6 +279,10 @@ rule evaluate:
     threads: threads_of("evaluate", per_model=True)
     resources:
         **resources_of("evaluate", per_model=True),
+    params:
+        model=evaluate_model_argument,
+        spec=canonical_json(STUDY.evaluation.spec),
+        code=source_digest("pipeline.evaluate"),
     shell:
         "python -m pipeline.evaluate {params.model} --benchmark {input.benchmark:q} --spec {params.spec:q}"
         " --seed {wildcards.seed} --out {output.samples:q} > {log:q} 2>&1"
@@ -289,14 +291,10 @@ rule evaluate:
 rule aggregate:
     input:
         samples=[SAMPLES.format(**job) for job in STUDY.evaluations()],
-        metrics=[f"{RUN_DIR}/metrics.jsonl".format(**run) for run in STUDY.runs()],
+        metrics=[RUN_METRICS.format(**run) for run in STUDY.runs()],
     output:
         tables=[report(path, category="Tables") if path.endswith(".csv") else path for path in TABLES],
         figures=[report(path, category="Figures") for path in FIGURES],
-    params:
-        tables_dir=lambda wildcards, output: os.path.dirname(output.tables[0]),
-        figures_dir=lambda wildcards, output: os.path.dirname(output.figures[0]),
-        code=source_digest("pipeline.aggregate"),
     log:
         f"{R}/logs/aggregate.log",
     benchmark:
@@ -304,6 +302,10 @@ rule aggregate:
     threads: threads_of("aggregate")
     resources:
         **resources_of("aggregate"),
+    params:
+        tables_dir=lambda wildcards, output: os.path.dirname(output.tables[0]),
+        figures_dir=lambda wildcards, output: os.path.dirname(output.figures[0]),
+        code=source_digest("pipeline.aggregate"),
     shell:
         "python -m pipeline.aggregate --samples {input.samples:q} --train-metrics {input.metrics:q}"
         " --out-dir {params.tables_dir:q} --figures-dir {params.figures_dir:q} > {log:q} 2>&1"
@@ -322,13 +324,6 @@ rule significance:
     output:
         json=SIGNIFICANCE,
         markdown=SIGNIFICANCE_MD,
-    params:
-        compared=STUDY.significance_checkpoint(),
-        metrics=shlex.join(["--metrics", *STUDY.significance["metrics"]]) if STUDY.significance["metrics"] else "",
-        resamples=STUDY.significance["resamples"],
-        confidence=STUDY.significance["confidence"],
-        seed=STUDY.significance["seed"],
-        code=source_digest("pipeline.significance"),
     log:
         f"{R}/logs/significance.log",
     benchmark:
@@ -336,6 +331,13 @@ rule significance:
     threads: threads_of("significance")
     resources:
         **resources_of("significance"),
+    params:
+        compared=STUDY.significance_checkpoint(),
+        metrics=shlex.join(["--metrics", *STUDY.significance["metrics"]]) if STUDY.significance["metrics"] else "",
+        resamples=STUDY.significance["resamples"],
+        confidence=STUDY.significance["confidence"],
+        seed=STUDY.significance["seed"],
+        code=source_digest("pipeline.significance"),
     shell:
         "python -m pipeline.significance --scores {input.scores:q} --samples {input.samples:q}"
         " --checkpoint {params.compared:q} {params.metrics} --resamples {params.resamples}"
@@ -371,11 +373,6 @@ rule token_analysis:
             category="Token analysis",
             subcategory="{model} {method} seed{seed}",
         ),
-    params:
-        checkpoints=token_analysis_checkpoints,
-        spec=canonical_json(STUDY.token_analysis.spec),
-        out_dir=lambda wildcards, output: os.path.dirname(output.summary),
-        code=source_digest("pipeline.token_analysis"),
     log:
         f"{R}/logs/token_analysis/{{model}}/{{method}}/seed{{seed}}.log",
     benchmark:
@@ -383,6 +380,11 @@ rule token_analysis:
     threads: threads_of("token_analysis", per_model=True)
     resources:
         **resources_of("token_analysis", per_model=True),
+    params:
+        checkpoints=token_analysis_checkpoints,
+        spec=canonical_json(STUDY.token_analysis.spec),
+        out_dir=lambda wildcards, output: os.path.dirname(output.summary),
+        code=source_digest("pipeline.token_analysis"),
     shell:
         "python -m pipeline.token_analysis {params.checkpoints} --benchmark {input.benchmark:q}"
         " --spec {params.spec:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
@@ -398,13 +400,6 @@ rule report:
         token_analysis=[f"{TOKEN_ANALYSIS}/summary.json".format(**run) for run in STUDY.grail_runs()],
     output:
         report=REPORT,
-    params:
-        config=canonical_json(config),
-        tables_dir=lambda wildcards, input: os.path.dirname(input.tables[0]),
-        figures_dir=lambda wildcards, input: os.path.dirname(input.figures[0]),
-        token_analysis_dirs=lambda wildcards, input: [os.path.dirname(path) for path in input.token_analysis],
-        repo_dir=workflow.basedir,
-        code=source_digest("pipeline.report"),
     log:
         f"{R}/logs/report.log",
     benchmark:
@@ -412,6 +407,13 @@ rule report:
     threads: threads_of("report")
     resources:
         **resources_of("report"),
+    params:
+        config=canonical_json(config),
+        tables_dir=lambda wildcards, input: os.path.dirname(input.tables[0]),
+        figures_dir=lambda wildcards, input: os.path.dirname(input.figures[0]),
+        token_analysis_dirs=lambda wildcards, input: [os.path.dirname(path) for path in input.token_analysis],
+        repo_dir=workflow.basedir,
+        code=source_digest("pipeline.report"),
     shell:
         "python -m pipeline.report --config {params.config:q} --tables-dir {params.tables_dir:q}"
         " --figures-dir {params.figures_dir:q} --significance {input.significance:q}"

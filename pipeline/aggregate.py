@@ -34,12 +34,20 @@ import pandas as pd
 from tqdm import tqdm
 
 from pipeline.io import InputError, atomic_path, atomic_write_text, read_jsonl, run_cli
+from pipeline.layout import (
+    BASELINE_METHOD,
+    EXPORT_PREFIX,
+    FINAL_CHECKPOINT,
+    METRICS_FILE,
+    SCORES_FIGURE,
+    START_CHECKPOINT,
+    TRAINING_CURVES_FIGURE,
+)
 from pipeline.metrics import score_benchmark
 
 SCORE_COLUMNS = ["model", "method", "seed", "checkpoint", "benchmark", "metric", "value"]
 AVERAGE_BENCHMARKS = ("average", "weighted_average")
-BASELINE_METHOD, BASELINE_CHECKPOINT, FINAL_CHECKPOINT = "base", "start", "final"
-# Counts are summed in the item-weighted average and averaged in the plain one (upstream spec 6.4).
+# Counts are summed in the item-weighted average and averaged in the plain one (spec 6.4, docs/spec.md).
 COUNT_METRICS = ("items", "samples", "no_answer")
 TRAINING_PREFIXES = ("grail/", "oar_g/")
 # The same colour for a method in every figure; other methods take the remaining matplotlib cycle colours.
@@ -88,7 +96,7 @@ def parse_run_path(path: str | Path) -> RunKey:
     """(model, method, seed) from ``.../MODEL/METHOD/seedS/metrics.jsonl``."""
     path = Path(path)
     parts = path.parts
-    if len(parts) < 4 or path.name != "metrics.jsonl":
+    if len(parts) < 4 or path.name != METRICS_FILE:
         raise InputError(f"{path}: training metrics path does not follow the layout {RUN_LAYOUT}")
     return RunKey(parts[-4], parts[-3], _seed(parts[-2], path, RUN_LAYOUT))
 
@@ -171,11 +179,11 @@ def headline_metrics(scores: pd.DataFrame) -> dict[str, tuple[str, str]]:
 def _row_order(key: tuple[str, str, str]) -> tuple[Any, ...]:
     """Sort rows by model, then baseline (base/start), final checkpoints, then step-N checkpoints by step."""
     model, method, checkpoint = key
-    if (method, checkpoint) == (BASELINE_METHOD, BASELINE_CHECKPOINT):
+    if (method, checkpoint) == (BASELINE_METHOD, START_CHECKPOINT):
         return (model, 0, method, 0, checkpoint)
     if checkpoint == FINAL_CHECKPOINT:
         return (model, 1, method, 0, checkpoint)
-    step = checkpoint.removeprefix("step-")
+    step = checkpoint.removeprefix(EXPORT_PREFIX)
     return (model, 2, method, int(step) if step.isdigit() else 0, checkpoint)
 
 
@@ -254,7 +262,7 @@ def plot_scores(table: pd.DataFrame, path: Path) -> None:
     Shows the baseline (base/start) and every method's final checkpoint.
     """
     headline = [
-        k for k in table.index if k[2] == FINAL_CHECKPOINT or (k[1], k[2]) == (BASELINE_METHOD, BASELINE_CHECKPOINT)
+        k for k in table.index if k[2] == FINAL_CHECKPOINT or (k[1], k[2]) == (BASELINE_METHOD, START_CHECKPOINT)
     ]
     shown = headline or list(table.index)
     models = list(dict.fromkeys(k[0] for k in shown))
@@ -356,8 +364,8 @@ def write_outputs(scores: pd.DataFrame, curves: dict[RunKey, pd.DataFrame], out_
     with atomic_path(out_dir / "summary.xlsx") as temporary, pd.ExcelWriter(temporary, engine="openpyxl") as excel:
         _flat_columns(table).to_excel(excel, sheet_name="summary", index=False)
         formatted_summary(table).to_excel(excel, sheet_name="formatted", index=False)
-    plot_scores(table, figures_dir / "scores_by_benchmark.png")
-    plot_training_curves(curves, figures_dir / "training_curves.png")
+    plot_scores(table, figures_dir / SCORES_FIGURE)
+    plot_training_curves(curves, figures_dir / TRAINING_CURVES_FIGURE)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,7 +1,7 @@
 """Benchmark sources and their normalization into rows ``{"id", "problem", "answer", "source"}``.
 
-Each public source keeps the problem, the gold and the id under its own field names (upstream spec 6.3,
-eval-and-stats C.2). A ``SourceFormat`` lists them in priority order; one set of functions then turns any
+Each public source keeps the problem, the gold and the id under its own field names (spec 6.3,
+docs/spec.md). A ``SourceFormat`` lists them in priority order; one set of functions then turns any
 row into the common schema, so a local JSONL file in a source's format goes through the same code as the Hub:
 
     problem = context + "\\n" + question   (OlympiadBench's optional context) or the first problem field

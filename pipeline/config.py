@@ -22,13 +22,11 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from pipeline.io import InputError
+from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, checkpoint_label, label_step
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 SCHEMA_PATH = PACKAGE_DIR.parent / "configs" / "schema.yaml"
 
-BASELINE_METHOD = "base"
-START_CHECKPOINT = "start"
-FINAL_CHECKPOINT = "final"
 RESOURCE_KEYS = ("cpus", "mem_mb", "runtime", "gpus", "nodes", "gpu_model", "slurm_extra")
 CREDIT_PREFIXES = {"grail": "grail_", "oar_g": "oar_g_"}
 # TRL 1.16 GRPOConfig defaults of the fields the batch-shape check reads.
@@ -137,12 +135,70 @@ def load_config(path: str | Path, schema_path: str | Path = SCHEMA_PATH) -> dict
     return config
 
 
+# --------------------------------------------------------------------------------------------- overrides
+
+
+def _leaf_paths(value: Any, path: tuple = ()) -> Iterator[tuple]:
+    """Paths of the scalar leaves of nested mappings and lists."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _leaf_paths(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _leaf_paths(item, (*path, index))
+    else:
+        yield path
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _scalar_from_text(text: str) -> Any:
+    """The JSON scalar ``text`` spells (number, true, false, null), or ``text`` itself; NaN and infinities stay
+    text (no schema range would refuse them)."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError:
+        return text
+    return value if value is None or isinstance(value, bool | int | float) else text
+
+
+def coerce_overrides(
+    config: dict[str, Any], overrides: Mapping[str, Any], schema_path: str | Path = SCHEMA_PATH
+) -> None:
+    """Give the values of ``snakemake --config`` overrides their schema types in ``config``, in place.
+
+    Snakemake reads ``--config 'evaluation={temperature: 0.7}'`` with YAML's base loader, so every nested value
+    arrives as a string ('0.7'). A string the schema refuses at its key, that spells a JSON number, boolean or
+    null the schema accepts there, becomes that value; anything else ('0.7x') is left for the schema check to
+    refuse by name. Values from config files are never changed.
+    """
+    validator = Draft202012Validator(load_schema(schema_path))
+
+    def refused_at(path: tuple) -> bool:
+        for top in validator.iter_errors(config):
+            for error in _leaf_errors(top):
+                if tuple(error.absolute_path)[: len(path)] == path:
+                    return True
+        return False
+
+    for path in _leaf_paths(overrides):
+        parent: Any = config
+        try:
+            for part in path[:-1]:
+                parent = parent[part]
+            text = parent[path[-1]]
+        except (KeyError, IndexError, TypeError):
+            continue
+        if not isinstance(text, str) or (value := _scalar_from_text(text)) is text or not refused_at(path):
+            continue
+        parent[path[-1]] = value
+        if refused_at(path):
+            parent[path[-1]] = text
+
+
 # --------------------------------------------------------------------------------------------- typed views
-
-
-def checkpoint_label(checkpoint: int | str) -> str:
-    """``final`` stays ``final``; a training step N becomes ``step-N`` (the export directory's name)."""
-    return FINAL_CHECKPOINT if checkpoint == FINAL_CHECKPOINT else f"step-{int(checkpoint)}"
 
 
 def canonical_json(value: Any) -> str:
@@ -316,7 +372,7 @@ class Study:
         labels = set(self.evaluation.checkpoints)
         if self.token_analysis.enabled:
             labels |= set(self.token_analysis.checkpoints)
-        return sorted(int(label.removeprefix("step-")) for label in labels if label != FINAL_CHECKPOINT)
+        return sorted(label_step(label) for label in labels if label != FINAL_CHECKPOINT)
 
     def significance_checkpoint(self) -> str:
         """The checkpoint label the significance tests compare (``final`` or ``step-N``)."""

@@ -94,7 +94,7 @@ def score_benchmark(samples: list[dict[str, Any]], source: str = "samples") -> d
     - ``no_answer`` = number of samples whose extracted answer is null; ``items`` = m;
       ``samples`` = sum_i n_i;
     - ``run_acc_mean`` / ``run_acc_std`` = mean and population std (ddof 0) of the per-run accuracies
-      (run j = j-th sample of every item with at least j+1 samples; upstream spec 6.4).
+      (run j = j-th sample of every item with at least j+1 samples; spec 6.4, docs/spec.md).
     """
     items = group_by_item(samples, source)
     correct_by_item = [[bool(row["correct"]) for row in rows] for rows in items.values()]

@@ -22,6 +22,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl.trainer.utils import RepeatSampler
 
 from pipeline.io import append_jsonl_durably, atomic_write_jsonl, export_model, publish_directory, read_jsonl
+from pipeline.layout import export_label
 from pipeline.preemption import PreemptionSignals
 from pipeline.trainer import GrailGRPOTrainer
 
@@ -183,7 +184,7 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
             shutil.rmtree(staging_root)
             rotate_checkpoints(str(run_dir), save_total_limit=self.args.save_total_limit, use_mtime=False)
             if self.state.global_step in self.export_steps:
-                export_model(run_dir / name, self.exports_dir / f"step-{self.state.global_step}")
+                export_model(run_dir / name, self.exports_dir / export_label(self.state.global_step))
         self.accelerator.wait_for_everyone()
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
@@ -245,17 +246,6 @@ class ExportAndPreemptionCallback(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
             self.stopped_on_request = True
-
-
-def working_metrics_path(run_dir: Path) -> Path:
-    """The metrics log appended during training; not a Snakemake output, so a failed job's cleanup keeps it."""
-    return run_dir / "checkpoints" / "metrics.jsonl"
-
-
-def working_exports_dir(run_dir: Path) -> Path:
-    """Where each export step's model is saved during training; kept when a failed job's outputs are deleted and
-    when its checkpoint is rotated away (``save_total_limit``)."""
-    return run_dir / "checkpoints" / "exports"
 
 
 def keep_metrics_up_to(path: Path, step: int | None, *, training_done: bool = False) -> None:

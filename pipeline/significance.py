@@ -49,8 +49,9 @@ import pandas as pd
 from scipy import stats
 from tqdm import tqdm
 
-from pipeline.aggregate import AVERAGE_BENCHMARKS, BASELINE_METHOD, parse_samples_path
+from pipeline.aggregate import AVERAGE_BENCHMARKS, parse_samples_path
 from pipeline.io import InputError, atomic_write_json, atomic_write_text, read_jsonl, run_cli
+from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT
 from pipeline.metrics import group_by_item
 
 REQUIRED_COLUMNS = ("model", "method", "seed", "benchmark", "metric", "value")
@@ -372,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="JSON list of test results")
     parser.add_argument("--samples", nargs="*", default=[], help="per-sample files for the paired bootstrap")
     parser.add_argument("--markdown", type=Path, help="optional Markdown summary")
-    parser.add_argument("--checkpoint", default="final", help="checkpoint compared (default: final)")
+    parser.add_argument("--checkpoint", default=FINAL_CHECKPOINT, help="checkpoint compared (default: final)")
     parser.add_argument("--metrics", nargs="+", help="metrics tested (default: acc@n and pass@n)")
     parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     parser.add_argument("--confidence", type=float, default=0.95, help="bootstrap interval level")

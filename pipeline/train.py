@@ -52,6 +52,15 @@ from pipeline.io import (
     read_jsonl,
     run_cli,
 )
+from pipeline.layout import (
+    CHECKPOINTS_DIR,
+    EXPORTS_DIR,
+    FINAL_CHECKPOINT,
+    METRICS_FILE,
+    export_label,
+    working_exports_dir,
+    working_metrics_path,
+)
 from pipeline.loading import check_model_reference, load_model, load_tokenizer
 from pipeline.resume import (
     ExportAndPreemptionCallback,
@@ -61,8 +70,6 @@ from pipeline.resume import (
     checkpoint_problem,
     keep_metrics_up_to,
     newest_valid_checkpoint,
-    working_exports_dir,
-    working_metrics_path,
 )
 from pipeline.rewards import trl_outcome_reward
 from pipeline.specs import annotation_accepts, annotation_name
@@ -128,7 +135,7 @@ def build_config(config_options: dict[str, Any], run_dir: Path, seed: int) -> Gr
     try:
         return GrailGRPOConfig(
             **config_options,
-            output_dir=str(run_dir / "checkpoints"),
+            output_dir=str(run_dir / CHECKPOINTS_DIR),
             seed=seed,
             report_to="none",
             save_strategy="steps",
@@ -200,12 +207,12 @@ def publish_exports(run_dir: Path, steps: frozenset[int], final_step: int) -> No
     """Publish ``RUN_DIR/exports/step-N`` for each requested step up to ``final_step`` that is not there yet, from
     its working export (or, when a killed attempt did not make one, from its checkpoint)."""
     for step in sorted(s for s in steps if s <= final_step):
-        destination = run_dir / "exports" / f"step-{step}"
+        destination = run_dir / EXPORTS_DIR / export_label(step)
         if destination.is_dir():
             continue
-        source = working_exports_dir(run_dir) / f"step-{step}"
+        source = working_exports_dir(run_dir) / export_label(step)
         if not source.is_dir():
-            source = checkpoint_path(run_dir / "checkpoints", step)
+            source = checkpoint_path(run_dir / CHECKPOINTS_DIR, step)
             if checkpoint_problem(source) is not None:
                 raise InputError(f"--export-steps: step {step} has no export and no valid checkpoint to export from")
         export_model(source, destination)
@@ -243,11 +250,11 @@ def publish_outputs(
     if is_main:
         publish_exports(run_dir, export_steps, final_step)
     if finished_checkpoint is None:
-        save_final(trainer, run_dir / "final")
+        save_final(trainer, run_dir / FINAL_CHECKPOINT)
     elif is_main:
-        export_model(finished_checkpoint, run_dir / "final")
+        export_model(finished_checkpoint, run_dir / FINAL_CHECKPOINT)
     if is_main:
-        publish_metrics(working_metrics_path(run_dir), run_dir / "metrics.jsonl")
+        publish_metrics(working_metrics_path(run_dir), run_dir / METRICS_FILE)
 
 
 def stop_before_training(received: str) -> None:
@@ -310,7 +317,7 @@ def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
     trainer, control = build_trainer(args, signals)
     if control.stop_requested():  # during validation or model loading
         stop_before_training(signals.received_name())
-    checkpoints_dir = run_dir / "checkpoints"
+    checkpoints_dir = run_dir / CHECKPOINTS_DIR
     resume = newest_valid_checkpoint(checkpoints_dir)
     # The Trainer resumed at max_steps would train one step more (it checks the limit after a step), so a run
     # whose newest checkpoint is its last step (killed while publishing) only publishes.

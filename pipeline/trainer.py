@@ -1,4 +1,4 @@
-"""GRPO, GRAIL and OAR-G in one small subclass of TRL's ``GRPOTrainer`` (spec sections 1-3).
+"""GRPO, GRAIL and OAR-G in one small subclass of TRL's ``GRPOTrainer`` (docs/spec.md sections 1-3).
 
 The only change to TRL's objective is the advantage: per token instead of per sequence,
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the test suite: lint, then pytest. Starts the services the cluster tests use first — a single-node Slurm
+# Run the test suite: lint (ruff, snakefmt, snakemake --lint), then pytest. Starts the services the cluster tests use first — a single-node Slurm
 # on localhost (Debian packages, needs root) — so that those tests run against the real scheduler.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"`.
 set -euo pipefail
@@ -14,4 +14,11 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 fi
 ruff check .
 ruff format --check .
+snakefmt --check .
+# Snakemake's linter on the default and the paper's study, from a scratch directory (it writes .snakemake/ there).
+lint_dir="$(mktemp -d)"
+for study in configs/default.yaml configs/paper.yaml; do
+  PYTHONPATH="$PWD" snakemake --snakefile "$PWD/Snakefile" --directory "$lint_dir" --configfile "$PWD/$study" --lint
+done
+rm -rf "$lint_dir"
 python3 -m pytest -ra "$@"

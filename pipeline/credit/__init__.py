@@ -1,6 +1,6 @@
 """Token-level credit assignment (pure functions): boxed-answer spans, GRAIL saliency and weights, OAR-G weights.
 
-Spec: upstream GRAIL sections 1-2. Every function is side-effect free (no parameter ``.grad`` is touched).
+Spec: docs/spec.md sections 1-2. Every function is side-effect free (no parameter ``.grad`` is touched).
 """
 
 from pipeline.credit.grail import grail_weights, grail_weights_with_stats

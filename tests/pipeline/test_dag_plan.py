@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -101,3 +102,21 @@ def test_default_config_plans_every_rule(tmp_path: Path) -> None:
         "all",
     }
     assert counts["train"] == 6 and counts["warmup"] == 1
+
+
+def test_nested_command_line_override_plans_the_evaluations_with_it(tmp_path: Path) -> None:
+    """`--config 'evaluation={temperature: 0.7}'`: Snakemake hands the nested 0.7 over as text; it is accepted as
+    the number it spells and reaches every evaluation job's spec (so a finished study reruns its evaluations)."""
+    result = snakemake(tmp_path, "-n", "-p", "--config", "evaluation={temperature: 0.7}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    specs = re.findall(r"pipeline\.evaluate .*?--spec '(\{.*?\})'", result.stdout)
+    assert len(specs) == job_counts(result.stdout)["evaluate"] > 0
+    assert {json.loads(spec)["temperature"] for spec in specs} == {0.7}
+
+
+def test_nested_command_line_override_that_is_no_number_is_refused_by_name(tmp_path: Path) -> None:
+    result = snakemake(tmp_path, "-n", "--config", "evaluation={temperature: 0.7x}")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "config key `evaluation.temperature`: '0.7x' is not of type 'number'" in output
+    assert "Job stats" not in output

@@ -11,6 +11,7 @@ import yaml
 from pipeline.config import (
     Study,
     check_config_schema,
+    coerce_overrides,
     fill_defaults,
     load_config,
     load_schema,
@@ -269,3 +270,56 @@ def test_source_digest_follows_imports_and_ignores_unrelated_modules(tmp_path: P
     (package / "deep.py").write_text("X = 2\n")  # imported inside a function, two levels down
     assert source_digest("pkg.stage", package) != before
     assert source_digest("pkg.missing", package) != source_digest("pkg.other", package)
+
+
+def override(config: dict, overrides: dict) -> dict:
+    """``config`` with ``overrides`` merged in as Snakemake's ``--config`` does, then coerced."""
+    merged = copy.deepcopy(config)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    coerce_overrides(merged, overrides)
+    return merged
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "expected"),
+    [
+        ({"evaluation": {"temperature": "0.7"}}, ("evaluation", "temperature"), 0.7),
+        ({"evaluation": {"n_samples": "4"}}, ("evaluation", "n_samples"), 4),
+        ({"evaluation": {"enable_thinking": "true"}}, ("evaluation", "enable_thinking"), True),
+        ({"evaluation": {"vllm": {"max_model_len": "null"}}}, ("evaluation", "vllm", "max_model_len"), None),
+        ({"training": {"learning_rate": "1e-5"}}, ("training", "learning_rate"), 1e-5),
+        ({"evaluation": {"checkpoints": ["final", "30"]}}, ("evaluation", "checkpoints"), ["final", 30]),
+        ({"evaluation": {"prompt_template": "upstream"}}, ("evaluation", "prompt_template"), "upstream"),
+        ({"models": {"tiny": {"path": "123"}}}, ("models", "tiny", "path"), "123"),
+    ],
+)
+def test_command_line_overrides_take_their_schema_types(overrides: dict, key: tuple, expected) -> None:
+    """Snakemake's --config parser hands nested values over as text; each becomes the type its key takes."""
+    config = override(raw("default"), overrides)
+    value = config
+    for part in key:
+        value = value[part]
+    assert value == expected and type(value) is type(expected)
+    if key[0] != "models":
+        check_config_schema(config)
+
+
+@pytest.mark.parametrize("text", ["0.7x", "NaN", "Infinity", "[0.7]"])
+def test_command_line_override_that_is_no_number_is_refused_by_name(text: str) -> None:
+    config = override(raw("default"), {"evaluation": {"temperature": text}})
+    assert config["evaluation"]["temperature"] == text
+    with pytest.raises(InputError, match=r"config key `evaluation.temperature`: '.*' is not of type 'number'"):
+        check_config_schema(config)
+
+
+def test_config_file_values_are_not_coerced() -> None:
+    config = raw("default")
+    config["evaluation"]["temperature"] = "0.7"
+    coerce_overrides(config, {"evaluation": {"top_p": "0.9"}})
+    assert config["evaluation"]["temperature"] == "0.7"
+    with pytest.raises(InputError, match=r"config key `evaluation.temperature`"):
+        check_config_schema(config)

@@ -1,0 +1,71 @@
+"""The documentation the code points at exists: every "spec N.M" citation names a section of docs/spec.md, and
+README.md "Logged metrics" lists every metric the trainer adds to TRL's."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from pipeline.credit import grail_weights_with_stats
+from pipeline.credit.oar_g import oar_g_stats
+from pipeline.trainer_metrics import log_advantage_metrics, log_grad_norm_percentiles, log_nanmeans
+
+REPO = Path(__file__).resolve().parents[2]
+CITATION = re.compile(r"\b[Ss]pec (?:sections? )?(\d+(?:\.\d+)?)(?:\s*-\s*(\d+(?:\.\d+)?))?")
+SOURCES = [
+    *REPO.glob("pipeline/**/*.py"),
+    *REPO.glob("tests/**/*.py"),
+    *REPO.glob("configs/*.yaml"),
+    REPO / "Snakefile",
+    REPO / "README.md",
+    REPO / "ARCHITECTURE.md",
+]
+
+
+def spec_sections() -> set[str]:
+    headings = re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", (REPO / "docs" / "spec.md").read_text(), re.MULTILINE)
+    return set(headings)
+
+
+def test_every_spec_citation_names_a_section_of_docs_spec():
+    sections = spec_sections()
+    missing = [
+        f"{path.relative_to(REPO)}: spec {number}"
+        for path in SOURCES
+        for match in CITATION.finditer(path.read_text(encoding="utf-8"))
+        for number in match.groups()
+        if number is not None and number not in sections
+    ]
+    assert missing == []
+
+
+def logged_credit_metrics() -> set[str]:
+    """Every name the trainer's credit logging produces, from the real functions on a small batch."""
+    accelerator = SimpleNamespace(
+        device="cpu", gather=lambda tensor: tensor, pad_across_processes=lambda tensor, **_: tensor
+    )
+    lists: defaultdict[str, list[float]] = defaultdict(list)
+    mask = torch.ones(2, 6)
+    spans = torch.tensor([[1, 2, 4], [-1, -1, -1]])
+    _, grail_stats = grail_weights_with_stats(torch.rand(2, 6), mask, torch.tensor([1.0, -1.0]), spans)
+    answer = torch.tensor([True, False])
+    for prefix, stats in (("grail", grail_stats), ("oar_g", oar_g_stats(mask, mask, ~answer, answer))):
+        log_nanmeans(accelerator, lists, prefix, {**stats, "saliency_rows_frac": 0.5})
+        log_advantage_metrics(accelerator, lists, prefix, torch.ones(2), torch.ones(2, 6), mask)
+    log_grad_norm_percentiles(accelerator, lists, torch.rand(2))
+    return set(lists)
+
+
+def test_readme_lists_every_logged_credit_metric():
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("### Logged metrics", 1)[1].split("\n### ", 1)[0]
+    unlisted = [
+        name
+        for name in sorted(logged_credit_metrics())
+        if f"`{name}`" not in section and f"`<credit>/{name.split('/', 1)[1]}`" not in section
+    ]
+    assert unlisted == []
