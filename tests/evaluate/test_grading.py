@@ -55,26 +55,33 @@ def test_answer_at_the_length_cap_is_still_graded():
 
 
 def _grade_in_subprocess(code: str, limit_s: float) -> str:
-    """Run grading code in a fresh interpreter (its main thread) and fail if it exceeds ``limit_s``."""
+    """Run grading code in a fresh interpreter (its main thread); ``limit_s`` is a hang guard, not a speed check:
+    the input would keep sympy busy for hours, so only a grader that gives up ends within it."""
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=limit_s, check=True)
     return result.stdout.strip()
 
 
 def test_latex_slow_for_sympy_is_bounded_by_the_timeout_and_scored_zero():
     # 2^(2^40) cannot be evaluated by sympy in any reasonable time; math-verify must give up after its timeout.
+    # The spy records the timeouts math-verify is given: the spec's, for every parse and verify.
     code = (
-        "import time\n"
+        "import pipeline.rewards as rewards\n"
         "from pipeline.evaluate import grade, parse_eval_spec\n"
+        "timeouts = []\n"
+        "parse, verify = rewards.parse, rewards.verify\n"
+        "def parse_spy(text, parsing_timeout):\n"
+        "    timeouts.append(parsing_timeout)\n"
+        "    return parse(text, parsing_timeout=parsing_timeout)\n"
+        "def verify_spy(gold, answer, timeout_seconds):\n"
+        "    timeouts.append(timeout_seconds)\n"
+        "    return verify(gold, answer, timeout_seconds=timeout_seconds)\n"
+        "rewards.parse, rewards.verify = parse_spy, verify_spy\n"
         "spec = parse_eval_spec({'grading_timeout_seconds': 1})\n"
-        "start = time.perf_counter()\n"
         "for answer in ['2^{2^{40}}', '\\\\sqrt{2}^{10^{9}}', '{' * 5000 + '1']:\n"
         "    print(grade('\\\\boxed{' + answer + '}', '3', spec)[1])\n"
-        "print(round(time.perf_counter() - start, 1))\n"
+        "print(sorted(set(timeouts)))\n"
     )
-    lines = _grade_in_subprocess(code, limit_s=60).splitlines()
-    assert lines[:3] == ["False", "False", "False"]
-    # At most about two timeouts per answer (parse, then verify) plus import time.
-    assert float(lines[3]) < 3 * 2 * 1 + 3
+    assert _grade_in_subprocess(code, limit_s=120).splitlines() == ["False", "False", "False", "[1]"]
 
 
 def test_megabyte_of_unclosed_boxes_is_bounded():

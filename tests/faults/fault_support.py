@@ -97,17 +97,17 @@ def snakemake_command(workdir: Path, *targets: str, rerun_incomplete: bool = Tru
 
 
 def start_snakemake(
-    workdir: Path, *targets: str, rerun_incomplete: bool = True, hold: dict[str, str] | None = None
+    workdir: Path, *targets: str, rerun_incomplete: bool = True, hooks: dict[str, str] | None = None
 ) -> subprocess.Popen[str]:
-    """Start Snakemake in its own session (so the test can kill exactly its process group); ``hold``: environment
-    entries that make its stages hold at a known point until signalled (``tests.hold_stage``)."""
+    """Start Snakemake in its own session (so the test can kill exactly its process group); ``hooks``: environment
+    entries of ``tests.hold_stage`` for its stages (hold at a known point until signalled, pseudo-random reward)."""
     log = open(workdir / "snakemake.out", "a", encoding="utf-8")  # noqa: SIM115 (closed with the process)
     log.write(f"\n===== {' '.join(targets)}\n")
     log.flush()
     return subprocess.Popen(
         snakemake_command(workdir, *targets, rerun_incomplete=rerun_incomplete),
         cwd=workdir,
-        env=stage_env(**(hold or {})),
+        env=stage_env(**(hooks or {})),
         stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
@@ -115,9 +115,9 @@ def start_snakemake(
     )
 
 
-def run_snakemake(workdir: Path, *targets: str, timeout: float = 600) -> int:
+def run_snakemake(workdir: Path, *targets: str, timeout: float = 600, hooks: dict[str, str] | None = None) -> int:
     """Run Snakemake to its end; its exit status."""
-    process = start_snakemake(workdir, *targets)
+    process = start_snakemake(workdir, *targets, hooks=hooks)
     return process.wait(timeout=timeout)
 
 

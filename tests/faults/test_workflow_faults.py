@@ -5,7 +5,9 @@ the way a user would: `snakemake --rerun-incomplete` (after `snakemake --unlock`
 
 Training must resume from the newest checkpoint's step (never step 0) and end with exactly the weights of an
 uninterrupted run; the evaluation must end with every (item, sample) exactly once, keeping the rows written
-before each kill."""
+before each kill. The training runs compared train on the pseudo-random reward of ``tests.hold_stage``, so that
+every step after a resume point has a gradient (asserted): with the outcome reward the tiny model scores 0
+everywhere and its weights would never move."""
 
 from __future__ import annotations
 
@@ -40,11 +42,12 @@ from fault_support import (
 from safetensors.torch import load_file
 
 from pipeline.config import Study, canonical_json, load_config
-from tests.hold_stage import hold_evaluation_env, hold_training_env
+from tests.hold_stage import hold_evaluation_env, hold_training_env, pseudo_random_reward_env
 
 pytestmark = pytest.mark.slow
 
 TRAIN_LOG = "results/logs/train/tiny/grpo/seed0.log"
+REWARD = pseudo_random_reward_env()
 EVAL_LOG = "results/logs/evaluate/tiny/grpo/seed0/final/arith_add.log"
 
 
@@ -73,7 +76,7 @@ def uninterrupted_run(workdir: Path, out: Path) -> Path:
         "--method-spec", canonical_json(study.methods["grpo"].spec),
         "--data", "results/data/train.jsonl", "--seed", "0", "--out", str(out),
     ]  # fmt: skip
-    result = subprocess.run(command, cwd=workdir, env=stage_env(), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(command, cwd=workdir, env=stage_env(**REWARD), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -87,7 +90,7 @@ def test_training_killed_twice_resumes_from_its_checkpoints(study: Path) -> None
     target = f"{RUN}/metrics.jsonl"
 
     # 1. SIGTERM once checkpoint-2 is published (the stage holds there): it saves step 3 and exits 75.
-    snakemake = start_snakemake(study, target, hold=hold_training_env(2))
+    snakemake = start_snakemake(study, target, hooks={**REWARD, **hold_training_env(2)})
     wait_until(lambda: (run_dir / "checkpoints" / "checkpoint-2").is_dir(), "checkpoint-2", snakemake)
     signal_stage(snakemake, "pipeline.train", signal.SIGTERM)
     assert snakemake.wait(timeout=300) != 0
@@ -98,7 +101,7 @@ def test_training_killed_twice_resumes_from_its_checkpoints(study: Path) -> None
     assert first == 3 and not (run_dir / "final").exists()
 
     # 2. Rerun; SIGKILL once it published checkpoint-4 (held there): no chance to save anything.
-    snakemake = start_snakemake(study, target, hold=hold_training_env(4))
+    snakemake = start_snakemake(study, target, hooks={**REWARD, **hold_training_env(4)})
     wait_until(lambda: max(checkpoint_steps(run_dir)) > first, f"a checkpoint after step {first}", snakemake)
     signal_stage(snakemake, "pipeline.train", signal.SIGKILL)
     assert snakemake.wait(timeout=300) != 0
@@ -107,13 +110,17 @@ def test_training_killed_twice_resumes_from_its_checkpoints(study: Path) -> None
     assert second == 4 and not (run_dir / "final").exists()
 
     # 3. Rerun to the end.
-    assert run_snakemake(study, target) == 0, snakemake_output(study)[-5000:]
+    assert run_snakemake(study, target, hooks=REWARD) == 0, snakemake_output(study)[-5000:]
     assert resumed_line(second) in log.read_text(encoding="utf-8")
     state = json.loads((run_dir / "checkpoints" / f"checkpoint-{MAX_STEPS}" / "trainer_state.json").read_text())
     assert state["global_step"] == MAX_STEPS
     steps = [row["step"] for row in jsonl(run_dir / "metrics.jsonl") if "train_runtime" not in row]
     assert steps == sorted(set(steps)) and steps[-1] == MAX_STEPS  # no step logged twice, none after the end
     assert steps[0] > 1 or steps == list(range(1, MAX_STEPS + 1))  # a restart at 0 would log step 1 again
+    rows = [row for row in jsonl(run_dir / "metrics.jsonl") if "train_runtime" not in row]
+    after_resume = [row for row in rows if row["step"] > first]
+    assert after_resume and all(row["grad_norm"] > 0 and row["frac_reward_zero_std"] == 0 for row in after_resume)
+    assert "rewards/pseudo_random_reward/mean" in rows[-1]
     # Snakemake deleted the failed job's exports; the rerun exported step 4 again from its checkpoint.
     export = run_dir / "exports" / f"step-{EXPORT_STEP}"
     assert same_weights(export, run_dir / "checkpoints" / f"checkpoint-{EXPORT_STEP}")
@@ -132,7 +139,7 @@ def test_evaluation_killed_midway_ends_with_every_sample_once(study: Path) -> No
         return [row for row in jsonl(partial) if "fingerprint" not in row] if partial.exists() else []
 
     # 1. SIGTERM the evaluation stage after 6 durable appends, where it holds (trains the run first if needed).
-    snakemake = start_snakemake(study, SAMPLES, hold=hold_evaluation_env(6))
+    snakemake = start_snakemake(study, SAMPLES, hooks=hold_evaluation_env(6))
     wait_until(lambda: len(rows_done()) >= 6, "6 evaluated samples", snakemake, timeout=600)
     signal_stage(snakemake, "pipeline.evaluate", signal.SIGTERM)
     assert snakemake.wait(timeout=300) != 0
@@ -140,7 +147,7 @@ def test_evaluation_killed_midway_ends_with_every_sample_once(study: Path) -> No
     assert not out.exists() and len(kept_first) == 6
 
     # 2. Rerun; SIGKILL Snakemake together with its job once 6 more samples were appended (held there).
-    snakemake = start_snakemake(study, SAMPLES, hold=hold_evaluation_env(6))
+    snakemake = start_snakemake(study, SAMPLES, hooks=hold_evaluation_env(6))
     wait_until(lambda: len(rows_done()) >= len(kept_first) + 6, "6 more samples", snakemake)
     kill_session(snakemake)
     kept_second = rows_done()

@@ -6,7 +6,10 @@ environment of a stage (run directly, through Snakemake or through Slurm):
 - ``hold_training_env(steps)``: ``python -m pipeline.train`` waits after publishing the checkpoint of any of
   ``steps`` until it has recorded a preemption signal (SIGKILL simply ends it there);
 - ``hold_evaluation_env(rows)``: ``python -m pipeline.evaluate`` waits, once it has durably appended ``rows`` rows,
-  until it is killed.
+  until it is killed;
+- ``pseudo_random_reward_env()``: ``python -m pipeline.train`` trains on a reward that hashes (position in the
+  batch, prompt, completion) into [0, 1) instead of the outcome reward, so that every step of a tiny run has mixed rewards and a gradient
+  (the resume tests compare weights, which only tells a wrong resume from a right one if every step moved them).
 The hook is ``sitecustomize.py`` next to this file, which Python imports at startup from ``PYTHONPATH``; it patches
 nothing in any other process.
 """
@@ -17,7 +20,7 @@ import os
 from pathlib import Path
 
 # (importing the hook here is inert: it acts only at the startup of a stage process)
-from tests.hold_stage.sitecustomize import CHECKPOINTS_VARIABLE, ROWS_VARIABLE
+from tests.hold_stage.sitecustomize import CHECKPOINTS_VARIABLE, REWARD_VARIABLE, ROWS_VARIABLE
 
 HOOK_DIR = Path(__file__).resolve().parent
 REPO = HOOK_DIR.parents[1]
@@ -35,3 +38,8 @@ def hold_training_env(*steps: int) -> dict[str, str]:
 def hold_evaluation_env(rows: int) -> dict[str, str]:
     """Environment entries that make an evaluation stage hold once it has appended ``rows`` rows."""
     return _hook_env(ROWS_VARIABLE, str(rows))
+
+
+def pseudo_random_reward_env(salt: str = "0") -> dict[str, str]:
+    """Environment entries that make a training stage train on the pseudo-random reward (salted with ``salt``)."""
+    return _hook_env(REWARD_VARIABLE, salt)

@@ -1,8 +1,10 @@
 """Startup hook of ``tests.hold_stage`` (read its docstring): active only in a ``python -m pipeline.train`` or
-``python -m pipeline.evaluate`` process whose environment asks for a hold."""
+``python -m pipeline.evaluate`` process whose environment asks for a hold or for the pseudo-random reward."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 import time
@@ -10,6 +12,7 @@ from typing import Any
 
 CHECKPOINTS_VARIABLE = "GRAIL_TEST_HOLD_AFTER_CHECKPOINTS"
 ROWS_VARIABLE = "GRAIL_TEST_HOLD_AFTER_APPENDED_ROWS"
+REWARD_VARIABLE = "GRAIL_TEST_PSEUDO_RANDOM_REWARD"
 HOLD_LIMIT_S = 150
 
 
@@ -64,6 +67,38 @@ def hold_after_appended_rows(count: int) -> None:
     pipeline.io.append_jsonl_durably = append_then_hold
 
 
+def pseudo_random_reward(salt: str) -> Any:
+    """A TRL reward function whose reward is ``sha256(salt, position in the batch, prompt, completion)`` read as a
+    number in [0, 1).
+
+    A pure function of the generation batch (a resumed process gives a batch the rewards the uninterrupted one gave
+    it) that differs between any two completions of a group, even identical ones (a warmed-up tiny model often
+    samples the same short answer several times): every group has mixed rewards, so every step has a gradient,
+    which the real reward on a tiny model cannot promise.
+    """
+    from pipeline.rewards import completion_text
+
+    def reward(prompts: list[Any], completions: list[Any], **_: Any) -> list[float]:
+        digests = (
+            hashlib.sha256(json.dumps([salt, position, prompt, completion_text(completion)]).encode()).digest()
+            for position, (prompt, completion) in enumerate(zip(prompts, completions, strict=True))
+        )
+        return [int.from_bytes(digest[:8], "big") / 2**64 for digest in digests]
+
+    reward.__name__ = "pseudo_random_reward"  # TRL logs it as rewards/pseudo_random_reward/{mean,std}
+    return reward
+
+
+def replace_training_reward(salt: str) -> None:
+    """Make the training stage train on ``pseudo_random_reward(salt)`` instead of the outcome reward (patched
+    before ``pipeline.train`` imports it)."""
+    import pipeline.rewards
+
+    pipeline.rewards.trl_outcome_reward = pseudo_random_reward(salt)
+
+
+if os.environ.get(REWARD_VARIABLE) and stage_module() == "pipeline.train":
+    replace_training_reward(os.environ[REWARD_VARIABLE])
 if os.environ.get(CHECKPOINTS_VARIABLE) and stage_module() == "pipeline.train":
     hold_after_checkpoints(frozenset(int(step) for step in os.environ[CHECKPOINTS_VARIABLE].split(",")))
 if os.environ.get(ROWS_VARIABLE) and stage_module() == "pipeline.evaluate":

@@ -84,6 +84,31 @@ def test_all_schema_errors_are_reported_at_once() -> None:
     assert [e.split(":")[0] for e in errors] == ["config key `methods.grpo.credit`", "config key `training.max_steps`"]
 
 
+def test_every_unknown_key_of_one_mapping_is_named_at_once(tmp_path: Path) -> None:
+    """Several unknown keys in the same mapping (plain ``additionalProperties`` and the methods' ``allOf``
+    schema) and a type error beside them: one error names every one."""
+    config = raw("default")
+    config["training"].update(num_generatoins=8, lerning_rate=1e-3, max_step=3, max_steps="x")
+    config["methods"]["grail"].update(grail_sdt=0.5, grail_wmin=0.1)
+    config["models"]["tiny"]["warmup"].update(hidden_sise=8, layers=2)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    with pytest.raises(InputError) as error:
+        load_config(path)
+    messages = [message for line in str(error.value).splitlines()[1:] for message in line[4:].split("; ")]
+    named = [message.split(":")[0] for message in messages]
+    assert sorted(named) == [
+        "config key `methods.grail.grail_sdt`",
+        "config key `methods.grail.grail_wmin`",
+        "config key `models.tiny.warmup.hidden_sise`",
+        "config key `models.tiny.warmup.layers`",
+        "config key `training.lerning_rate`",
+        "config key `training.max_step`",
+        "config key `training.max_steps`",
+        "config key `training.num_generatoins`",
+    ]
+
+
 def test_unknown_key_lists_the_allowed_keys() -> None:
     config = raw("default")
     config["evaluation"]["temprature"] = 0.6
@@ -120,6 +145,40 @@ def test_semantic_errors_name_the_key(edit, expected: str) -> None:
     assert any(expected in error for error in semantic_errors(config)), semantic_errors(config)
     with pytest.raises(InputError, match="the config is inconsistent"):
         Study.from_config(config)
+
+
+def test_every_semantic_error_is_named_at_once() -> None:
+    """Several cross-key errors, several of them from the same check (three stray options on one method, two of
+    one kind; another method with one; two lists of late steps): one error names every one."""
+    config = raw("default")
+    config["methods"]["grpo"].update(grail_std=0.5, grail_w_min=0.5, oar_g_tau=0.4)
+    config["methods"]["oar_g"].update(grail_w_max=5.0)
+    config["methods"]["grail"].pop("grail_std")
+    config["methods"]["base"] = {"credit": "grpo"}
+    config["evaluation"]["checkpoints"] = [500, "final"]
+    config["token_analysis"].update(checkpoints=[600], benchmark="math500")
+    config["significance"]["checkpoint"] = 10
+    config = filled(config)
+    expected = [
+        "`methods.base`: the name is reserved",
+        "`methods.grpo.grail_std`: a grail option on a method whose credit is 'grpo'",
+        "`methods.grpo.grail_w_min`: a grail option on a method whose credit is 'grpo'",
+        "`methods.oar_g.grail_w_max`: a grail option on a method whose credit is 'oar_g'",
+        "`methods.grpo.oar_g_tau`: a oar_g option on a method whose credit is 'grpo'",
+        "`methods.grail.grail_std`: GRAIL needs a non-zero std",
+        "`evaluation.checkpoints`: step(s) [500]",
+        "`token_analysis.checkpoints`: step(s) [600]",
+        "`significance.checkpoint`: 10 is not in",
+        "`token_analysis.benchmark`: unknown benchmark 'math500'",
+    ]
+    with pytest.raises(InputError, match="the config is inconsistent") as error:
+        Study.from_config(config)
+    lines = str(error.value).splitlines()[1:]
+    for wanted in expected:
+        assert any(wanted in line for line in lines), (wanted, lines)
+    # one line per (model, method) a late step list affects, one for each other error
+    per_run = len(config["models"]) * len(config["methods"])
+    assert len(lines) == len(expected) - 2 + 2 * per_run
 
 
 def test_defaults_are_filled_from_the_schema() -> None:

@@ -22,6 +22,7 @@ from pipeline.significance import (
     paired_bootstrap,
     paper_test,
     rank_sums,
+    wilcoxon_rows,
 )
 
 # 30 (model, benchmark) differences grail - grpo: ranks 1..30, rank 5 and 6 tied (|d| = 0.005) and the one
@@ -168,6 +169,65 @@ def test_rank_sums_match_scipy(values: list[int], zero_method: str) -> None:
         stats.wilcoxon(d, zero_method=zero_method, alternative="greater", method="asymptotic").statistic
     )
     assert w_plus + w_minus == pytest.approx(len(d) * (len(d) + 1) / 2)
+
+
+def scipy_rows(d: np.ndarray, zero_method: str, alternative: str) -> dict[str, tuple[float, float]]:
+    """scipy's own (W+, p) for each of our tests: exact, asymptotic and, for the conditional exact test, scipy's
+    exact permutation test (every sign pattern enumerated, ranks recomputed with the zero method each time)."""
+    methods = {
+        "wilcoxon_exact": "exact",
+        "wilcoxon_approx": "asymptotic",
+        "wilcoxon_exact_conditional": stats.PermutationMethod(n_resamples=np.inf),
+    }
+    results = {}
+    for test, method in methods.items():
+        greater = stats.wilcoxon(d, zero_method=zero_method, alternative="greater", method=method)
+        result = stats.wilcoxon(d, zero_method=zero_method, alternative=alternative, method=method)
+        results[test] = (float(greater.statistic), float(result.pvalue))  # "greater" reports W+
+    return results
+
+
+def assert_rows_match_scipy(d: np.ndarray, zero_method: str) -> None:
+    for alternative in ("greater", "less", "two-sided"):
+        expected = scipy_rows(d, zero_method, alternative)
+        rows = wilcoxon_rows(d, zero_method, alternative)
+        assert {row["test"] for row in rows} == set(expected)
+        for row in rows:
+            w_plus, p_value = expected[row["test"]]
+            assert row["statistic"] == row["w_plus"] == pytest.approx(w_plus, abs=1e-9), row
+            assert row["p_value"] == pytest.approx(p_value, rel=1e-9, abs=1e-15), row
+            assert row["n_zero"] == int((d == 0).sum())
+
+
+@pytest.mark.parametrize(
+    ("zero_method", "w_plus", "w_minus"),
+    [
+        # wilcox: zeros dropped, |d| = 1 1 2 2 3 4 ranked 1.5 1.5 3.5 3.5 5 6; W+ = 1.5 + 3.5 + 3.5 + 6
+        ("wilcox", 14.5, 6.5),
+        # zsplit: |d| = 0 0 1 1 2 2 3 4 ranked 1.5 1.5 3.5 3.5 5.5 5.5 7 8; the zeros' 3 splits 1.5 / 1.5;
+        # W+ = 3.5 + 5.5 + 5.5 + 8 + 1.5
+        ("zsplit", 24.0, 12.0),
+    ],
+)
+def test_zero_differences_and_ties_known_answer(zero_method: str, w_plus: float, w_minus: float) -> None:
+    d = np.array([0.0, 0.0, 1.0, -1.0, 2.0, 2.0, -3.0, 4.0])
+    assert rank_sums(d, zero_method) == (w_plus, w_minus)
+    assert_rows_match_scipy(d, zero_method)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(-3, 3).filter(bool), min_size=1, max_size=7),
+    st.integers(1, 3),
+    st.randoms(use_true_random=False),
+    st.sampled_from(["wilcox", "zsplit"]),
+)
+def test_zero_differences_and_ties_match_scipy(nonzero: list[int], zeros: int, shuffle, zero_method: str) -> None:
+    """At least one zero difference and (|d| in 1..3) ties among the nonzero ones: W+ and the p-values of every
+    test agree with scipy's ``wilcoxon(..., zero_method=...)``."""
+    values = [*nonzero, *[0] * zeros]
+    shuffle.shuffle(values)
+    assert_rows_match_scipy(np.array(values, dtype=float) / 10, zero_method)
 
 
 def test_conditional_exact_equals_scipy_exact_without_ties() -> None:

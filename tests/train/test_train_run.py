@@ -1,7 +1,13 @@
 """End-to-end runs of ``python -m pipeline.train`` on the warmed-up tiny model: a complete run, runs killed by
 SIGTERM and SIGKILL and resumed, and a run whose newest checkpoint is corrupt. A resumed run must end with exactly
 the weights of the uninterrupted run (same seed), which it only does if it continues at the checkpoint's step with
-the optimizer, scheduler, RNG, data position and TRL's generation buffer restored."""
+the optimizer, scheduler, RNG, data position and TRL's generation buffer restored.
+
+The runs that are compared train on the pseudo-random reward of ``tests.hold_stage``: with the outcome reward the
+tiny model's groups soon all score 0, the steps after a resume point then have no gradient and the weights cannot
+tell a wrong resume from a right one. Each resume test asserts that every step after its resume point had one.
+(Checked by breaking the resume on purpose: each of RNG, generation buffer, data position, scheduler and optimizer
+state left unrestored fails a test here.)"""
 
 from __future__ import annotations
 
@@ -17,15 +23,17 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from train_support import REPO_ROOT, TRAINING_SPEC, run_train, subprocess_env, train_command
+from train_support import REPO_ROOT, TRAINING_SPEC, run_train, subprocess_env, train_command, training_rows
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl.trainer.utils import RepeatSampler
 
 from pipeline.layout import working_metrics_path
 from pipeline.train import PREEMPTED_EXIT_CODE
-from tests.hold_stage import hold_training_env
+from tests.hold_stage import hold_training_env, pseudo_random_reward_env
 
 pytestmark = pytest.mark.slow
 EXPORT = ("--export-steps", "2")
+REWARD = pseudo_random_reward_env()
 
 
 def metrics(run_dir: Path) -> list[dict]:
@@ -35,6 +43,13 @@ def metrics(run_dir: Path) -> list[dict]:
 def step_lines(run_dir: Path) -> list[int]:
     """Steps of the per-step log lines (the end-of-run summary excluded)."""
     return [row["step"] for row in metrics(run_dir) if "train_runtime" not in row]
+
+
+def assert_gradient_after(run_dir: Path, step: int) -> None:
+    """Every step after ``step`` had mixed rewards in its generation round and a non-zero gradient."""
+    rows = [row for row in metrics(run_dir) if row["step"] > step and "train_runtime" not in row]
+    assert rows and all(row["grad_norm"] > 0 for row in rows), [(row["step"], row["grad_norm"]) for row in rows]
+    assert all(row.get("frac_reward_zero_std", 0.0) == 0.0 for row in rows)
 
 
 def global_step(checkpoint: Path) -> int:
@@ -59,7 +74,7 @@ def interrupt_after_checkpoint(
     process = subprocess.Popen(
         command,
         cwd=REPO_ROOT,
-        env={**subprocess_env(), **hold_training_env(step)},
+        env=subprocess_env(REWARD, hold_training_env(step)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -90,7 +105,7 @@ def interrupt_after_checkpoint(
 def reference_run(model_dir, train_jsonl, tmp_path_factory) -> Path:
     """An uninterrupted 4-step run (checkpoints at 2 and 4, export of step 2)."""
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    result = run_train(train_command(model_dir, train_jsonl, run_dir, *EXPORT))
+    result = run_train(train_command(model_dir, train_jsonl, run_dir, *EXPORT), REWARD)
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir
 
@@ -109,9 +124,10 @@ def test_metrics_have_one_line_per_step_with_rewards(reference_run):
     assert (reference_run / "metrics.jsonl").read_text() == working_metrics_path(reference_run).read_text()
     assert step_lines(reference_run) == [1, 2, 3, 4]
     assert sum("train_runtime" in row for row in rows) == 1
-    rewards = [row["reward"] for row in rows if "reward" in row]
+    rewards = [row["rewards/pseudo_random_reward/mean"] for row in rows if "reward" in row]
     assert len(rewards) == 2  # one generation round per two steps (num_iterations 2)
-    assert all(0.0 <= reward <= 1.0 for reward in rewards) and max(rewards) > 0
+    assert all(0.0 <= reward <= 1.0 for reward in rewards)
+    assert_gradient_after(reference_run, 0)
 
 
 def test_training_changed_the_weights(reference_run, model_dir):
@@ -149,7 +165,7 @@ def test_killed_run_resumes_from_its_checkpoint(model_dir, train_jsonl, tmp_path
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     shutil.rmtree(run_dir / "exports", ignore_errors=True)
 
-    rerun = run_train(command)
+    rerun = run_train(command, REWARD)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     checkpoint = run_dir / "checkpoints" / f"checkpoint-{resumed_at}"
     assert f"resuming from {checkpoint} (step {resumed_at})" in rerun.stderr
@@ -158,8 +174,32 @@ def test_killed_run_resumes_from_its_checkpoint(model_dir, train_jsonl, tmp_path
     kept = [line for line in lines_before if json.loads(line)["step"] <= resumed_at and "train_runtime" not in line]
     assert (run_dir / "metrics.jsonl").read_text().splitlines()[: len(kept)] == kept
     assert global_step(run_dir / "checkpoints" / "checkpoint-4") == 4
+    assert_gradient_after(run_dir, resumed_at)
     assert_same_weights(run_dir / "final", reference_run / "final")
     assert_same_weights(run_dir / "exports" / "step-2", reference_run / "exports" / "step-2")
+
+
+def test_run_resumed_at_an_epoch_boundary_continues_with_the_next_epochs_order(model_dir, tmp_path):
+    """4 rows, all 4 prompts in each generation round (x 4 generations, num_iterations 2): one epoch is 2 steps,
+    so the run killed after checkpoint-2 resumes at the start of epoch 1, whose order a resumed process must draw
+    as the uninterrupted one did (not replay epoch 0's)."""
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in training_rows(4, seed=5)), encoding="utf-8")
+    spec = {**TRAINING_SPEC, "per_device_train_batch_size": 16}
+    orders = RepeatSampler(range(4), mini_repeat_count=4, batch_size=4, repeat_count=2, shuffle=True, seed=3)
+    assert list(orders) != list(orders)  # epochs 0 and 1 differ at the stage's seed 3
+    reference = tmp_path / "reference"
+    finished = run_train(train_command(model_dir, data, reference, training_spec=spec), REWARD)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    command = train_command(model_dir, data, run_dir, training_spec=spec)
+    assert interrupt_after_checkpoint(command, run_dir, signal.SIGKILL).returncode == -signal.SIGKILL
+    rerun = run_train(command, REWARD)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-2'} (step 2)" in rerun.stderr
+    assert json.loads((run_dir / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())["epoch"] == 2
+    assert_gradient_after(run_dir, 2)
+    assert_same_weights(run_dir / "final", reference / "final")
 
 
 def test_usr1_reaches_the_stage_through_the_launcher(model_dir, train_jsonl, tmp_path):
@@ -184,13 +224,14 @@ def test_corrupt_newest_checkpoint_is_skipped(model_dir, train_jsonl, tmp_path, 
     (run_dir / "checkpoints" / "checkpoint-4" / "trainer_state.json").write_text('{"global_step": 4, "log_')
     (run_dir / "checkpoints" / ".staging" / "checkpoint-6").mkdir(parents=True)  # a save killed half-way
 
-    rerun = run_train(train_command(model_dir, train_jsonl, run_dir, *EXPORT))
+    rerun = run_train(train_command(model_dir, train_jsonl, run_dir, *EXPORT), REWARD)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     corrupt = run_dir / "checkpoints" / "checkpoint-4"
     assert f"skipping checkpoint {corrupt}: trainer_state.json unreadable" in rerun.stderr
     assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-2'} (step 2)" in rerun.stderr
     assert global_step(corrupt) == 4
     assert step_lines(run_dir) == [1, 2, 3, 4]
+    assert_gradient_after(run_dir, 2)
     assert_same_weights(run_dir / "final", reference_run / "final")
     assert not (run_dir / "checkpoints" / ".staging").exists()
 
@@ -202,14 +243,14 @@ def test_outputs_deleted_after_checkpoint_rotation_are_published_again(model_dir
     run_dir = tmp_path / "run"
     spec = {**TRAINING_SPEC, "save_total_limit": 1}
     command = train_command(model_dir, train_jsonl, run_dir, *EXPORT, training_spec=spec)
-    first = run_train(command)
+    first = run_train(command, REWARD)
     assert first.returncode == 0, first.stderr[-3000:]
     assert not (run_dir / "checkpoints" / "checkpoint-2").exists()
     shutil.rmtree(run_dir / "exports")
     shutil.rmtree(run_dir / "final")
     (run_dir / "metrics.jsonl").unlink()
 
-    rerun = run_train(command)
+    rerun = run_train(command, REWARD)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     checkpoint = run_dir / "checkpoints" / "checkpoint-4"
     assert f"training finished at {checkpoint} (step 4): publishing its outputs" in rerun.stderr
@@ -231,6 +272,7 @@ def test_grail_run_checkpoints_its_generation_buffer(model_dir, train_jsonl, tmp
     buffer = torch.load(run_dir / "checkpoints/checkpoint-1/generation_buffer_rank0.pt", weights_only=True)
     assert len(buffer) == 1 and "completion_ids" in buffer[0]
     assert (run_dir / "final" / "model.safetensors").is_file()
+    assert "rewards/trl_outcome_reward/mean" in metrics(run_dir)[0]  # the stage's own reward (no test hook)
     assert any(key.startswith("grail/") for row in metrics(run_dir) for key in row)
 
 
@@ -238,17 +280,20 @@ def test_killed_oar_g_run_resumes_its_noise_stream(model_dir, train_jsonl, tmp_p
     """OAR-G perturbs the embeddings with noise from its own seeded generator: a resumed run must continue that
     generator's stream where the checkpoint left it (a reseeded one would draw step 1's noise again at step 2)."""
     method = {"credit": "oar_g", "oar_g_noise_std": 1.0}  # large enough that the draws change the weights
-    spec = {**TRAINING_SPEC, "save_steps": 1}  # step 2 reuses step 1's completions, whose rewards are mixed
+    spec = {**TRAINING_SPEC, "save_steps": 1}
     reference = tmp_path / "reference"
-    finished = run_train(train_command(model_dir, train_jsonl, reference, training_spec=spec, method_spec=method))
+    finished = run_train(
+        train_command(model_dir, train_jsonl, reference, training_spec=spec, method_spec=method), REWARD
+    )
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert metrics(reference)[1]["oar_g/saliency_rows_frac"] > 0  # step 2 drew noise
     run_dir = tmp_path / "run"
     command = train_command(model_dir, train_jsonl, run_dir, training_spec=spec, method_spec=method)
     assert interrupt_after_checkpoint(command, run_dir, signal.SIGKILL, step=1).returncode == -signal.SIGKILL
-    rerun = run_train(command)
+    rerun = run_train(command, REWARD)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-1'} (step 1)" in rerun.stderr
+    assert_gradient_after(run_dir, 1)
     assert_same_weights(run_dir / "final", reference / "final")
     assert (reference / "checkpoints" / "checkpoint-1" / "oar_g_noise_generator_rank0.pt").is_file()
     assert not (reference / "final" / "oar_g_noise_generator_rank0.pt").exists()  # training state, not model

@@ -102,11 +102,15 @@ def train_command(
     ]
 
 
-def subprocess_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+def subprocess_env(*hooks: dict[str, str]) -> dict[str, str]:
+    """The stage's environment, with the entries of each of ``hooks`` (``tests.hold_stage``) added."""
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    for hook in hooks:
+        environment.update(hook)
+    return environment
 
 
-def run_train(command: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_train(command: list[str], *hooks: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        command, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=timeout, check=False
+        command, cwd=REPO_ROOT, env=subprocess_env(*hooks), capture_output=True, text=True, timeout=timeout, check=False
     )
