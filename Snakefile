@@ -326,9 +326,9 @@ rule aggregate:
 
 
 def significance_samples(wildcards):
-    """The per-sample files of the compared checkpoint (the paired bootstrap's items)."""
-    compared = STUDY.significance_checkpoint()
-    return [SAMPLES.format(**job) for job in STUDY.evaluations() if job["checkpoint"] == compared]
+    """The per-sample files of the compared checkpoint and of the baseline (the item-level tests' items)."""
+    wanted = {STUDY.significance_checkpoint(), layout.START_CHECKPOINT}
+    return [SAMPLES.format(**job) for job in STUDY.evaluations() if job["checkpoint"] in wanted]
 
 
 rule significance:

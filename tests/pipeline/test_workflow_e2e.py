@@ -100,7 +100,12 @@ def test_significance_is_sane(workdir: Path, study: Study) -> None:
     rows = json.loads((workdir / "results" / "stats" / "significance.json").read_text())
     assert rows and all(set(row) >= SIGNIFICANCE_KEYS for row in rows)
     pairs = {frozenset((row["method_a"], row["method_b"])) for row in rows}
-    assert len(pairs) == math.comb(len(study.methods), 2)
+    against_base = {frozenset((method, "base")) for method in study.methods}
+    assert len(pairs - against_base) == math.comb(len(study.methods), 2)
+    # every trained method is tested against the warmed-up base over items (the baseline's start samples)
+    assert against_base <= {frozenset((r["method_a"], r["method_b"])) for r in rows if r["test"] == "wilcoxon_items"}
+    report = (workdir / "results" / "report.md").read_text()
+    assert all(f"| {method} vs base |" in report for method in study.methods)
     assert all(0 <= row["p_value"] <= 1 for row in rows if row["p_value"] is not None)
     assert {row["alternative"] for row in rows} >= {"greater", "two-sided"}
     assert (workdir / "results" / "stats" / "significance.md").read_text().strip()
