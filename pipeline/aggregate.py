@@ -369,10 +369,12 @@ def training_curves_figure(curves: dict[RunKey, pd.DataFrame], window: int = SMO
             color = method_color(method)
             axis.plot(band.index, band["mean"], color=color, label=label)
             axis.fill_between(band.index, band["low"], band["high"], color=color, alpha=0.2, linewidth=0)
-        axis.set_title(f"{key} (moving average of {window} logs, band: min-max over {seeds} seed(s))")
+        # The smoothing is said once, on the wide reward panel: long titles overlap on the narrow panels.
+        axis.set_title(key)
         axis.set_xlabel("step")
         if not axis.lines:
             axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes)
+    axes[0].set_title(f"reward (every panel: moving average of {window} logs, band: min-max over {seeds} seed(s))")
     if axes[0].lines:
         axes[0].legend(fontsize=8)
     fig.tight_layout()
