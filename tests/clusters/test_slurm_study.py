@@ -131,7 +131,17 @@ def expected_requests(config_path: Path) -> dict[str, Request]:
     plan = study(config_path)
     (model,) = plan.models
     requests = {}
-    for rule in ("prepare_benchmarks", "prepare_data", "warmup", "train", "aggregate", "significance", "report"):
+    rules = (
+        "prepare_benchmarks",
+        "prepare_data",
+        "warmup",
+        "train",
+        "aggregate",
+        "significance",
+        "token_viewer",
+        "report",
+    )
+    for rule in rules:
         wanted = plan.resources(rule, model)
         requests[rule] = Request(wanted.cpus, wanted.mem_mb, wanted.runtime, wanted.gpus)
     requests["token_analysis"] = requests["aggregate"]  # both on the defaults
@@ -155,6 +165,7 @@ def test_every_rule_went_through_sbatch(runs: StudyRuns) -> None:
         "aggregate": 1,
         "token_analysis": len(plan.grail_runs()),
         "significance": 1,
+        "token_viewer": 1,
         "report": 1,
     }
     evaluations = list((runs.cluster_dir / "results" / "eval").rglob("*.jsonl"))

@@ -167,7 +167,7 @@ def test_cli_writes_output_and_refuses_bad_spec(tiny_model_dir, bench, reference
         ({"backend": "tgi"}, "evaluation spec.backend: expected 'auto' | 'hf' | 'vllm', got str 'tgi'"),
         (
             {"prompt_template": "fancy"},
-            "evaluation spec.prompt_template: expected 'clean' | 'upstream', got str 'fancy'",
+            "evaluation spec.prompt_template: expected 'clean' | 'upstream' | 'bare', got str 'fancy'",
         ),
         ({"top_p": 0}, "evaluation spec.top_p: invalid value 0.0"),
         ({"n_samples": 0}, "evaluation spec.n_samples: invalid value 0"),

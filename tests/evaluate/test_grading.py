@@ -65,17 +65,17 @@ def test_latex_slow_for_sympy_is_bounded_by_the_timeout_and_scored_zero():
     # 2^(2^40) cannot be evaluated by sympy in any reasonable time; math-verify must give up after its timeout.
     # The spy records the timeouts math-verify is given: the spec's, for every parse and verify.
     code = (
-        "import pipeline.rewards as rewards\n"
+        "import pipeline.grading as grading\n"
         "from pipeline.evaluate import grade, parse_eval_spec\n"
         "timeouts = []\n"
-        "parse, verify = rewards.parse, rewards.verify\n"
+        "parse, verify = grading.parse, grading.verify\n"
         "def parse_spy(text, parsing_timeout):\n"
         "    timeouts.append(parsing_timeout)\n"
         "    return parse(text, parsing_timeout=parsing_timeout)\n"
         "def verify_spy(gold, answer, timeout_seconds):\n"
         "    timeouts.append(timeout_seconds)\n"
         "    return verify(gold, answer, timeout_seconds=timeout_seconds)\n"
-        "rewards.parse, rewards.verify = parse_spy, verify_spy\n"
+        "grading.parse, grading.verify = parse_spy, verify_spy\n"
         "spec = parse_eval_spec({'grading_timeout_seconds': 1})\n"
         "for answer in ['2^{2^{40}}', '\\\\sqrt{2}^{10^{9}}', '{' * 5000 + '1']:\n"
         "    print(grade('\\\\boxed{' + answer + '}', '3', spec)[1])\n"

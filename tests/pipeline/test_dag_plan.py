@@ -98,6 +98,7 @@ def test_default_config_plans_every_rule(tmp_path: Path) -> None:
         "aggregate",
         "significance",
         "token_analysis",
+        "token_viewer",
         "report",
         "all",
     }

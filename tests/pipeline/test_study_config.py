@@ -125,7 +125,7 @@ def test_unknown_key_lists_the_allowed_keys() -> None:
         (lambda c: c["methods"]["grail"].pop("grail_std"), "`methods.grail.grail_std`: GRAIL needs a non-zero std"),
         (lambda c: c["token_analysis"].update(benchmark="math500"), "`token_analysis.benchmark`: unknown benchmark"),
         (lambda c: c["evaluation"].update(checkpoints=[500, "final"]), "`evaluation.checkpoints`: step(s) [500]"),
-        (lambda c: c["token_analysis"].update(checkpoints=[151]), "`token_analysis.checkpoints`: step(s) [151]"),
+        (lambda c: c["token_analysis"].update(checkpoints=[251]), "`token_analysis.checkpoints`: step(s) [251]"),
         (lambda c: c["significance"].update(checkpoint=10), "`significance.checkpoint`: 10 is not in"),
         (lambda c: c["models"]["tiny"].update(path="Qwen/Qwen3-4B"), "`models.tiny`: set exactly one of `path`"),
         (lambda c: c["training"].update(num_generations=7), "is not a multiple of num_generations = 7"),
