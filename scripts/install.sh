@@ -13,9 +13,11 @@ if ! python3 -c "import torch" 2>/dev/null; then
   python3 -m pip install --quiet "torch==2.13.0"
 fi
 if [ "${1:-}" = "--dev" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
-  # the token-weight viewer test opens its page in a real headless browser (selenium against the system one)
+  # chromium: the token-weight viewer test opens its page in a real headless browser (selenium drives it);
+  # podman, buildah, runc, debootstrap: the CPU image is built and run for real (tests/clusters/test_containers.py);
+  # and the shell scripts are linted with shellcheck (the same test file)
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    chromium chromium-driver >/dev/null
+    chromium chromium-driver podman buildah runc debootstrap shellcheck >/dev/null
 fi
 python3 -m pip install --quiet -e ".${extras}"
 python3 -c "import pipeline, torch, trl, snakemake; print('installed: torch', torch.__version__, '| trl', trl.__version__)"
