@@ -523,6 +523,7 @@ def semantic_errors(config: Mapping[str, Any]) -> list[str]:
     return [
         *_name_errors(config),
         *_model_errors(config),
+        *_prompt_errors(config),
         *_method_errors(config),
         *_checkpoint_errors(config),
         *_batch_shape_errors(config),
@@ -563,6 +564,17 @@ def _model_errors(config: Mapping[str, Any]) -> list[str]:
                 if arch in model.get("warmup", {})
             ]
     return errors
+
+
+def _prompt_errors(config: Mapping[str, Any]) -> list[str]:
+    """Warm-up and training see the data's prompts; the evaluation must render the same instruction."""
+    trained, evaluated = config["data"]["prompt_template"], config["evaluation"]["prompt_template"]
+    if trained == evaluated:
+        return []
+    return [
+        f"config key `evaluation.prompt_template`: '{evaluated}' differs from data.prompt_template '{trained}' "
+        "(the warm-up and training prompt with the data's template; evaluate with the same one)"
+    ]
 
 
 def _method_errors(config: Mapping[str, Any]) -> list[str]:

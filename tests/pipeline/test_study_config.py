@@ -139,6 +139,10 @@ def test_unknown_key_lists_the_allowed_keys() -> None:
             "`models.smol.revision`: only a hub `path` has a revision",
         ),
         (lambda c: c["models"].update(smol={"training": {}}), "`models.smol`: set one of `path`"),
+        (
+            lambda c: c["evaluation"].update(prompt_template="clean"),
+            "`evaluation.prompt_template`: 'clean' differs from data.prompt_template 'bare'",
+        ),
         (lambda c: c["training"].update(num_generations=7), "is not a multiple of num_generations = 7"),
         (
             lambda c: (
@@ -194,7 +198,7 @@ def test_every_semantic_error_is_named_at_once() -> None:
 
 def test_defaults_are_filled_from_the_schema() -> None:
     config = raw("default")
-    del config["evaluation"], config["token_analysis"], config["resources"]
+    del config["evaluation"], config["token_analysis"], config["resources"], config["data"]["prompt_template"]
     study = Study.from_config(filled(config))
     assert study.evaluation.spec["temperature"] == 0.6 and study.evaluation.spec["max_new_tokens"] == 8192
     assert study.evaluation.checkpoints == ("final",) and study.evaluation.baseline
