@@ -1,4 +1,4 @@
-"""The GRAIL study as one DAG: benchmarks and data -> warm-up -> training -> evaluation -> tables, tests, report.
+"""The GRAIL study as one DAG: benchmarks, data and model source -> warm-up -> training -> evaluation -> tables, tests, report.
 
     snakemake --cores 2                                   # the tiny CPU study (configs/default.yaml)
     snakemake --configfile configs/paper.yaml -n          # plan the paper's study
@@ -67,6 +67,7 @@ BENCHMARK_FILE = f"{E}/{{benchmark}}.jsonl"
 AUDIT = f"{R}/{layout.AUDIT}"
 TRAIN_DATA = f"{R}/{layout.TRAIN_DATA}"
 DATA_CARD = f"{R}/{layout.DATA_CARD}"
+SOURCE_MODEL = f"{R}/{layout.SOURCE_MODEL}"
 START_MODEL = f"{R}/{layout.START_MODEL}"
 RUN_DIR = f"{R}/{layout.RUN_DIR}"
 RUN_METRICS = f"{RUN_DIR}/{layout.METRICS_FILE}"
@@ -121,17 +122,23 @@ def resources_of(stage, per_model=False):
     return {name: value(name) for name in sorted(names)}
 
 
+def built_start_model(model):
+    """The starting point built in this DAG: the warmed-up model, else the prepared source; None for a `path`."""
+    spec = STUDY.models[model]
+    if spec.warmup is not None:
+        return START_MODEL.format(model=model)
+    if spec.source is not None:
+        return SOURCE_MODEL.format(model=model)
+    return None
+
+
 def model_dir(model, method, seed, label):
     """The model an evaluation or analysis loads: the run's final or exported model, or the starting point."""
     if label == layout.START_CHECKPOINT:
         if method != layout.BASELINE_METHOD:
             raise ValueError(f"checkpoint '{label}' belongs to method '{layout.BASELINE_METHOD}', not '{method}'")
-        return START_MODEL.format(model=model)
+        return built_start_model(model) or START_MODEL.format(model=model)
     return layout.run_model_dir(RUN_DIR.format(model=model, method=method, seed=seed), label)
-
-
-def starts_from_warmup(model):
-    return STUDY.models[model].warmup is not None
 
 
 def model_argument(model):
@@ -199,9 +206,38 @@ rule prepare_data:
         " --decontaminate-against {input.decontaminate_against:q} > {log:q} 2>&1"
 
 
+rule prepare_model:
+    output:
+        model=directory(SOURCE_MODEL),
+    log:
+        f"{R}/logs/prepare_model/{{model}}.log",
+    benchmark:
+        f"{R}/benchmarks/prepare_model/{{model}}.tsv"
+    threads: threads_of("prepare_model", per_model=True)
+    resources:
+        **resources_of("prepare_model", per_model=True),
+    params:
+        spec=lambda wildcards: canonical_json(STUDY.models[wildcards.model].source),
+        code=source_digest("pipeline.prepare_model"),
+    shell:
+        "python -m pipeline.prepare_model --spec {params.spec:q} --out {output.model:q} > {log:q} 2>&1"
+
+
+def warmup_inputs(wildcards):
+    inputs = {"data": TRAIN_DATA}
+    if STUDY.models[wildcards.model].source is not None:
+        inputs["source"] = SOURCE_MODEL.format(model=wildcards.model)
+    return inputs
+
+
+def warmup_model_argument(wildcards, input):
+    """`--model SOURCE_DIR` when the warm-up starts from a prepared source (the tiny model is built otherwise)."""
+    return shlex.join(["--model", input.source]) if "source" in input.keys() else ""
+
+
 rule warmup:
     input:
-        data=TRAIN_DATA,
+        unpack(warmup_inputs),
     output:
         model=directory(START_MODEL),
     log:
@@ -214,21 +250,22 @@ rule warmup:
     params:
         spec=lambda wildcards: canonical_json(STUDY.models[wildcards.model].warmup_spec),
         seed=lambda wildcards: STUDY.models[wildcards.model].warmup_seed,
+        model=warmup_model_argument,
         code=source_digest("pipeline.warmup"),
     shell:
-        "python -m pipeline.warmup --spec {params.spec:q} --data {input.data:q} --seed {params.seed}"
+        "python -m pipeline.warmup {params.model} --spec {params.spec:q} --data {input.data:q} --seed {params.seed}"
         " --out {output.model:q} > {log:q} 2>&1"
 
 
 def train_inputs(wildcards):
     inputs = {"data": TRAIN_DATA}
-    if starts_from_warmup(wildcards.model):
-        inputs["start"] = START_MODEL.format(model=wildcards.model)
+    if built_start_model(wildcards.model):
+        inputs["start"] = built_start_model(wildcards.model)
     return inputs
 
 
 def train_model_argument(wildcards, input):
-    if starts_from_warmup(wildcards.model):
+    if "start" in input.keys():
         return shlex.join(["--model", input.start])
     return model_argument(wildcards.model)
 
@@ -270,7 +307,7 @@ rule train:
 
 def evaluate_inputs(wildcards):
     inputs = {"benchmark": BENCHMARK_FILE.format(benchmark=wildcards.benchmark)}
-    if wildcards.checkpoint != layout.START_CHECKPOINT or starts_from_warmup(wildcards.model):
+    if wildcards.checkpoint != layout.START_CHECKPOINT or built_start_model(wildcards.model):
         inputs["model"] = model_dir(wildcards.model, wildcards.method, wildcards.seed, wildcards.checkpoint)
     return inputs
 

@@ -158,6 +158,16 @@ def arithmetic_spec(spec: Any, where: str) -> ArithmeticSpec:
     return result
 
 
+def gsm_symbolic_settings(spec: Any, where: str) -> dict[str, int]:
+    """{count, seed} of a GSM-Symbolic spec, both required non-negative integers (count at least 1)."""
+    check_keys(spec, {"count", "seed"}, where)
+    for key, minimum in (("count", 1), ("seed", 0)):
+        value = spec.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise InputError(f"{where}.{key}: expected an integer >= {minimum}, got {value!r}")
+    return {"count": spec["count"], "seed": spec["seed"]}
+
+
 def strip_enclosing_dollars(text: str) -> str:
     """``"$x$"`` or ``"$$x$$"`` -> ``"x"``; text with a ``$`` inside the block, or none around it, unchanged."""
     match = ENCLOSING_DOLLARS.match(text)

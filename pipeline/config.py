@@ -235,14 +235,29 @@ class Resources:
         return resources
 
 
+# WARMUP_SPEC keys of the tiny model's architecture (pipeline.tiny_model.TinyModelSpec): refused beside a source.
+TINY_ARCHITECTURE_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    """A model: a hub id or local ``path`` at ``revision``, or a tiny model built and warmed up (``warmup``)."""
+    """A model: a hub id or local ``path`` at ``revision`` (used as it is); a ``source`` built here from an
+    installed package (pipeline.prepare_model.ModelSource), optionally warmed up (``warmup``, SFT keys only);
+    or the tiny model built from the architecture in ``warmup`` and warmed up."""
 
     name: str
     path: str | None
     revision: str | None
     warmup: dict[str, Any] | None
+    source: dict[str, Any] | None
     training: dict[str, Any]
     resources: dict[str, dict[str, Any]]
 
@@ -353,6 +368,7 @@ class Study:
                     path=raw.get("path"),
                     revision=raw.get("revision"),
                     warmup=raw.get("warmup"),
+                    source=raw.get("source"),
                     training=raw.get("training", {}),
                     resources=raw.get("resources", {}),
                 )
@@ -507,6 +523,7 @@ def semantic_errors(config: Mapping[str, Any]) -> list[str]:
     return [
         *_name_errors(config),
         *_model_errors(config),
+        *_prompt_errors(config),
         *_method_errors(config),
         *_checkpoint_errors(config),
         *_batch_shape_errors(config),
@@ -524,13 +541,40 @@ def _name_errors(config: Mapping[str, Any]) -> list[str]:
 
 
 def _model_errors(config: Mapping[str, Any]) -> list[str]:
+    """Each model is exactly one of: ``path`` (used as it is), ``source`` (+ optional SFT-only ``warmup``), or
+    the tiny model (``warmup`` with its architecture)."""
     errors = []
     for name, model in config["models"].items():
-        if ("path" in model) == ("warmup" in model):
-            errors.append(f"config key `models.{name}`: set exactly one of `path` (a hub id or directory) or `warmup`")
-        if "warmup" in model and "revision" in model:
-            errors.append(f"config key `models.{name}.revision`: a warmed-up tiny model has no hub revision")
+        key = f"config key `models.{name}"
+        if "path" in model and "source" in model:
+            errors.append(f"{key}`: set one of `path` (a hub id or directory) or `source` (built here), not both")
+        elif not {"path", "source", "warmup"} & set(model):
+            errors.append(
+                f"{key}`: set one of `path` (a hub id or directory), `source` (built here) or `warmup` (the tiny model)"
+            )
+        if "path" in model and "warmup" in model:
+            errors.append(f"{key}.warmup`: a `path` model is used as it is; to warm up a model, build it with `source`")
+        if "revision" in model and "path" not in model:
+            errors.append(f"{key}.revision`: only a hub `path` has a revision")
+        if "source" in model:
+            errors += [
+                f"{key}.warmup.{arch}`: an architecture key of the tiny model; a `source` model's warm-up takes only "
+                "SFT keys (steps, batch_size, learning_rate, max_length)"
+                for arch in TINY_ARCHITECTURE_KEYS
+                if arch in model.get("warmup", {})
+            ]
     return errors
+
+
+def _prompt_errors(config: Mapping[str, Any]) -> list[str]:
+    """Warm-up and training see the data's prompts; the evaluation must render the same instruction."""
+    trained, evaluated = config["data"]["prompt_template"], config["evaluation"]["prompt_template"]
+    if trained == evaluated:
+        return []
+    return [
+        f"config key `evaluation.prompt_template`: '{evaluated}' differs from data.prompt_template '{trained}' "
+        "(the warm-up and training prompt with the data's template; evaluate with the same one)"
+    ]
 
 
 def _method_errors(config: Mapping[str, Any]) -> list[str]:
@@ -655,8 +699,11 @@ def _token_viewer_errors(config: Mapping[str, Any]) -> list[str]:
 
 
 def _module_path(module: str, package_dir: Path) -> Path | None:
-    """The source file of a ``pipeline.*`` module, or None when there is none."""
-    relative = Path(*module.split(".")[1:])
+    """The source file of a ``pipeline.*`` module (``pipeline`` itself: its ``__init__``), or None when there is none."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return package_dir / "__init__.py"
+    relative = Path(*parts)
     for candidate in (package_dir / relative.with_suffix(".py"), package_dir / relative / "__init__.py"):
         if candidate.is_file():
             return candidate

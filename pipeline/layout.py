@@ -21,6 +21,7 @@ CHECKPOINTS_DIR = "checkpoints"  # the resumable working directory of a run (not
 TRAIN_DATA = "data/train.jsonl"
 DATA_CARD = "data/data_card.json"
 AUDIT = "audit/{benchmark}.json"
+SOURCE_MODEL = "models/{model}/source"  # a model built here from an installed package (rule prepare_model)
 START_MODEL = "models/{model}/" + START_CHECKPOINT
 RUN_DIR = "runs/{model}/{method}/seed{seed}"
 SAMPLES = "eval/{model}/{method}/seed{seed}/{checkpoint}/{benchmark}.jsonl"

@@ -35,14 +35,18 @@ def resolve_model(model: str, revision: str | None) -> str:
         raise InputError(f"model {model!r} at revision {revision!r}: cannot fetch it ({_first_line(error)})") from None
 
 
-def load_tokenizer(model: str, *, revision: str | None = None, trust_remote_code: bool = False) -> Any:
+def load_tokenizer(
+    model: str, *, revision: str | None = None, trust_remote_code: bool = False, gguf_file: str | None = None
+) -> Any:
     """The tokenizer of a model directory or hub id, ready for chat prompts: it must have a chat template and an
     eos token; padding and truncation are on the left (prompts are left-padded for generation); the pad token is
-    the tokenizer's own, else unk, else eos."""
+    the tokenizer's own, else unk, else eos. ``gguf_file`` reads it from that GGUF file of the directory."""
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(
+            model, revision=revision, trust_remote_code=trust_remote_code, **_gguf_option(gguf_file)
+        )
     except (OSError, ValueError) as error:
         raise InputError(f"{model}: cannot load its tokenizer ({_first_line(error)})") from None
     if not tokenizer.chat_template:
@@ -72,16 +76,26 @@ def is_causal_lm_config(config: Any) -> bool:
     return config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 
-def load_model(model: str, *, revision: str | None = None, trust_remote_code: bool = False, **options: Any) -> Any:
+def load_model(
+    model: str,
+    *,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    gguf_file: str | None = None,
+    **options: Any,
+) -> Any:
     """``AutoModelForCausalLM.from_pretrained`` with ``options`` (``dtype``, ``attn_implementation``); a model that
-    cannot be loaded, or whose config is not a causal LM's, is an InputError naming it.
+    cannot be loaded, or whose config is not a causal LM's, is an InputError naming it. ``gguf_file`` reads the
+    config and the (dequantized) weights from that GGUF file of the directory.
 
     ``trust_remote_code`` stays off unless the caller's spec sets it: no code from a model repository is run.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
-        config = AutoConfig.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(
+            model, revision=revision, trust_remote_code=trust_remote_code, **_gguf_option(gguf_file)
+        )
     except (OSError, ValueError) as error:
         raise InputError(f"{model}: cannot load it as a causal LM ({_first_line(error)})") from None
     if not is_causal_lm_config(config):
@@ -89,10 +103,15 @@ def load_model(model: str, *, revision: str | None = None, trust_remote_code: bo
         raise InputError(f"{model}: not a causal language model ({architectures})")
     try:
         return AutoModelForCausalLM.from_pretrained(
-            model, revision=revision, trust_remote_code=trust_remote_code, **options
+            model, revision=revision, trust_remote_code=trust_remote_code, **_gguf_option(gguf_file), **options
         )
     except (OSError, ValueError, KeyError) as error:
         raise InputError(f"{model}: cannot load it as a causal LM ({_first_line(error)})") from None
+
+
+def _gguf_option(gguf_file: str | None) -> dict[str, str]:
+    """``from_pretrained``'s ``gguf_file`` keyword, only when a file is named (not every loader accepts None)."""
+    return {"gguf_file": gguf_file} if gguf_file else {}
 
 
 def _first_line(error: BaseException) -> str:

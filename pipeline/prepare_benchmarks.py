@@ -3,12 +3,15 @@
     python -m pipeline.prepare_benchmarks --name NAME --spec BENCH_SPEC --out eval_data/NAME.jsonl \\
         --audit results/audit/NAME.json
 
-BENCH_SPEC keys: ``kind`` (math500, aime24, amc23, minerva, olympiadbench, collegemath, qwen_jsonl, generated);
+BENCH_SPEC keys: ``kind`` (math500, aime24, amc23, minerva, olympiadbench, collegemath, qwen_jsonl, generated,
+gsm8k, gsm_symbolic);
 ``hub_id``, ``config``, ``split``, ``revision``, ``cache_dir`` (override the kind's pinned Hub source; ``hub_id``
 may be a local dataset directory); ``path`` (a local JSONL file in the kind's format instead of the Hub; required
 for qwen_jsonl); ``subset_size``, ``subset_seed``, ``subset_ids_file`` (olympiadbench and collegemath default to
 200 items); ``gold`` (clean | upstream: the gold as upstream's scorer saw it, pipeline.benchmarks); ``generated``
-(ArithmeticSpec fields, for kind generated).
+(ArithmeticSpec fields, for kind generated); ``templates`` (held_out | all, kind gsm8k: the GSM8K problems of the
+held-out templates, or all 100) and ``gsm_symbolic`` ({count, seed}: variants of the held-out templates, kind
+gsm_symbolic); both GSM kinds come from the installed package (pipeline.gsm, its template split).
 
 Subsets: when ``subset_ids_file`` exists, exactly its ids are used (reproducible across data orderings);
 otherwise ``subset_size`` items are drawn with ``random.Random(subset_seed)`` and, when ``subset_ids_file`` is
@@ -23,6 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from pipeline import gsm
 from pipeline.arith import arithmetic_problems
 from pipeline.benchmarks import (
     DEFAULT_SUBSET_SEED,
@@ -30,6 +34,7 @@ from pipeline.benchmarks import (
     arithmetic_spec,
     audit_golds,
     check_keys,
+    gsm_symbolic_settings,
     items_with_ids,
     load_hub_rows,
     normalize_rows,
@@ -37,7 +42,8 @@ from pipeline.benchmarks import (
 )
 from pipeline.io import InputError, atomic_write_json, atomic_write_jsonl, load_spec, read_jsonl, run_cli
 
-KINDS = (*SOURCE_FORMATS, "generated")
+KINDS = (*SOURCE_FORMATS, "generated", "gsm8k", "gsm_symbolic")
+GSM_TEMPLATES = ("held_out", "all")
 SPEC_KEYS = {
     "kind",
     "hub_id",
@@ -51,6 +57,8 @@ SPEC_KEYS = {
     "subset_ids_file",
     "gold",
     "generated",
+    "templates",
+    "gsm_symbolic",
 }
 
 
@@ -59,6 +67,25 @@ def generated_items(name: str, spec: dict[str, Any]) -> tuple[list[dict[str, str
     arithmetic = arithmetic_spec(spec.get("generated", {}), f"benchmarks.{name}.generated")
     items = [{**row, "source": "generated"} for row in arithmetic_problems(arithmetic, id_prefix=name)]
     return items, {"kind": "generated", "generated": asdict(arithmetic)}
+
+
+def gsm_items(name: str, spec: dict[str, Any]) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """GSM8K originals (kind gsm8k) or seeded GSM-Symbolic variants (kind gsm_symbolic) of the package's templates."""
+    provenance: dict[str, Any] = {"kind": spec["kind"], "package": gsm.package_version()}
+    if spec["kind"] == "gsm8k":
+        templates = spec.get("templates", "held_out")
+        if templates not in GSM_TEMPLATES:
+            raise InputError(
+                f"benchmarks.{name}.templates: expected one of {', '.join(GSM_TEMPLATES)}, got {templates!r}"
+            )
+        problems = gsm.originals(templates)
+        provenance["templates"] = templates
+    else:
+        settings = gsm_symbolic_settings(spec.get("gsm_symbolic"), f"benchmarks.{name}.gsm_symbolic")
+        problems = gsm.variants(settings["count"], settings["seed"], "held_out", name)
+        provenance |= {"templates": "held_out", **settings}
+    items = [{"id": p.id, "problem": p.question, "answer": p.answer, "source": spec["kind"]} for p in problems]
+    return items, provenance
 
 
 def source_items(name: str, spec: dict[str, Any]) -> tuple[list[dict[str, str]], list[dict[str, Any]], dict[str, Any]]:
@@ -135,6 +162,8 @@ def prepare_benchmark(name: str, spec: Any) -> tuple[list[dict[str, str]], dict[
         raise InputError(f"benchmarks.{name}.kind: expected one of {', '.join(KINDS)}, got {spec.get('kind')!r}")
     if spec["kind"] == "generated":
         (items, provenance), skipped = generated_items(name, spec), []
+    elif spec["kind"] in ("gsm8k", "gsm_symbolic"):
+        (items, provenance), skipped = gsm_items(name, spec), []
     else:
         items, skipped, provenance = source_items(name, spec)
     items, subset = apply_subset(name, spec, items, provenance)

@@ -1,16 +1,19 @@
-"""Stage `prepare_data`: training rows (DeepMath-103K, generated arithmetic or a local JSONL file) + data card.
+"""Stage `prepare_data`: training rows (DeepMath-103K, generated arithmetic, GSM-Symbolic variants or a local JSONL
+file) + data card.
 
     python -m pipeline.prepare_data --spec DATA_SPEC --out results/data/train.jsonl \\
         --card results/data/data_card.json [--decontaminate-against eval_data/A.jsonl ...]
 
-DATA_SPEC keys: ``source`` (deepmath | generated | jsonl), ``prompt_template`` (clean | upstream | bare; upstream
+DATA_SPEC keys: ``source`` (deepmath | generated | gsm_symbolic | jsonl), ``prompt_template`` (clean | upstream | bare; upstream
 reproduces the paper's U+0008 quirk, spec 5), ``deepmath`` ({hub_id, revision, split, cache_dir, max_rows,
 shuffle_seed, shuffle}; shuffle python_random (default) or datasets: upstream's ``Dataset.shuffle(seed)`` order over
 every row, which refuses skipped rows and decontamination because they would shift positions), ``generated``
-(ArithmeticSpec fields), ``jsonl`` ({path, max_rows, shuffle_seed}; rows with ``problem`` and ``answer``),
+(ArithmeticSpec fields), ``gsm_symbolic`` ({count, seed}: variants of the training templates, pipeline.gsm),
+``jsonl`` ({path, max_rows, shuffle_seed}; rows with ``problem`` and ``answer``),
 ``decontaminate`` ({enabled, ngram}).
 
-Output rows (ARCHITECTURE.md): ``{"id", "prompt": [{"role": "user", "content": ...}], "solution", "source"}``;
+Output rows (ARCHITECTURE.md): ``{"id", "prompt": [{"role": "user", "content": ...}], "solution", "source"}``, and
+``worked_solution`` (the warm-up's SFT target, ending in the boxed answer) for GSM-Symbolic rows;
 the instruction is appended to the (last) user message, as upstream does for DeepMath's conversational prompt.
 
 Answer policy: string answers are used stripped; integer and finite float answers are converted to strings
@@ -33,12 +36,21 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from pipeline import gsm
 from pipeline.arith import arithmetic_problems
-from pipeline.benchmarks import SkipRow, answer_text, arithmetic_spec, check_keys, load_hub_rows
+from pipeline.benchmarks import (
+    SkipRow,
+    answer_text,
+    arithmetic_spec,
+    check_keys,
+    gsm_symbolic_settings,
+    load_hub_rows,
+)
 from pipeline.io import InputError, atomic_write_json, atomic_write_jsonl, load_spec, read_jsonl, run_cli
 from pipeline.rewards import PROMPT_TEMPLATES, build_prompt
 
-SPEC_KEYS = {"source", "prompt_template", "deepmath", "generated", "jsonl", "decontaminate"}
+SPEC_KEYS = {"source", "prompt_template", "deepmath", "generated", "gsm_symbolic", "jsonl", "decontaminate"}
+GSM_SYMBOLIC_KEYS = {"count", "seed"}
 DEEPMATH_KEYS = {"hub_id", "revision", "split", "cache_dir", "max_rows", "shuffle_seed", "shuffle"}
 SHUFFLES = ("python_random", "datasets")
 JSONL_KEYS = {"path", "max_rows", "shuffle_seed"}
@@ -67,6 +79,7 @@ class Record:
     messages: list[dict[str, Any]]
     problem: str
     solution: str
+    worked_solution: str | None = None
 
 
 def user_problem(messages: Any) -> str:
@@ -132,7 +145,10 @@ def training_row(record: Record, template: str, source: str) -> dict[str, Any]:
     last_user = max(i for i, message in enumerate(record.messages) if message.get("role") == "user")
     prompt = [{"role": message["role"], "content": message["content"]} for message in record.messages]
     prompt[last_user]["content"] = build_prompt(prompt[last_user]["content"], template)
-    return {"id": record.id, "prompt": prompt, "solution": record.solution, "source": source}
+    row = {"id": record.id, "prompt": prompt, "solution": record.solution, "source": source}
+    if record.worked_solution is not None:
+        row["worked_solution"] = record.worked_solution
+    return row
 
 
 def word_ngrams(text: str, n: int) -> set[tuple[str, ...]]:
@@ -230,6 +246,14 @@ def load_records(spec: dict[str, Any]) -> tuple[list[Record], list[dict], dict[s
         rows = arithmetic_problems(arithmetic, id_prefix="train")
         records, skipped = validated_records(rows, lambda row, i: plain_record(row, i, "train"), "generated")
         return records, skipped, {"generated": asdict(arithmetic)}, {"shuffle_seed": None, "max_rows": None}
+    if source == "gsm_symbolic":
+        settings = gsm_symbolic_settings(spec.get("gsm_symbolic", {}), "data.gsm_symbolic")
+        records = [
+            Record(p.id, [{"role": "user", "content": p.question}], p.question, p.answer, p.worked_solution)
+            for p in gsm.variants(settings["count"], settings["seed"], "training", "gsm_symbolic")
+        ]
+        provenance = {"gsm_symbolic": settings | {"templates": "training", "package": gsm.package_version()}}
+        return records, [], provenance, {"shuffle_seed": None, "max_rows": None}
     if source == "deepmath":
         settings = DEEPMATH_DEFAULTS | check_keys(spec.get("deepmath", {}), DEEPMATH_KEYS, "data.deepmath")
         rows = load_hub_rows(
@@ -251,7 +275,7 @@ def load_records(spec: dict[str, Any]) -> tuple[list[Record], list[dict], dict[s
         records, skipped = validated_records(read_jsonl(path), lambda row, i: plain_record(row, i, prefix), path)
         order = {"shuffle_seed": settings.get("shuffle_seed", 42), "max_rows": settings.get("max_rows")}
         return records, skipped, {"path": path}, order
-    raise InputError(f"data.source: expected one of deepmath, generated, jsonl, got {source!r}")
+    raise InputError(f"data.source: expected one of deepmath, generated, gsm_symbolic, jsonl, got {source!r}")
 
 
 def decontamination_settings(spec: dict[str, Any], against: list[str]) -> dict[str, Any]:

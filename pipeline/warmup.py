@@ -1,13 +1,19 @@
-"""Stage `warmup`: build the tiny model and give it a short SFT on the training rows, so RL starts with reward > 0.
+"""Stage `warmup`: a short SFT on the training rows, so RL starts with reward > 0 — of the tiny model built here
+from an architecture, or of a given model directory (``--model``, e.g. a prepared source model).
 
     python -m pipeline.warmup --spec WARMUP_SPEC --data results/data/train.jsonl --seed S --out results/models/M/start
+    python -m pipeline.warmup --model results/models/M/source --spec WARMUP_SPEC --data ... --seed S --out ...
 
-WARMUP_SPEC keys: the architecture fields of ``TinyModelSpec`` (hidden_size, intermediate_size, num_hidden_layers,
-num_attention_heads, num_key_value_heads, head_dim, max_position_embeddings) and the SFT settings of
-``SFTSettings`` (steps, learning_rate, batch_size). The model's random init and the batch order come from --seed.
+WARMUP_SPEC keys: the SFT settings of ``SFTSettings`` (steps, learning_rate, batch_size, max_length) and, for the
+tiny model only, the architecture fields of ``TinyModelSpec`` (hidden_size, intermediate_size, num_hidden_layers,
+num_attention_heads, num_key_value_heads, head_dim, max_position_embeddings). The tiny model's random init and the
+batch order come from --seed.
 
-Each example is the row's chat prompt (exactly as training renders it) followed by a target completion and eos.
-The loss is the mean token cross-entropy over completion tokens only (prompt and padding labels are -100):
+Each example is the row's chat prompt (exactly as training renders it) followed by a target completion and eos:
+the row's ``worked_solution`` when it has one (GSM-Symbolic rows: the worked steps ending in ``\\boxed{answer}``),
+else the worked steps of a generated arithmetic problem, else just the boxed answer. Examples longer than
+``max_length`` tokens are left out (cutting one would drop its box and eos); the log counts them. The loss is the
+mean token cross-entropy over completion tokens only (prompt and padding labels are -100):
 
     L = - (1 / |C|) * sum_{t in C} log p(x_t | x_<t),   C = completion positions of the batch (eos included)
 
@@ -28,22 +34,27 @@ import torch
 from pipeline.arith import is_arithmetic_problem, worked_solution
 from pipeline.generation import chat_prompt_ids, problem_from_prompt
 from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
+from pipeline.loading import load_model, load_tokenizer
 from pipeline.progress import progress
+from pipeline.rewards import BOX_MARKER
 from pipeline.specs import dataclass_from_mapping
 from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
 
 IGNORE_INDEX = -100
+WORKED_SOLUTION_FIELD = "worked_solution"  # optional training-row field: the SFT target (pipeline.gsm writes it)
 MAX_GRAD_NORM = 1.0
 ARCHITECTURE_KEYS = frozenset(field.name for field in dataclasses.fields(TinyModelSpec)) - {"seed"}
 
 
 @dataclass(frozen=True)
 class SFTSettings:
-    """SFT settings: ``steps`` optimizer steps of ``batch_size`` examples at peak ``learning_rate``."""
+    """SFT settings: ``steps`` optimizer steps of ``batch_size`` examples at peak ``learning_rate``; examples over
+    ``max_length`` tokens (prompt + completion) are left out (None: no limit)."""
 
     steps: int = 150
     learning_rate: float = 5e-3
     batch_size: int = 32
+    max_length: int | None = None
 
 
 @dataclass(frozen=True)
@@ -54,8 +65,9 @@ class Example:
     completion_ids: list[int]
 
 
-def parse_warmup_spec(mapping: Any, seed: int) -> tuple[TinyModelSpec, SFTSettings]:
-    """Split WARMUP_SPEC into the architecture (seeded with ``seed``) and the SFT settings; refuse unknown keys."""
+def parse_warmup_spec(mapping: Any, seed: int, pretrained: bool = False) -> tuple[TinyModelSpec | None, SFTSettings]:
+    """Split WARMUP_SPEC into the tiny architecture (seeded with ``seed``; None for a ``pretrained`` model, which
+    refuses architecture keys) and the SFT settings; unknown keys are refused by name."""
     if mapping is None:
         mapping = {}
     if not isinstance(mapping, dict):
@@ -65,24 +77,36 @@ def parse_warmup_spec(mapping: Any, seed: int) -> tuple[TinyModelSpec, SFTSettin
     if unknown:
         raise InputError(f"warmup spec: unknown key(s) {unknown}; known keys: {sorted(ARCHITECTURE_KEYS | sft_keys)}")
     architecture = {key: value for key, value in mapping.items() if key in ARCHITECTURE_KEYS}
+    if pretrained and architecture:
+        raise InputError(
+            f"warmup spec: architecture key(s) {sorted(architecture)} describe the tiny model built here; "
+            f"a given --model takes only the SFT keys {sorted(sft_keys)}"
+        )
     settings = dataclass_from_mapping(
         SFTSettings, {key: value for key, value in mapping.items() if key in sft_keys}, "warmup spec"
     )
     if settings.steps < 1 or settings.batch_size < 1 or not settings.learning_rate > 0:
         raise InputError(f"warmup spec: steps, batch_size and learning_rate must be positive, got {settings}")
-    model_spec = dataclass_from_mapping(TinyModelSpec, {**architecture, "seed": seed}, "warmup spec")
-    return model_spec, settings
+    if settings.max_length is not None and settings.max_length < 2:
+        raise InputError(f"warmup spec: max_length must be at least 2 tokens, got {settings.max_length}")
+    if pretrained:
+        return None, settings
+    return dataclass_from_mapping(TinyModelSpec, {**architecture, "seed": seed}, "warmup spec"), settings
 
 
-def sft_target(problem: str, answer: str) -> str:
-    """The completion to imitate: the worked steps of a generated arithmetic problem, else just the boxed answer."""
+def sft_target(problem: str, answer: str, worked: str | None = None) -> str:
+    """The completion to imitate: the row's own worked solution when it has one, else the worked steps of a
+    generated arithmetic problem, else just the boxed answer."""
+    if worked is not None:
+        return worked
     if is_arithmetic_problem(problem):
         return worked_solution(problem, answer)
     return f"\\boxed{{{answer}}}"
 
 
 def load_examples(path: str | Path, tokenizer: Any) -> list[Example]:
-    """Tokenized SFT examples from training rows (``prompt`` conversational, ``solution`` the gold answer)."""
+    """Tokenized SFT examples from training rows (``prompt`` conversational, ``solution`` the gold answer,
+    optional ``worked_solution`` the completion to imitate)."""
     rows = read_jsonl(path)
     if not rows:
         raise InputError(f"{path}: no training rows")
@@ -92,8 +116,12 @@ def load_examples(path: str | Path, tokenizer: Any) -> list[Example]:
         answer = row.get("solution")
         if not isinstance(answer, str) or not answer.strip():
             raise InputError(f"{where}: field 'solution' must be a non-empty string")
+        worked = row.get(WORKED_SOLUTION_FIELD)
+        if worked is not None and (not isinstance(worked, str) or BOX_MARKER not in worked):
+            raise InputError(f"{where}: field '{WORKED_SOLUTION_FIELD}' must be a string with a \\boxed{{}} answer")
         problem = problem_from_prompt(row.get("prompt"), where)
-        completion = tokenizer(sft_target(problem, answer.strip()), add_special_tokens=False)["input_ids"]
+        target = sft_target(problem, answer.strip(), worked)
+        completion = tokenizer(target, add_special_tokens=False)["input_ids"]
         examples.append(
             Example(
                 prompt_ids=chat_prompt_ids(tokenizer, row["prompt"][-1]["content"]),
@@ -101,6 +129,16 @@ def load_examples(path: str | Path, tokenizer: Any) -> list[Example]:
             )
         )
     return examples
+
+
+def within_length(examples: list[Example], max_length: int | None) -> list[Example]:
+    """The examples of at most ``max_length`` tokens (all of them when None); none left is an InputError."""
+    if max_length is None:
+        return examples
+    kept = [e for e in examples if len(e.prompt_ids) + len(e.completion_ids) <= max_length]
+    if not kept:
+        raise InputError(f"warmup spec: max_length={max_length} leaves none of the {len(examples)} examples")
+    return kept
 
 
 def collate(examples: list[Example], pad_token_id: int) -> dict[str, torch.Tensor]:
@@ -155,15 +193,21 @@ def train_sft(model: Any, examples: list[Example], settings: SFTSettings, seed: 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", required=True, help="WARMUP_SPEC: inline JSON or a JSON/YAML file")
+    parser.add_argument("--model", help="warm up this model directory instead of building the tiny model")
     parser.add_argument("--data", required=True, help="training rows (JSONL)")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--out", required=True, help="output model directory (written atomically)")
     args = parser.parse_args(argv)
 
-    model_spec, settings = parse_warmup_spec(load_spec(args.spec), args.seed)
-    tokenizer = build_tokenizer()
-    examples = load_examples(args.data, tokenizer)
-    model = build_model(model_spec, tokenizer)
+    model_spec, settings = parse_warmup_spec(load_spec(args.spec), args.seed, pretrained=args.model is not None)
+    if model_spec is None:
+        tokenizer = load_tokenizer(args.model)
+        model = load_model(args.model, dtype=torch.float32)
+    else:
+        tokenizer = build_tokenizer()
+        model = build_model(model_spec, tokenizer)
+    all_examples = load_examples(args.data, tokenizer)
+    examples = within_length(all_examples, settings.max_length)
     losses = train_sft(model, examples, settings, args.seed, tokenizer.pad_token_id)
     with atomic_path(args.out) as temporary:
         model.save_pretrained(temporary)
@@ -171,9 +215,10 @@ def main(argv: list[str] | None = None) -> None:
         atomic_write_json(
             temporary / "warmup_log.json",
             {
-                "architecture": dataclasses.asdict(model_spec),
+                **({"model": args.model} if model_spec is None else {"architecture": dataclasses.asdict(model_spec)}),
                 "sft": dataclasses.asdict(settings),
                 "examples": len(examples),
+                "examples_over_max_length": len(all_examples) - len(examples),
                 "losses": losses,
             },
         )

