@@ -8,6 +8,7 @@ signal forwarding the SIGTERM test holds until the hook's limit; without its exi
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from test_train_run import (
     newest_checkpoint_step,
     step_lines,
 )
-from train_support import TRAINING_SPEC, run_train, train_command
+from train_support import TRAINING_SPEC, run_train, train_command, training_rows
 
 from pipeline.layout import working_metrics_path
 from pipeline.preemption import PREEMPTED_EXIT_CODE
@@ -106,3 +107,25 @@ def test_preempted_two_process_run_exits_75_and_resumes_to_the_same_weights(
     assert_gradient_after(run_dir, 3)
     assert_same_weights(run_dir / "final", reference / "final")
     assert_same_weights(run_dir / "exports" / "step-2", reference / "exports" / "step-2")
+
+
+def test_two_process_run_killed_at_an_epoch_boundary_continues_with_the_next_epochs_order(model_dir, tmp_path) -> None:
+    """4 rows, 8 completions per process x 2 processes = all 4 prompts x 4 generations per round (num_iterations 2):
+    one epoch is 2 steps. The whole job is SIGKILLed after checkpoint-2 (the launcher, accelerate and both ranks, as
+    Slurm ends a job step); the rerun starts epoch 1, whose order each rank's sampler must draw as the uninterrupted run did."""
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in training_rows(4, seed=5)), encoding="utf-8")
+    spec = {**TRAINING_SPEC, "per_device_train_batch_size": 8}
+    reference = tmp_path / "reference"
+    finished = run_train(launch_two(train_command(model_dir, data, reference, training_spec=spec)), REWARD)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    command = launch_two(train_command(model_dir, data, run_dir, training_spec=spec))
+    killed = interrupt_after_checkpoint(command, run_dir, signal.SIGKILL, whole_tree=True)
+    assert killed.returncode == -signal.SIGKILL
+    rerun = run_train(command, REWARD)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-2'} (step 2)" in rerun.stderr
+    assert json.loads((run_dir / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())["epoch"] == 2
+    assert_gradient_after(run_dir, 2)
+    assert_same_weights(run_dir / "final", reference / "final")
