@@ -3,8 +3,9 @@ DDP over gloo, one thread each on this machine's two cores), with HF generation:
 rank-0 writes, the per-rank state files of a checkpoint and the exit status of a preempted run, for real.
 
 As in test_train_run, the compared runs train on the pseudo-random reward of ``tests.hold_stage`` so that every
-step after the resume point has a gradient. (Checked by breaking the code on purpose: without the launcher's
-signal forwarding the SIGTERM test holds until the hook's limit; without its exit-status mapping it sees 1.)"""
+step after the resume point has a gradient. The resume test found a real bug (rank 1 of a multi-CPU run could not
+load its generation buffer onto its device ``cpu:1``); the launcher's forwarding, signal file and exit-status
+mapping were each broken on purpose against the faster tests of tests/clusters/test_launch.py."""
 
 from __future__ import annotations
 
