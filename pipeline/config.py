@@ -22,6 +22,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from pipeline.io import InputError
+from pipeline.launch import training_processes
 from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, checkpoint_label, label_step
 from pipeline.tracking import TrackingConfig, run_name
 
@@ -624,14 +625,14 @@ def _checkpoint_errors(config: Mapping[str, Any]) -> list[str]:
 
 
 def _train_processes(config: Mapping[str, Any], model: str) -> int:
-    """Processes the train job runs (pipeline.launch: one per GPU when GPUs > 1 or nodes > 1, else one)."""
+    """Processes the train job runs: pipeline.launch's count for its gpus and nodes (one per GPU, or per CPU
+    slot on a machine without CUDA, when more than one is asked for)."""
     merged = {
         **config["resources"]["default"],
         **config["resources"].get("train", {}),
         **config["models"][model].get("resources", {}).get("train", {}),
     }
-    gpus, nodes = merged["gpus"], merged["nodes"]
-    return gpus * nodes if gpus > 1 or nodes > 1 else 1
+    return training_processes(merged["gpus"], merged["nodes"])
 
 
 def _batch_shape_errors(config: Mapping[str, Any]) -> list[str]:

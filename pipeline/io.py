@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from pipeline.preemption import record_exit_status
+
 # Checkpoint content that is training state, not part of an exported model.
 TRAINING_STATE_FILES = re.compile(
     r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state.*\.pth|trainer_state\.json|training_args\.bin"
@@ -190,10 +192,29 @@ def load_spec(text: str) -> Any:
         raise InputError(f"{path}: not valid YAML ({error})") from None
 
 
+def exit_status(code: object) -> int:
+    """The process exit status of ``SystemExit(code)``: None is 0, an int itself, anything else (a message) 1."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
 def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
-    """Run a stage's ``main``; an InputError becomes a one-line message on stderr and exit status 2."""
+    """Run a stage's ``main``; an InputError becomes a one-line message on stderr and exit status 2.
+
+    The exit status is also recorded for a supervising ``pipeline.launch`` (``pipeline.preemption``), which passes
+    it on where ``accelerate launch`` would report any failure as 1.
+    """
+    status = 1  # an uncaught exception
     try:
         main(argv)
+        status = 0
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
+        status = 2
         raise SystemExit(2) from None
+    except SystemExit as stop:
+        status = exit_status(stop.code)
+        raise
+    finally:
+        record_exit_status(status)

@@ -1,10 +1,16 @@
-"""Launch a stage module as one plain process, one DeepSpeed process per GPU, or one launcher per Slurm node.
+"""Launch a stage module as one plain process, one process per GPU or CPU slot, or one launcher per Slurm node.
 
     python -m pipeline.launch --gpus G --nodes N -- pipeline.train ARGS...
 
 Modes (printed to stderr before the launch):
-- ``single-process``: G <= 1 and N <= 1, or no CUDA device visible (a CPU machine):
-  ``python -m MODULE ARGS``.
+- ``single-process``: G <= 1 and N <= 1: ``python -m MODULE ARGS``.
+- ``cpu``: G > 1 or N > 1 but no CUDA device visible (a CPU machine): P = max(G, 1) x N processes on this machine,
+  ``accelerate launch --config_file configs/accelerate/multi_cpu.yaml --num_processes P --main_process_port 0
+  --multi_gpu --num_cpu_threads_per_process T -m MODULE ARGS`` with ``ACCELERATE_USE_CPU=true``: DDP over gloo,
+  started by torch's elastic agent as on GPUs (``--multi_gpu`` picks that launcher: accelerate's own CPU launcher
+  needs MPI for more than one process), on a free port. The job's threads (``OMP_NUM_THREADS``, which Snakemake
+  sets to the rule's threads, else the CPUs this process may use) are split: T = threads // P, at least 1, also
+  exported as the other BLAS thread counts. DeepSpeed is not used on the CPU (see multi_cpu.yaml).
 - ``single-node``: G > 1 on one node: ``accelerate launch --config_file configs/accelerate/zero2.yaml
   --num_processes G --main_process_port P -m MODULE ARGS`` (DeepSpeed ZeRO-2, one process per GPU).
 - ``multi-node``: N > 1 inside a Slurm allocation: ``srun`` starts this launcher once per node with the
@@ -12,31 +18,63 @@ Modes (printed to stderr before the launch):
 - ``node``: ``accelerate launch ... --num_processes G*N --num_machines N --machine_rank $SLURM_NODEID
   --main_process_ip HEAD --main_process_port P --rdzv_backend static -m MODULE ARGS``.
 
-The launcher replaces itself with the command (``os.execvp``), so Slurm's signals (preemption, time limit)
-reach the training processes directly. Until then it records SIGUSR1 and SIGTERM (``pipeline.preemption``); one
-that came first (say while torch counts the GPUs) ends it with ``PREEMPTED_EXIT_CODE``, nothing started. It hands
-over with SIGUSR1 ignored: Slurm's ``--signal=USR1@<seconds>`` warning goes to every process of the job step, and
-only the stage processes, which install their own handler at startup, may act on it; the launchers in between
-(``accelerate launch``, torch's elastic agent) would otherwise die of it (status 138) and take the job down while
+Signals and exit status. Until the hand-over the launcher records SIGUSR1 and SIGTERM (``pipeline.preemption``);
+one that came first (say while torch counts the GPUs) ends it with ``PREEMPTED_EXIT_CODE``, nothing started.
+SIGUSR1 is ignored by every launcher layer: Slurm's ``--signal=USR1@<seconds>`` warning goes to every process of
+the job step, and only the stage processes, which install their own handler at startup, may act on it;
+``accelerate launch`` and torch's elastic agent would otherwise die of it (status 138) and take the job down while
 their workers save a checkpoint.
+- ``single-process`` and ``multi-node`` replace the launcher by the command (``os.execvp``): Slurm's signals reach
+  the stage (or the per-node launchers) directly and its exit status is the launcher's.
+- ``cpu``, ``single-node`` and ``node`` (``accelerate launch``) keep the launcher as the parent, because torch's
+  elastic agent reports any failed worker as status 1, which would turn the stage's 75 ("checkpointed, requeue
+  me") into a plain failure. The launcher makes a per-launch directory (``GRAIL_LAUNCH_DIR``) where each stage
+  process registers its pid and records its exit status (``pipeline.preemption``, ``pipeline.io.run_cli``). It
+  forwards SIGTERM and SIGUSR1 to the registered processes only (a SIGTERM to the elastic agent would make it
+  kill its workers 30 s later, mid-checkpoint), and exits with the status every local process recorded when
+  they agree (75 after a preemption, 2 after bad input), else with ``accelerate launch``'s own. The command lines
+  of the GPU modes are the ones this launcher always ran. SIGKILL cannot be forwarded: torch's elastic agent starts
+  each worker in a session of its own, so ending such a job takes its whole process tree (Slurm ends every process
+  of a job step), not its process group.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.io import InputError
-from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
+from pipeline.preemption import (
+    LAUNCH_DIR_VARIABLE,
+    PREEMPTED_EXIT_CODE,
+    SIGNAL_FILE,
+    PreemptionSignals,
+    write_small_file,
+)
 
-DEFAULT_ACCELERATE_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "accelerate" / "zero2.yaml"
+ACCELERATE_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "accelerate"
+DEFAULT_ACCELERATE_CONFIG = ACCELERATE_CONFIGS / "zero2.yaml"
+CPU_ACCELERATE_CONFIG = ACCELERATE_CONFIGS / "multi_cpu.yaml"
+# The thread counts Snakemake exports as a job's threads; the cpu mode gives each process its share.
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+SUPERVISED_MODES = frozenset({"cpu", "single-node", "node"})
+POLL_SECONDS = 0.1
 UPSTREAM_MAIN_PORT = 25679
 SLURM_PORT_BASE = 29500
 SLURM_PORT_SPAN = 1000
@@ -44,11 +82,36 @@ SLURM_PORT_SPAN = 1000
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """What to execute and why: ``mode`` is one of single-process, single-node, multi-node, node."""
+    """What to execute and why: ``mode`` is one of single-process, cpu, single-node, multi-node, node.
+
+    ``env`` holds the entries the command gets added to its environment; ``local_processes`` is the number of
+    stage processes the command starts on this machine (their ranks are ``LOCAL_RANK`` 0 .. local_processes-1).
+    """
 
     mode: str
     argv: list[str]
     reason: str
+    env: dict[str, str] = field(default_factory=dict)
+    local_processes: int = 1
+
+    @property
+    def supervised(self) -> bool:
+        """Whether the launcher stays the parent (``accelerate launch``) instead of replacing itself."""
+        return self.mode in SUPERVISED_MODES
+
+
+def training_processes(gpus: int, nodes: int) -> int:
+    """Stage processes a launch with ``--gpus gpus --nodes nodes`` runs: one per GPU (or CPU slot) and node when
+    it asks for more than one, else one (``max(gpus, 1) x nodes``, or 1)."""
+    return max(gpus, 1) * nodes if gpus > 1 or nodes > 1 else 1
+
+
+def threads_per_process(processes: int, env: Mapping[str, str], available_cpus: int) -> int:
+    """``threads // processes``, at least 1: the job's threads are ``OMP_NUM_THREADS`` (Snakemake exports the
+    rule's threads) when set, else the CPUs this process may run on."""
+    threads = env.get("OMP_NUM_THREADS", "")
+    total = int(threads) if threads.isdigit() and int(threads) > 0 else available_cpus
+    return max(1, total // processes)
 
 
 def default_main_port(env: Mapping[str, str]) -> int:
@@ -105,10 +168,14 @@ def plan_launch(
     main_process_ip: str | None = None,
     head_host: Callable[[str], str] = first_host,
     python: str = sys.executable,
+    cpu_accelerate_config: Path = CPU_ACCELERATE_CONFIG,
+    available_cpus: int = 1,
 ) -> LaunchPlan:
     """Choose the launch mode and build its command line (pure apart from ``head_host``).
 
-    ``gpus`` is per node; ``main_process_ip`` is set only on the per-node launchers that ``srun`` starts.
+    ``gpus`` is per node; ``main_process_ip`` is set only on the per-node launchers that ``srun`` starts;
+    ``available_cpus`` (the CPUs this process may run on) is read only by the cpu mode when ``OMP_NUM_THREADS``
+    is unset.
     """
     if gpus < 0 or nodes < 1:
         raise InputError(f"--gpus must be >= 0 and --nodes >= 1, got --gpus {gpus} --nodes {nodes}")
@@ -117,11 +184,7 @@ def plan_launch(
     if gpus <= 1 and nodes <= 1:
         return LaunchPlan("single-process", [python, *module_call], f"{gpus} GPU(s) on {nodes} node")
     if visible_gpus == 0:
-        return LaunchPlan(
-            "single-process",
-            [python, *module_call],
-            f"{gpus} GPU(s) x {nodes} node(s) requested but no CUDA device is visible: CPU fallback",
-        )
+        return cpu_plan(gpus, nodes, module_call, env, cpu_accelerate_config, main_port, available_cpus)
     if visible_gpus < gpus:
         raise InputError(
             f"--gpus {gpus} requested but only {visible_gpus} CUDA device(s) are visible "
@@ -129,7 +192,7 @@ def plan_launch(
         )
     if nodes == 1:
         argv = [*_accelerate_launch(accelerate_config, gpus, port), *module_call]
-        return LaunchPlan("single-node", argv, f"{gpus} GPUs on one node, DeepSpeed ZeRO-2")
+        return LaunchPlan("single-node", argv, f"{gpus} GPUs on one node, DeepSpeed ZeRO-2", local_processes=gpus)
     if main_process_ip is not None:
         rank = env.get("SLURM_NODEID", "")
         if not rank.isdigit():
@@ -147,7 +210,8 @@ def plan_launch(
             "--same_network",
             *module_call,
         ]
-        return LaunchPlan("node", argv, f"node {rank} of {nodes}, rendezvous {main_process_ip}:{port}")
+        reason = f"node {rank} of {nodes}, rendezvous {main_process_ip}:{port}"
+        return LaunchPlan("node", argv, reason, local_processes=gpus)
     nodelist = env.get("SLURM_JOB_NODELIST", "")
     allocated = env.get("SLURM_JOB_NUM_NODES", "")
     if not nodelist or not allocated.isdigit():
@@ -181,6 +245,94 @@ def plan_launch(
         *module_args,
     ]
     return LaunchPlan("multi-node", argv, f"{nodes} nodes x {gpus} GPUs, rendezvous {head}:{port}")
+
+
+def cpu_plan(
+    gpus: int,
+    nodes: int,
+    module_call: list[str],
+    env: Mapping[str, str],
+    accelerate_config: Path,
+    main_port: int | None,
+    available_cpus: int,
+) -> LaunchPlan:
+    """The cpu mode: every requested process on this machine, DDP over gloo, the job's threads split between them."""
+    processes = training_processes(gpus, nodes)
+    threads = threads_per_process(processes, env, available_cpus)
+    argv = [
+        # port 0: accelerate picks a free one (the processes all run here; two jobs on one machine cannot collide)
+        *_accelerate_launch(accelerate_config, processes, 0 if main_port is None else main_port),
+        "--multi_gpu",
+        "--num_cpu_threads_per_process",
+        str(threads),
+        *module_call,
+    ]
+    return LaunchPlan(
+        "cpu",
+        argv,
+        f"{gpus} GPU(s) x {nodes} node(s) requested but no CUDA device is visible: {processes} CPU processes on "
+        f"this machine, DDP over gloo, {threads} thread(s) each",
+        env={"ACCELERATE_USE_CPU": "true", **dict.fromkeys(THREAD_VARIABLES, str(threads))},
+        local_processes=processes,
+    )
+
+
+def agreed_exit_status(launch_dir: Path, local_processes: int) -> int | None:
+    """The exit status every local stage process recorded, when all recorded one and they agree; else None."""
+    statuses = set()
+    for rank in range(local_processes):
+        record = launch_dir / f"exit-rank{rank}"
+        try:
+            statuses.add(int(record.read_text(encoding="utf-8")))
+        except (FileNotFoundError, ValueError):
+            return None  # killed, or never got as far as recording
+    return statuses.pop() if len(statuses) == 1 else None
+
+
+def forward_signal(launch_dir: Path, signum: int) -> None:
+    """Forward ``signum`` to every registered stage process; processes that register later read it from the
+    ``signal`` file (written first: see ``PreemptionSignals.register_with_launcher``)."""
+    write_small_file(launch_dir / SIGNAL_FILE, str(signum))
+    for pid_file in sorted(launch_dir.glob("pid-rank*")):
+        with contextlib.suppress(ProcessLookupError):  # already ended
+            os.kill(int(pid_file.read_text(encoding="utf-8")), signum)
+
+
+def ignore_warning_signal() -> None:
+    """In the child before exec: SIGUSR1 ignored (Slurm's warning must not kill the launcher layers)."""
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
+def supervise(plan: LaunchPlan, signals: PreemptionSignals) -> int:
+    """Run ``plan`` as a child, forward preemption signals to its stage processes, return the exit status to pass on:
+    the one every local stage process recorded when they agree, else the child's own."""
+    with tempfile.TemporaryDirectory(prefix="grail-launch-") as directory:
+        launch_dir = Path(directory)
+        env = {**os.environ, **plan.env, LAUNCH_DIR_VARIABLE: directory}
+        child = subprocess.Popen(plan.argv, env=env, preexec_fn=ignore_warning_signal)
+        # Ctrl-C reaches the whole foreground group: the child handles it; the launcher waits for its status.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        forwarded: set[int] = set()
+        while True:
+            try:
+                status = child.wait(timeout=POLL_SECONDS)
+                break
+            except subprocess.TimeoutExpired:
+                received = signals.received
+                if received is not None and received not in forwarded:
+                    forwarded.add(received)
+                    name = signal.Signals(received).name
+                    print(f"pipeline.launch: forwarding {name} to the stage processes", file=sys.stderr, flush=True)
+                    forward_signal(launch_dir, received)
+        agreed = agreed_exit_status(launch_dir, plan.local_processes)
+    if status != 0 and agreed is not None and agreed not in (0, status):
+        print(
+            f"pipeline.launch: every stage process exited {agreed} ({plan.argv[0]} exited {status}): exiting {agreed}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return agreed
+    return status
 
 
 def split_command_line(argv: Sequence[str]) -> tuple[list[str], str, list[str]]:
@@ -220,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             accelerate_config=args.accelerate_config,
             main_port=args.main_port,
             main_process_ip=args.main_process_ip,
+            available_cpus=len(os.sched_getaffinity(0)),
         )
     except InputError as error:
         print(f"pipeline.launch: error: {error}", file=sys.stderr)
@@ -236,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         file=sys.stderr,
         flush=True,
     )
+    if plan.supervised:
+        sys.exit(supervise(plan, signals))
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # kept across exec (the recording handlers are reset by it)
     os.execvp(plan.argv[0], plan.argv)
 

@@ -108,6 +108,12 @@ def newest_valid_checkpoint(checkpoints_dir: Path) -> tuple[int, Path] | None:
     return None
 
 
+def loadable_device(device: torch.device) -> torch.device:
+    """``device`` as ``torch.load``'s ``map_location``: an indexed CPU device (accelerate gives rank ``i`` of a
+    multi-CPU run ``cpu:i``) is plain ``cpu``, the only CPU location torch.load can restore to."""
+    return torch.device("cpu") if device.type == "cpu" else device
+
+
 class EpochRepeatSampler(RepeatSampler):
     """TRL's RepeatSampler whose epoch-``e`` order does not depend on how many epochs this process iterated.
 
@@ -195,7 +201,9 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
         self._step = self.state.global_step * self.args.gradient_accumulation_steps
         buffer_file = self._process_state_file(Path(checkpoint), "generation_buffer")
         if buffer_file.is_file():
-            self._buffered_inputs = torch.load(buffer_file, map_location=self.accelerator.device, weights_only=True)
+            self._buffered_inputs = torch.load(
+                buffer_file, map_location=loadable_device(self.accelerator.device), weights_only=True
+            )
         noise_file = self._process_state_file(Path(checkpoint), "oar_g_noise_generator")
         if noise_file.is_file():
             self._oar_g_generator = torch.Generator(device=self.accelerator.device)

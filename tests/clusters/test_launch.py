@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,16 @@ from hypothesis import strategies as st
 from pipeline import launch
 from pipeline.io import InputError
 from pipeline.launch import (
+    CPU_ACCELERATE_CONFIG,
     DEFAULT_ACCELERATE_CONFIG,
+    THREAD_VARIABLES,
     UPSTREAM_MAIN_PORT,
     default_main_port,
     first_host,
     plan_launch,
     split_command_line,
+    threads_per_process,
+    training_processes,
 )
 from pipeline.preemption import PREEMPTED_EXIT_CODE
 
@@ -50,12 +55,46 @@ def test_one_gpu_or_less_runs_one_plain_process(gpus: int, nodes: int) -> None:
     assert result.argv == ["/py", "-m", "pipeline.train", *TRAIN_ARGS]
 
 
-@pytest.mark.parametrize(("gpus", "nodes"), [(4, 1), (4, 2)])
-def test_cpu_machine_falls_back_to_one_plain_process(gpus: int, nodes: int) -> None:
-    result = plan(gpus, nodes, visible=0, env=SLURM_TWO_NODES, python="/py")
-    assert result.mode == "single-process"
-    assert result.argv == ["/py", "-m", "pipeline.train", *TRAIN_ARGS]
-    assert "no CUDA device" in result.reason
+@pytest.mark.parametrize(("gpus", "nodes", "processes"), [(2, 1, 2), (4, 1, 4), (4, 2, 8), (1, 2, 2)])
+def test_cpu_machine_runs_every_requested_process_under_accelerate(gpus: int, nodes: int, processes: int) -> None:
+    result = plan(gpus, nodes, visible=0, env={**SLURM_TWO_NODES, "OMP_NUM_THREADS": "16"}, python="/py")
+    assert result.mode == "cpu" and result.supervised
+    assert result.local_processes == processes == training_processes(gpus, nodes)
+    args = parse_accelerate(result.argv)
+    assert Path(args.config_file) == CPU_ACCELERATE_CONFIG
+    assert args.multi_gpu  # accelerate's torchrun launcher (its CPU launcher needs MPI for several processes)
+    assert (args.num_processes, args.main_process_port) == (processes, 0)  # all here, on a free port
+    assert args.num_cpu_threads_per_process == 16 // processes
+    assert args.module and args.training_script == "pipeline.train" and args.training_script_args == TRAIN_ARGS
+    assert args.num_machines is None  # one machine, from the config file
+    threads = str(16 // processes)
+    assert result.env == {"ACCELERATE_USE_CPU": "true", **dict.fromkeys(THREAD_VARIABLES, threads)}
+    assert "no CUDA device is visible" in result.reason
+
+
+@pytest.mark.parametrize(
+    ("processes", "env", "available", "expected"),
+    [
+        (2, {"OMP_NUM_THREADS": "2"}, 64, 1),  # Snakemake's threads for the job, split
+        (2, {"OMP_NUM_THREADS": "5"}, 64, 2),
+        (4, {"OMP_NUM_THREADS": "2"}, 64, 1),  # never fewer than one
+        (2, {}, 8, 4),  # outside Snakemake: the CPUs this process may use
+        (2, {"OMP_NUM_THREADS": "x"}, 6, 3),
+    ],
+)
+def test_threads_are_split_between_the_processes(processes, env, available, expected) -> None:
+    assert threads_per_process(processes, env, available) == expected
+
+
+def test_cpu_threads_come_from_the_available_cpus_without_omp_num_threads() -> None:
+    result = plan(2, 1, visible=0, available_cpus=6)
+    assert parse_accelerate(result.argv).num_cpu_threads_per_process == 3
+
+
+def test_gpu_modes_and_the_plain_process_keep_their_launch() -> None:
+    assert not plan(1, 1, visible=0).supervised  # exec'd in place
+    assert plan(4, 1, visible=4).supervised and plan(4, 1, visible=4).local_processes == 4
+    assert plan(4, 1, visible=4).env == {}
 
 
 def test_several_gpus_on_one_node_use_accelerate_zero2_one_process_per_gpu() -> None:
@@ -173,8 +212,23 @@ def test_the_accelerate_config_is_upstreams_deepspeed_zero2() -> None:
     assert (config.mixed_precision, config.num_machines, config.use_cpu) == ("bf16", 1, False)
 
 
-@pytest.mark.parametrize("gpus", [0, 4])
-def test_real_cpu_launch_runs_the_module_in_one_process(tmp_path: Path, gpus: int) -> None:
+def test_the_cpu_accelerate_config_is_multi_cpu_in_full_precision() -> None:
+    config = load_config_from_file(str(CPU_ACCELERATE_CONFIG))
+    assert (config.distributed_type, config.use_cpu, config.mixed_precision) == ("MULTI_CPU", True, "no")
+    assert config.num_machines == 1
+
+
+def launcher_env(stage_dir: Path, **extra: str) -> dict[str, str]:
+    """The launcher's environment: the stage modules importable, no CUDA device (the cpu mode even on a GPU host)."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(stage_dir), str(REPO)]),
+        "CUDA_VISIBLE_DEVICES": "",
+        **extra,
+    }
+
+
+def test_real_cpu_launch_runs_the_module_in_one_process(tmp_path: Path) -> None:
     (tmp_path / "echo_stage.py").write_text(
         "import json, os, signal, sys\n"
         "usr1, term = (signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM))\n"
@@ -183,15 +237,10 @@ def test_real_cpu_launch_runs_the_module_in_one_process(tmp_path: Path, gpus: in
         "sys.exit(3)\n"
     )
     record = tmp_path / "record.json"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]),
-        "CUDA_VISIBLE_DEVICES": "",
-    }
-    command = [sys.executable, "-m", "pipeline.launch", "--gpus", str(gpus), "--nodes", "1"]
+    command = [sys.executable, "-m", "pipeline.launch", "--gpus", "0", "--nodes", "1"]
     process = subprocess.Popen(
         [*command, "--", "echo_stage", "--flag", "a b", str(record)],
-        env=env,
+        env=launcher_env(tmp_path),
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -203,6 +252,83 @@ def test_real_cpu_launch_runs_the_module_in_one_process(tmp_path: Path, gpus: in
     assert written["pid"] == process.pid  # exec'd in place: signals reach the stage directly
     # Slurm's warning must not kill a launcher layer; the stage installs its own handler (tests/train).
     assert written["usr1_ignored"] and written["term_default"]
+
+
+# A stage for the two-process launches: each rank records what it was started with, registers with the launcher
+# (pipeline.preemption) and exits with the status its argument gives, or, for `wait`, 75 once it got a signal.
+RANK_STAGE = """
+import json, os, signal, sys, time
+from pipeline.io import run_cli
+from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
+
+def main(argv):
+    out, *statuses = argv
+    rank = int(os.environ["LOCAL_RANK"])
+    usr1_ignored = signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
+    signals = PreemptionSignals().install()
+    record = {"pid": os.getpid(), "usr1_ignored": usr1_ignored, "threads": os.environ["OMP_NUM_THREADS"]}
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as handle:
+        json.dump(record, handle)
+    if statuses[rank] == "wait":
+        deadline = time.monotonic() + 60
+        while signals.received is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sys.exit(PREEMPTED_EXIT_CODE if signals.received is not None else 9)
+    sys.exit(int(statuses[rank]))
+
+run_cli(main, sys.argv[1:])
+"""
+
+
+def launch_two_ranks(tmp_path: Path, *statuses: str) -> subprocess.Popen[str]:
+    (tmp_path / "rank_stage.py").write_text(RANK_STAGE)
+    command = [sys.executable, "-m", "pipeline.launch", "--gpus", "2", "--nodes", "1", "--", "rank_stage"]
+    return subprocess.Popen(
+        [*command, str(tmp_path), *statuses],
+        env=launcher_env(tmp_path, OMP_NUM_THREADS="2"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_signal_to_the_launcher_reaches_both_ranks_and_their_75_comes_back(tmp_path: Path, signum: int) -> None:
+    process = launch_two_ranks(tmp_path, "wait", "wait")
+    records = [tmp_path / f"rank{rank}.json" for rank in (0, 1)]
+    deadline = time.monotonic() + 120
+    while not all(record.is_file() for record in records):  # both registered (before writing their record)
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline, "the two ranks did not start within 120 s"
+        time.sleep(0.1)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == PREEMPTED_EXIT_CODE, stderr[-3000:]
+    assert "mode cpu" in stderr and "every stage process exited 75 (accelerate exited 1): exiting 75" in stderr
+    written = [json.loads(record.read_text()) for record in records]
+    assert len({process.pid, *(record["pid"] for record in written)}) == 3  # two stage processes below the launcher
+    assert all(record["usr1_ignored"] for record in written)  # as the launcher layers
+    assert [record["threads"] for record in written] == ["1", "1"]  # the job's 2 threads, split
+
+
+def test_a_signal_before_the_ranks_register_reaches_them_through_the_launch_directory(tmp_path: Path) -> None:
+    """SIGTERM as soon as the launcher has started accelerate (seconds before the ranks run): nobody is registered to
+    forward it to, so each rank must find it in the launch directory's signal file when it registers."""
+    process = launch_two_ranks(tmp_path, "wait", "wait")
+    assert "mode cpu" in process.stderr.readline()
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == PREEMPTED_EXIT_CODE, stderr[-3000:]
+    assert "forwarding SIGTERM" in stderr
+
+
+@pytest.mark.parametrize(("statuses", "expected"), [(("75", "3"), 1), (("2", "2"), 2)])
+def test_ranks_that_disagree_give_accelerates_status_and_agreeing_ones_theirs(
+    tmp_path: Path, statuses: tuple[str, str], expected: int
+) -> None:
+    """A rank that fails for another reason than preemption: the launcher must not report 75 (requeue me)."""
+    process = launch_two_ranks(tmp_path, *statuses)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == expected, stderr[-3000:]
 
 
 def test_a_signal_before_the_hand_over_exits_75_without_starting_the_stage(monkeypatch, capsys) -> None:

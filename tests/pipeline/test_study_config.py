@@ -162,6 +162,18 @@ def test_semantic_errors_name_the_key(edit, expected: str) -> None:
         Study.from_config(config)
 
 
+@pytest.mark.parametrize(("gpus", "nodes", "whole_groups"), [(1, 1, False), (2, 1, True), (3, 1, False), (1, 2, True)])
+def test_the_batch_shape_counts_the_processes_the_launcher_runs(gpus: int, nodes: int, whole_groups: bool) -> None:
+    """Half a group per process: whole groups only with two processes (GPUs, or CPU processes without CUDA)."""
+    config = raw("default")
+    config["training"]["per_device_train_batch_size"] = 4  # num_generations 8
+    config["resources"]["train"] = {**config["resources"].get("train", {}), "gpus": gpus, "nodes": nodes}
+    errors = [error for error in semantic_errors(filled(config)) if "num_generations" in error]
+    assert bool(errors) != whole_groups, errors
+    shape = f"per_device_train_batch_size x processes x steps_per_generation = {4 * gpus * nodes} is not a multiple"
+    assert all(shape in error for error in errors)
+
+
 def test_every_semantic_error_is_named_at_once() -> None:
     """Several cross-key errors, several of them from the same check (three stray options on one method, two of
     one kind; another method with one; two lists of late steps): one error names every one."""

@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -67,10 +68,12 @@ def assert_same_weights(first: Path, second: Path) -> None:
 
 
 def interrupt_after_checkpoint(
-    command: list[str], run_dir: Path, signum: int, step: int = 2
+    command: list[str], run_dir: Path, signum: int, step: int = 2, *, whole_tree: bool = False
 ) -> subprocess.CompletedProcess:
     """Start a run that holds once checkpoint-``step`` is published, send it ``signum`` once it says it holds
-    there (the checkpoint directory alone appears before the export and the callbacks), wait for its end."""
+    there (the checkpoint directory alone appears before the export and the callbacks), wait for its end.
+    ``whole_tree``: the signal goes to the command's process and every process below it, as Slurm ends a job step
+    (torch's elastic agent starts each worker in a session of its own: a process-group kill would miss them)."""
     process = subprocess.Popen(
         command,
         cwd=REPO_ROOT,
@@ -92,7 +95,12 @@ def interrupt_after_checkpoint(
         assert time.monotonic() < deadline, f"no hold after checkpoint-{step} within 300 s"
         time.sleep(0.1)
     assert (run_dir / "checkpoints" / f"checkpoint-{step}").is_dir()
-    process.send_signal(signum)
+    if whole_tree:
+        root = psutil.Process(process.pid)
+        for member in [*root.children(recursive=True), root]:
+            member.send_signal(signum)
+    else:
+        process.send_signal(signum)
     process.wait(timeout=300)
     for reader in readers:
         reader.join(timeout=60)
