@@ -72,9 +72,9 @@ class VllmSettings:
     """Engine settings of the vllm backend (``data_parallel_size`` engines of ``tensor_parallel_size`` GPUs).
 
     ``gpu_memory_utilization``: the fraction of the GPU's memory the engine may use; on vLLM's CPU platform, the
-    fraction of the NUMA node's memory its worker may hold (weights and KV cache). None: 0.9 on a GPU, 0.3 on the
-    CPU, where the node's memory is shared with other processes and vLLM refuses to start when the fraction
-    exceeds what is free.
+    fraction of the NUMA node's memory its worker may hold (weights and a KV cache allocated up front). None: 0.9
+    on a GPU, 0.1 on the CPU, where the node's memory is shared with other processes (on a 24 GiB machine, 0.3
+    reserved a 6.4 GiB KV cache for the tiny model and the kernel's OOM killer ended the run; 0.9 refuses to start).
     """
 
     tensor_parallel_size: int = 1
@@ -367,7 +367,7 @@ class SamplingSeedExtension:
         torch.manual_seed(seed)
 
 
-DEFAULT_GPU_MEMORY_UTILIZATION = {"cpu": 0.3}  # other platforms: 0.9 (vLLM's own default)
+DEFAULT_GPU_MEMORY_UTILIZATION = {"cpu": 0.1}  # other platforms: 0.9 (vLLM's own default)
 
 
 def vllm_engine_kwargs(model: str, spec: EvalSpec, seed: int, device_type: str) -> dict[str, Any]:

@@ -99,7 +99,7 @@ def test_engine_kwargs_follow_the_spec():
     assert "max_model_len" not in ev.vllm_engine_kwargs("m", ev.parse_eval_spec({}), 0, "cuda")
 
 
-@pytest.mark.parametrize(("device_type", "expected"), [("cuda", 0.9), ("cpu", 0.3)])
+@pytest.mark.parametrize(("device_type", "expected"), [("cuda", 0.9), ("cpu", 0.1)])
 def test_default_memory_fraction_fits_the_platform(device_type, expected):
     kwargs = ev.vllm_engine_kwargs("m", ev.parse_eval_spec({}), 0, device_type)
     assert kwargs["gpu_memory_utilization"] == expected
