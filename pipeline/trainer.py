@@ -38,7 +38,7 @@ from pipeline.credit.stats import fraction
 from pipeline.grpo_config import GrailGRPOConfig
 from pipeline.io import InputError
 from pipeline.trainer_metrics import log_advantage_metrics, log_grad_norm_percentiles, log_nanmeans
-from pipeline.vllm_cpu import keep_cpu_weights_in_place
+from pipeline.vllm_cpu import default_cpu_kv_cache, keep_cpu_weights_in_place
 
 __all__ = ["GrailGRPOConfig", "GrailGRPOTrainer"]
 
@@ -57,6 +57,7 @@ class GrailGRPOTrainer(GRPOTrainer):
         if args.use_vllm and args.vllm_mode == "colocate":
             # TRL builds the engine in this process and syncs weights into it: pipeline/vllm_cpu.py
             keep_cpu_weights_in_place()
+            default_cpu_kv_cache()
         super().__init__(model, reward_funcs, args, **kwargs)
         self._memoised_forward: tuple | None = None
         self._oar_g_generator: torch.Generator | None = None

@@ -15,10 +15,17 @@ model is loaded, for oneDNN or sgl-kernel GEMMs (vllm/model_executor/layers/util
 skips, ``_cpu_skip_gemm_dispatch``), so a synced weight is used by the next generation. It costs the packed GEMMs'
 speed-up of the engine's generation. The trainer calls it before TRL builds the engine; on any other platform it
 does nothing.
+
+``default_cpu_kv_cache`` fixes the KV cache of a CPU engine (``VLLM_CPU_KVCACHE_SPACE``, GiB) unless the user set
+it. Without it vLLM sizes the cache as ``gpu_memory_utilization`` x the NUMA node's memory minus what the process
+already holds, and in colocate mode that process is the trainer: a fraction small enough to leave room for two
+ranks is refused once the policy and its optimizer are loaded, and one large enough reserved 6.4 GiB and was
+OOM-killed on the 24 GiB machine (SmolLM2-135M). 1 GiB holds about 45k tokens of SmolLM2-135M's bf16 cache (30 layers x 3 KV heads x 64 dims x 2).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -41,4 +48,18 @@ def keep_cpu_weights_in_place() -> bool:
 
     for method in (UnquantizedLinearMethod, UnquantizedEmbeddingMethod):
         method.process_weights_after_loading = compute_with_live_weight
+    return True
+
+
+CPU_KV_CACHE_GIB = 1
+
+
+def default_cpu_kv_cache(gib: int = CPU_KV_CACHE_GIB) -> bool:
+    """On vLLM's CPU platform, reserve ``gib`` GiB of KV cache for engines built from now on unless
+    ``VLLM_CPU_KVCACHE_SPACE`` is set; True when the default was applied."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu() or os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        return False
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(gib)
     return True

@@ -5,6 +5,7 @@ CPU-only weight patch of pipeline/vllm_cpu.py, which colocate training on vLLM's
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -80,6 +81,20 @@ def test_weight_patch_applies_on_the_cpu_platform_only(monkeypatch, vllm_methods
     assert vllm_cpu.keep_cpu_weights_in_place() is cpu
     patched = [method.process_weights_after_loading for method in vllm_methods]
     assert patched == ([vllm_cpu.compute_with_live_weight] * 2 if cpu else originals)
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(("cpu", "preset", "expected"), [(True, None, "1"), (True, "3", "3"), (False, None, None)])
+def test_cpu_kv_cache_default_leaves_a_user_setting_and_other_platforms_alone(monkeypatch, cpu, preset, expected):
+    import vllm.platforms
+
+    monkeypatch.setattr(vllm.platforms, "current_platform", FakePlatform(cpu))
+    if preset is None:
+        monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", preset)
+    assert vllm_cpu.default_cpu_kv_cache() is (cpu and preset is None)
+    assert os.environ.get("VLLM_CPU_KVCACHE_SPACE") == expected
 
 
 def loaded_layer(method) -> torch.nn.Module:
