@@ -1,11 +1,16 @@
 """Speed and memory of the credit methods: GRPO, GRAIL (fast every-step, fast per-generation, reference), OAR-G.
 
-    python benchmarks/credit_overhead.py [--device cpu|cuda] [--arch tiny-4x256|qwen3-0.6b] [--json PATH]
+    python benchmarks/credit_overhead.py [--device cpu|cuda] [--arch tiny-4x256|qwen3-0.6b | --model DIR] [--json PATH]
+
+The model is a randomly initialised one (``--arch``: the 4-layer tiny Qwen3, or Qwen3-0.6B's architecture, both
+with the character tokenizer) or any local causal LM directory with its tokenizer and chat template (``--model``,
+loaded with ``pipeline.loading``'s loaders, as every stage loads it).
 
 Every method trains on the same replayed rollouts (same prompts, completions, seeded random 0/1 rewards with every
 group mixed, so no path can skip all of its work) with upstream's GRAIL settings: symmetry "wrong",
 num_iterations 4, 8 completions per prompt, dr_grpo, no reward scaling. The rollouts are fixed worked-arithmetic
-texts of the requested length ending in a ``\\boxed{}`` answer (so no row is skipped for lack of an answer); the
+texts of the requested length in the model's tokens, ending in a ``\\boxed{}`` answer (so no row is skipped for
+lack of an answer); the
 generation itself is not timed (it is the same for every method), but everything else of a training step is: the
 old-policy log-prob pass TRL makes at each round, the per-generation weights, forward, backward, optimizer.
 
@@ -35,12 +40,14 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForCausalLM, TrainerCallback
+from make_qwen3_shaped import build_qwen3_shaped, qwen3_shaped_config
+from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from pipeline.arith import ArithmeticSpec, arithmetic_problems
 from pipeline.generation import chat_prompt_ids
 from pipeline.io import atomic_write_json
+from pipeline.loading import load_model, load_tokenizer
 from pipeline.rewards import build_prompt
 from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
 from pipeline.trainer import GrailGRPOConfig, GrailGRPOTrainer
@@ -54,19 +61,6 @@ METHODS = {
 }
 NUM_GENERATIONS = 8
 NUM_ITERATIONS = 4
-QWEN3_0_6B = dict(
-    hidden_size=1024,
-    intermediate_size=3072,
-    num_hidden_layers=28,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    vocab_size=151936,
-    max_position_embeddings=40960,
-    rope_theta=1_000_000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-)
 
 
 def build_benchmark_model(arch: str, tokenizer, seed: int):
@@ -78,26 +72,26 @@ def build_benchmark_model(arch: str, tokenizer, seed: int):
         )
         spec = TinyModelSpec(**{**spec.__dict__, "max_position_embeddings": 4096})
         return build_model(spec, tokenizer)
-    config = Qwen3Config(
-        **QWEN3_0_6B,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return Qwen3ForCausalLM(config).to(torch.bfloat16)
+    config = qwen3_shaped_config(28, 1024, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    return build_qwen3_shaped(config, seed).to(torch.bfloat16)
 
 
-def worked_completion(problem: str, answer: str, length: int, rng: random.Random) -> str:
-    """About ``length`` characters of worked arithmetic for ``problem``, ending in ``\\boxed{answer}``."""
+def worked_completion(tokenizer, problem: str, answer: str, length: int, rng: random.Random) -> list[int]:
+    """``length`` token ids of worked arithmetic for ``problem``, ending in ``\\boxed{answer}``.
+
+    Each sentence is encoded on its own and the ids concatenated (a BPE may merge differently across sentence
+    ends, which only shifts lengths by a token), so the length is exact in the model's own tokens."""
+
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
     expression = problem.removesuffix("=?")
-    ending = f" So {expression}={answer}. \\boxed{{{answer}}}"
-    lines = []
-    while sum(map(len, lines)) < length - len(ending):
+    ending = encode(f" So {expression}={answer}. \\boxed{{{answer}}}")
+    body: list[int] = []
+    while len(body) < length - len(ending):
         a, b = rng.randint(0, 99), rng.randint(0, 99)
-        lines.append(f"Check {a}+{b}={a + b}. ")
-    return "".join(lines)[: max(length - len(ending), 0)] + ending
+        body += encode(f"Check {a}+{b}={a + b}. ")
+    return body[: max(length - len(ending), 0)] + ending
 
 
 def build_rounds(tokenizer, rounds: int, prompts_per_round: int, length: int, seed: int) -> list[dict[str, Any]]:
@@ -114,11 +108,11 @@ def build_rounds(tokenizer, rounds: int, prompts_per_round: int, length: int, se
             if len(set(group)) == 1:
                 group[rng.randrange(NUM_GENERATIONS)] = 1.0 - group[0]
             for reward in group:
-                text = worked_completion(
-                    problem["problem"], problem["answer"], rng.randint(length * 3 // 4, length), rng
+                ids = worked_completion(
+                    tokenizer, problem["problem"], problem["answer"], rng.randint(length * 3 // 4, length), rng
                 )
                 prompts.append(prompt)
-                completions.append([*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id])
+                completions.append([*ids, tokenizer.eos_token_id])
                 rewards.append(reward)
         out.append({"prompts": prompts, "completions": completions, "rewards": rewards})
     return out
@@ -203,9 +197,9 @@ def run_worker(method: str, workdir: Path, options: dict[str, Any]) -> dict[str,
     cuda = options["device"] == "cuda"
     if not cuda:
         torch.set_num_threads(options["threads"])
-    tokenizer = AutoTokenizer.from_pretrained(workdir / "model")
-    dtype = torch.bfloat16 if cuda else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(workdir / "model", dtype=dtype)
+    model_dir = str(options["model"] or workdir / "model")
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, dtype=torch.bfloat16 if cuda else torch.float32)
     rounds = torch.load(workdir / "rounds.pt")
     measured = options["warmup_rounds"] + options["rounds"]
     prompts_per_round = len(rounds[0]["prompts"]) // NUM_GENERATIONS
@@ -258,6 +252,7 @@ def run_worker(method: str, workdir: Path, options: dict[str, Any]) -> dict[str,
         peak_mb = (_proc_status_kb("VmHWM") - baseline_kb) / 1024
     fractions = [e[key] for e in trainer.state.log_history for key in e if key.endswith("/saliency_rows_frac")]
     return {
+        "model_shape": model_shape(model),
         "round_times_s": timer.round_times(0)[options["warmup_rounds"] :],
         "round_cpu_times_s": timer.round_times(1)[options["warmup_rounds"] :],
         "peak_mem_mb": peak_mb,
@@ -265,11 +260,26 @@ def run_worker(method: str, workdir: Path, options: dict[str, Any]) -> dict[str,
     }
 
 
-def prepare(workdir: Path, options: dict[str, Any]) -> None:
-    """Save the model, tokenizer and replayed rounds that every worker loads."""
-    tokenizer = build_tokenizer()
-    build_benchmark_model(options["arch"], tokenizer, options["seed"]).save_pretrained(workdir / "model")
-    tokenizer.save_pretrained(workdir / "model")
+def model_shape(model) -> dict[str, int]:
+    """Parameters, vocabulary rows, layers and hidden size of the trained model."""
+    config = model.config.get_text_config()
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": config.vocab_size,
+        "layers": config.num_hidden_layers,
+        "hidden_size": config.hidden_size,
+    }
+
+
+def prepare(workdir: Path, options: dict[str, Any]) -> dict[str, float]:
+    """Save the replayed rounds that every worker loads, and the model and tokenizer unless ``--model`` gives one;
+    returns the rounds' mean prompt and completion lengths in tokens."""
+    if options["model"]:
+        tokenizer = load_tokenizer(options["model"])
+    else:
+        tokenizer = build_tokenizer()
+        build_benchmark_model(options["arch"], tokenizer, options["seed"]).save_pretrained(workdir / "model")
+        tokenizer.save_pretrained(workdir / "model")
     rounds = build_rounds(
         tokenizer,
         options["warmup_rounds"] + options["rounds"],
@@ -278,11 +288,15 @@ def prepare(workdir: Path, options: dict[str, Any]) -> None:
         options["seed"],
     )
     torch.save(rounds, workdir / "rounds.pt")
+    return {
+        "prompt_tokens_mean": statistics.fmean(len(p) for r in rounds for p in r["prompts"]),
+        "completion_tokens_mean": statistics.fmean(len(c) for r in rounds for c in r["completions"]),
+    }
 
 
 def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
     """Per method: median step time, wall and CPU (round time / num_iterations), peak memory (max over runs),
-    fraction of rows needing a saliency pass."""
+    each also over GRPO's from the same run (``*_x_grpo``), and the fraction of rows needing a saliency pass."""
     summary = {}
     for method, runs in results.items():
         times = [t / NUM_ITERATIONS for run in runs for t in run["round_times_s"]]
@@ -295,11 +309,14 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, f
             "saliency_rows_frac": statistics.fmean(fractions) if fractions else None,
             "rounds_measured": len(times),
         }
+    base = dict(summary["grpo"])
+    for row in summary.values():
+        for key in ("step_time_s", "step_cpu_time_s", "peak_mem_mb"):
+            row[f"{key.rsplit('_', 1)[0]}_x_grpo"] = row[key] / base[key]
     return summary
 
 
 def table(summary: dict[str, dict[str, float]], memory_label: str) -> str:
-    base = summary["grpo"]
     lines = [
         f"| method | step time (s, median) | x GRPO | CPU time/step (s) | x GRPO | {memory_label} (MB) | x GRPO "
         "| rows needing saliency |",
@@ -308,9 +325,9 @@ def table(summary: dict[str, dict[str, float]], memory_label: str) -> str:
     for method, row in summary.items():
         fraction = "-" if row["saliency_rows_frac"] is None else f"{row['saliency_rows_frac']:.2f}"
         lines.append(
-            f"| {method} | {row['step_time_s']:.3f} | {row['step_time_s'] / base['step_time_s']:.2f} | "
-            f"{row['step_cpu_time_s']:.3f} | {row['step_cpu_time_s'] / base['step_cpu_time_s']:.2f} | "
-            f"{row['peak_mem_mb']:.0f} | {row['peak_mem_mb'] / base['peak_mem_mb']:.2f} | {fraction} |"
+            f"| {method} | {row['step_time_s']:.3f} | {row['step_time_x_grpo']:.2f} | "
+            f"{row['step_cpu_time_s']:.3f} | {row['step_cpu_time_x_grpo']:.2f} | "
+            f"{row['peak_mem_mb']:.0f} | {row['peak_mem_x_grpo']:.2f} | {fraction} |"
         )
     return "\n".join(lines)
 
@@ -318,7 +335,9 @@ def table(summary: dict[str, dict[str, float]], memory_label: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--arch", choices=["tiny-4x256", "qwen3-0.6b"], default=None)
+    model_choice = parser.add_mutually_exclusive_group()
+    model_choice.add_argument("--arch", choices=["tiny-4x256", "qwen3-0.6b"], default=None)
+    model_choice.add_argument("--model", default=None, help="a local causal LM directory (model + tokenizer)")
     parser.add_argument("--completion-length", type=int, default=None, help="max completion tokens (64+)")
     parser.add_argument("--prompts-per-round", type=int, default=2, help="= gradient accumulation steps")
     parser.add_argument("--rounds", type=int, default=3, help="measured generation rounds per run")
@@ -327,14 +346,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="CPU: torch threads per run (1: stable timings)")
-    parser.add_argument("--json", type=Path, default=None, help="write {method: {step_time_s, peak_mem_mb}}")
+    parser.add_argument(
+        "--json", type=Path, default=None, help="write {settings: {...}, methods: {method: {step_time_s, ...}}}"
+    )
     parser.add_argument("--worker", choices=list(METHODS), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cuda = args.device == "cuda"
     options = {
         "device": args.device,
-        "arch": args.arch or ("qwen3-0.6b" if cuda else "tiny-4x256"),
+        "model": args.model,
+        "arch": None if args.model else args.arch or ("qwen3-0.6b" if cuda else "tiny-4x256"),
         "completion_length": args.completion_length or (1024 if cuda else 96),
         "prompts_per_round": args.prompts_per_round,
         "rounds": args.rounds,
@@ -347,10 +369,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     if "grpo" not in args.methods:
         parser.error("--methods must include grpo (the baseline of every ratio)")
+    if args.model and not Path(args.model).is_dir():
+        parser.error(f"--model {args.model}: not a directory (a local causal LM with its tokenizer)")
     results: dict[str, list[dict[str, Any]]] = {method: [] for method in args.methods}
     with tempfile.TemporaryDirectory(prefix="credit_overhead_") as directory:
         workdir = Path(directory)
-        prepare(workdir, options)
+        lengths = prepare(workdir, options)
         for repeat in range(args.repeats):
             for method in args.methods if repeat % 2 == 0 else args.methods[::-1]:
                 command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])]
@@ -358,12 +382,24 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"repeat {repeat + 1}/{args.repeats}: {method}", file=sys.stderr, flush=True)
                 done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
                 results[method].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    settings = {
+        **options,
+        **lengths,
+        "repeats": args.repeats,
+        "model_shape": results["grpo"][0]["model_shape"],
+        "memory": "peak CUDA memory" if cuda else "peak RSS above pre-training",
+    }
     summary = summarise(results)
-    memory_label = "peak CUDA memory" if cuda else "peak RSS above pre-training"
-    print(f"device={args.device} arch={options['arch']} completions<={options['completion_length']} tokens")
-    print(table(summary, memory_label))
+    shape = settings["model_shape"]
+    print(
+        f"device={args.device} model={args.model or options['arch']} ({shape['parameters'] / 1e6:.1f} M parameters, "
+        f"vocab {shape['vocab_size']}, {shape['layers']} layers x {shape['hidden_size']}) "
+        f"completions<={options['completion_length']} tokens (mean {lengths['completion_tokens_mean']:.0f}), "
+        f"prompts mean {lengths['prompt_tokens_mean']:.0f} tokens"
+    )
+    print(table(summary, settings["memory"]))
     if args.json:
-        atomic_write_json(args.json, summary)
+        atomic_write_json(args.json, {"settings": settings, "methods": summary})
 
 
 if __name__ == "__main__":

