@@ -63,7 +63,7 @@ from pipeline.progress import progress
 from pipeline.rewards import ExtractionMode, PromptTemplate, build_prompt, is_correct, last_boxed
 from pipeline.specs import dataclass_from_mapping
 
-SAMPLE_KEYS = ("id", "sample", "completion", "extracted", "correct", "num_tokens")
+SAMPLE_KEYS = ("id", "sample", "completion", "extracted", "correct", "num_tokens", "backend")
 BackendName = Literal["auto", "hf", "vllm"]
 
 
@@ -535,8 +535,10 @@ def generate_rows(
     prompts: dict[int, list[int]],
     backend: Backend,
     spec: EvalSpec,
+    backend_name: str,
 ) -> list[dict[str, Any]]:
-    """Generate and grade ``units``: one schema row each, in the order of ``units``."""
+    """Generate and grade ``units``: one schema row each, in the order of ``units``; ``backend`` records which
+    backend (``hf`` or ``vllm``) generated the row."""
     requests = [Request(prompts[u.item_index], u.seed) for u in units]
     rows = []
     for unit, generation in zip(units, backend.generate(requests), strict=True):
@@ -549,6 +551,7 @@ def generate_rows(
                 "extracted": extracted,
                 "correct": correct,
                 "num_tokens": generation.num_tokens,
+                "backend": backend_name,
             }
         )
     return rows
@@ -606,7 +609,8 @@ def _generate_pending(
         )
         for index in sorted(needed)
     }
-    backend = backend_factory(detect_backend(spec.backend), model, tokenizer, spec, seed)
+    backend_name = detect_backend(spec.backend)
+    backend = backend_factory(backend_name, model, tokenizer, spec, seed)
     # Rewrite what is kept (header first, torn tail gone) so that appends start on a clean line.
     atomic_write_jsonl(partial, [{"fingerprint": stamp}, *done.values()])
     try:
@@ -617,7 +621,7 @@ def _generate_pending(
                     todo = [u for u in batch if u.key not in done]
                     if not todo:
                         continue
-                    rows = generate_rows(todo, items, prompts, backend, spec)
+                    rows = generate_rows(todo, items, prompts, backend, spec, backend_name)
                     append_jsonl_durably(handle, rows)
                     done.update({(row["id"], row["sample"]): row for row in rows})
                     bar.set_postfix(accuracy=f"{_accuracy(done.values()):.3f}", refresh=False)

@@ -18,6 +18,7 @@ SCHEMA_TYPES = {
     "extracted": (str, type(None)),
     "correct": bool,
     "num_tokens": int,
+    "backend": str,
 }
 
 
@@ -76,6 +77,7 @@ def test_hf_end_to_end_schema_order_and_determinism(tiny_model_dir, bench, refer
         for key, types in SCHEMA_TYPES.items():
             assert isinstance(row[key], types), (key, row)
         assert 1 <= row["num_tokens"] <= FAST_SPEC["max_new_tokens"]
+        assert row["backend"] == "hf"
     assert not ev.partial_path(out_a).exists()
     assert rows == reference
     # Another seed draws other samples (the untrained model is close to uniform over ~100 characters).

@@ -78,5 +78,6 @@ def test_same_seed_same_samples_across_runs_and_a_kill_resume(tiny_model_dir, tm
         (item["id"], sample) for item in benchmark_rows(ITEMS) for sample in range(2)
     ]
     assert survived == uninterrupted[: SPEC["batch_size"]]
+    assert {row["backend"] for row in resumed} == {"vllm"}
     # sampled, not degenerate: the tiny random model's completions differ between samples and items
     assert len({row["completion"] for row in uninterrupted}) > ITEMS
