@@ -2,7 +2,7 @@ import json
 import subprocess
 import sys
 
-from pipeline.report import config_hash, redact, secret_values
+from pipeline.report import config_hash, dataset_revisions, redact, secret_values
 
 
 def write_inputs(root):
@@ -114,8 +114,6 @@ def test_secret_values_and_redact():
 
 
 def test_dataset_revisions_say_where_each_dataset_comes_from() -> None:
-    from pipeline.report import dataset_revisions
-
     config = {
         "data": {"source": "gsm_symbolic"},
         "benchmarks": {
