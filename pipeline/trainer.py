@@ -175,8 +175,17 @@ class GrailGRPOTrainer(GRPOTrainer):
         self, model, unwrapped, input_ids, attention_mask, answer_mask, needs
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Make the loss's forward (TRL's own call) in two row chunks, the rows that ``needs`` under the capture
-        hooks; return their saliency and grad norms and memoise the reassembled forward for ``_compute_loss``."""
+        hooks; return their saliency and grad norms and memoise the reassembled forward for ``_compute_loss``.
+
+        With several processes it is one forward of every row under the hooks, the answer loss masked to the rows
+        that need saliency: DDP makes each forward a collective (module buffers are broadcast first), so a rank
+        whose rows split into one chunk while another's split into two would wait forever in the other's second
+        forward. Rows are independent in the forward and in the answer loss, so the scores are the same.
+        """
         rows, others = needs.nonzero().squeeze(-1), (~needs).nonzero().squeeze(-1)
+        if self.accelerator.num_processes > 1:
+            rows, others = torch.arange(needs.numel(), device=needs.device), others[:0]
+        scored = needs[rows]
 
         def forward(subset: torch.Tensor) -> tuple:
             return super(GrailGRPOTrainer, self)._get_per_token_logps_and_entropies(
@@ -195,15 +204,17 @@ class GrailGRPOTrainer(GRPOTrainer):
             capture = ForwardCapture(unwrapped, self.args.grail_leaf)
             with capture.hooks():
                 outputs.append(forward(rows))
-            scores, grad_norms = answer_saliency(
-                capture,
-                unwrapped,
-                input_ids[rows],
-                answer_mask[rows],
-                temperature=self.temperature,
-                position=self.args.grail_position,
-                retain_graph=True,
-            )
+            if scored.any():
+                scores, grad_norms = answer_saliency(
+                    capture,
+                    unwrapped,
+                    input_ids[rows],
+                    answer_mask[rows] & scored[:, None],
+                    temperature=self.temperature,
+                    position=self.args.grail_position,
+                    retain_graph=True,
+                )
+                scores, grad_norms = scores[scored], grad_norms[scored]
         if others.numel():
             outputs.append(forward(others))
         order = torch.cat([rows, others]).argsort()

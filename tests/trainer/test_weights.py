@@ -27,13 +27,17 @@ def batch(trainer):
     return boxed_batch(trainer.processing_class, COMPLETIONS, ADVANTAGES)
 
 
-def grail_weights_of(trainer, batch, *, share: bool, **options) -> torch.Tensor:
-    """Weights of ``batch`` with the GRAIL options set on the shared trainer (fast path unless overridden)."""
-    defaults = dict(grail_implementation="fast", grail_leaf="embeddings", grail_position="previous")
+def grail_weights_of(trainer, batch, *, share: bool, keep_forward: bool = False, **options) -> torch.Tensor:
+    """Weights of ``batch`` with the GRAIL options set on the shared trainer (fast path, symmetry "both" unless
+    overridden); the memoised loss forward is dropped unless ``keep_forward``."""
+    defaults = dict(
+        grail_implementation="fast", grail_leaf="embeddings", grail_position="previous", grail_symmetry="both"
+    )
     for name, value in {**defaults, **options}.items():
         setattr(trainer.args, name, value)
     weights = trainer._credit_weights(trainer.model, batch, share_loss_forward=share)
-    trainer._memoised_forward = None
+    if not keep_forward:
+        trainer._memoised_forward = None
     return weights
 
 
@@ -91,3 +95,35 @@ def test_skipped_rows_and_symmetry(random_model_dir, tmp_path, batch):
     torch.testing.assert_close(weights[4], mask[4])  # A = 0: irrelevant to the loss, left at the mask
     torch.testing.assert_close(weights[2], mask[2])  # no box: fallback
     assert trainer._metrics["train"]["grail/saliency_rows_frac"] == [pytest.approx(2 / 6)]  # rows 1 and 3
+
+
+def test_several_processes_make_one_forward_whatever_their_rows_need(trainer, batch, monkeypatch):
+    """Under DDP every forward is a collective (buffers are broadcast first): with two processes, a rank whose rows
+    split into needing / not needing saliency must still make exactly one forward, or the other rank waits forever
+    (found in a two-process SmolLM2 run). One forward of all rows gives the same weights and the same loss forward."""
+    from trl import GRPOTrainer
+
+    mixed = {**batch, "advantages": torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 1.0], dtype=torch.float64)}
+    forwards: list[int] = []
+    original = GRPOTrainer._get_per_token_logps_and_entropies
+
+    def counted(self, model, input_ids, *args, **kwargs):
+        forwards.append(input_ids.size(0))
+        return original(self, model, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", counted)
+
+    def weights_and_forward() -> tuple[torch.Tensor, tuple]:
+        forwards.clear()
+        weights = grail_weights_of(trainer, mixed, share=True, grail_symmetry="wrong", keep_forward=True)
+        memoised, trainer._memoised_forward = trainer._memoised_forward, None
+        return weights, memoised
+
+    one_process, one_process_forward = weights_and_forward()
+    assert forwards == [2, 4]  # rows 1 and 3 need saliency (negative advantage, boxed); the rest in a second chunk
+    monkeypatch.setattr(type(trainer.accelerator), "num_processes", property(lambda self: 2))
+    two_processes, two_processes_forward = weights_and_forward()
+    assert forwards == [6]
+    torch.testing.assert_close(two_processes, one_process)
+    for shared, split in zip(two_processes_forward[:2], one_process_forward[:2], strict=True):
+        torch.testing.assert_close(shared, split)
