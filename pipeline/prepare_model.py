@@ -86,12 +86,30 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def chat_turn_terminator(tokenizer: Any) -> str | None:
+    """The special token the chat template closes a turn with (ChatML: ``<|im_end|>``), or None.
+
+    TRL ends completions at the tokenizer's eos, so it must be this token. The GGUF file's eos id is not enough:
+    transformers 5.17 reads SmolLM2's as ``<|im_start|>`` (5.24 as ``<|im_end|>``), so the token is read off the
+    template instead: what follows a rendered turn's content.
+    """
+    marker = "MARKER-0b5e"
+    text = tokenizer.apply_chat_template([{"role": "user", "content": marker}], tokenize=False)
+    rest = text.split(marker, 1)[-1]
+    special = {*tokenizer.all_special_tokens, *tokenizer.get_added_vocab()}
+    candidates = [token for token in special if token and rest.startswith(token)]
+    return max(candidates, key=len) if candidates else None
+
+
 def load_gguf(path: Path) -> tuple[Any, Any]:
     """(model, tokenizer) from a GGUF file: float32 weights, the quantizer and its config dropped."""
     import torch
 
     directory, name = str(path.parent), path.name
     tokenizer = load_tokenizer(directory, gguf_file=name)
+    terminator = chat_turn_terminator(tokenizer)
+    if terminator is not None:
+        tokenizer.eos_token = terminator
     model = load_model(directory, gguf_file=name, dtype=torch.float32)
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
