@@ -114,6 +114,17 @@ def loadable_device(device: torch.device) -> torch.device:
     return torch.device("cpu") if device.type == "cpu" else device
 
 
+def _restore_to_indexed_cpu(storage: Any, location: str) -> Any:
+    """torch.load deserializer for ``cpu:<i>`` locations: the storage as it is (it is already in CPU memory)."""
+    return storage if location.startswith("cpu:") else None
+
+
+# transformers loads a resumed run's optimizer state with map_location=args.device when there are several
+# processes, and accelerate gives rank i of a multi-CPU run the device cpu:i, which torch.load cannot restore to
+# ("don't know how to restore data location ... (tagged with cpu:0)"): teach it that cpu:i is CPU memory.
+torch.serialization.register_package(100, lambda _: None, _restore_to_indexed_cpu)
+
+
 class EpochRepeatSampler(RepeatSampler):
     """TRL's RepeatSampler whose epoch-``e`` order does not depend on how many epochs this process iterated.
 

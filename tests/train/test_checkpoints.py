@@ -123,3 +123,14 @@ def test_export_hardlinks_model_files_and_leaves_training_state(untrained_model,
     weights = destination / "model.safetensors"
     assert os.stat(weights).st_ino == os.stat(checkpoint / "model.safetensors").st_ino
     assert not list((tmp_path / "exports").glob(".*"))
+
+
+@pytest.mark.parametrize("device", ["cpu:0", "cpu:1"])
+def test_state_saved_on_cpu_loads_onto_an_indexed_cpu_device(tmp_path, device) -> None:
+    """transformers loads a resumed run's optimizer state with map_location=args.device when there are several
+    processes; accelerate gives rank i of a multi-CPU run cpu:i (the CI run of the two-process resume tests failed
+    on it). Importing pipeline.resume registers that location with torch.load."""
+    path = tmp_path / "optimizer.pt"
+    torch.save({"exp_avg": torch.arange(3.0)}, path)
+    loaded = torch.load(path, map_location=torch.device(device), weights_only=True)
+    torch.testing.assert_close(loaded["exp_avg"], torch.arange(3.0))
