@@ -187,6 +187,17 @@ def test_killed_run_resumes_from_its_checkpoint(model_dir, train_jsonl, tmp_path
     assert_same_weights(run_dir / "exports" / "step-2", reference_run / "exports" / "step-2")
 
 
+def assert_resumes_at_epoch_1_like_the_reference(command: list[str], run_dir: Path, reference: Path) -> None:
+    """Rerun ``command`` after a kill at checkpoint-2 (the end of epoch 0 of 2-step epochs): it resumes there, ends
+    epoch 2 at step 4, trains after the resume point and ends with the uninterrupted ``reference`` run's weights."""
+    rerun = run_train(command, REWARD)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-2'} (step 2)" in rerun.stderr
+    assert json.loads((run_dir / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())["epoch"] == 2
+    assert_gradient_after(run_dir, 2)
+    assert_same_weights(run_dir / "final", reference / "final")
+
+
 def test_run_resumed_at_an_epoch_boundary_continues_with_the_next_epochs_order(model_dir, tmp_path):
     """4 rows, all 4 prompts in each generation round (x 4 generations, num_iterations 2): one epoch is 2 steps,
     so the run killed after checkpoint-2 resumes at the start of epoch 1, whose order a resumed process must draw
@@ -202,12 +213,7 @@ def test_run_resumed_at_an_epoch_boundary_continues_with_the_next_epochs_order(m
     run_dir = tmp_path / "run"
     command = train_command(model_dir, data, run_dir, training_spec=spec)
     assert interrupt_after_checkpoint(command, run_dir, signal.SIGKILL).returncode == -signal.SIGKILL
-    rerun = run_train(command, REWARD)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-2'} (step 2)" in rerun.stderr
-    assert json.loads((run_dir / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())["epoch"] == 2
-    assert_gradient_after(run_dir, 2)
-    assert_same_weights(run_dir / "final", reference / "final")
+    assert_resumes_at_epoch_1_like_the_reference(command, run_dir, reference)
 
 
 def test_usr1_reaches_the_stage_through_the_launcher(model_dir, train_jsonl, tmp_path):
