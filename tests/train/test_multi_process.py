@@ -25,19 +25,13 @@ from test_train_run import (
     newest_checkpoint_step,
     step_lines,
 )
-from train_support import TRAINING_SPEC, run_train, train_command, training_rows
+from train_support import TRAINING_SPEC, launch_two, run_train, train_command, training_rows
 
 from pipeline.layout import working_metrics_path
 from pipeline.preemption import PREEMPTED_EXIT_CODE
 
 pytestmark = pytest.mark.slow
 EXPORT = ("--export-steps", "2")
-
-
-def launch_two(train: list[str]) -> list[str]:
-    """``python -m pipeline.launch --gpus 2 --nodes 1 -- pipeline.train ...`` for a stage command line."""
-    python, _, module, *args = train
-    return [python, "-m", "pipeline.launch", "--gpus", "2", "--nodes", "1", "--", module, *args]
 
 
 def assert_per_rank_state(checkpoint: Path) -> None:

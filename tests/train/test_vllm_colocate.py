@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
-from train_support import TRAINING_SPEC, run_train, train_command
+from test_train_run import REWARD, assert_gradient_after, assert_same_weights, interrupt_after_checkpoint, step_lines
+from train_support import TRAINING_SPEC, launch_two, run_train, train_command
 
 from pipeline import vllm_cpu
+from pipeline.preemption import PREEMPTED_EXIT_CODE
 from tests.hold_stage import pseudo_random_reward_env
 
 VLLM_SPEC = {
@@ -49,6 +53,33 @@ def test_colocate_training_logs_importance_sampling(model_dir, train_jsonl, tmp_
     trained = load_file(run_dir / "final" / "model.safetensors")
     start = load_file(model_dir / "model.safetensors")
     assert any(not torch.equal(trained[name], start[name]) for name in start)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [1, 2])
+def test_preempted_colocate_run_resumes_to_the_same_weights(model_dir, train_jsonl, tmp_path, processes):
+    """Each process's engine samples from that process's torch generator (the engine runs in the trainer's
+    process), which a checkpoint saves per rank and a resume restores: the rollouts after the resume, and so the
+    weights, are those of the uninterrupted run. (Fails when the resume leaves the generator unrestored.)"""
+    spec = {**VLLM_SPEC, "max_steps": 4, "save_steps": 2}
+
+    def command_for(out: Path) -> list[str]:
+        train = train_command(model_dir, train_jsonl, out, training_spec=spec)
+        return launch_two(train) if processes == 2 else train
+
+    reference, run_dir = tmp_path / "reference", tmp_path / "run"
+    uninterrupted = run_train(command_for(reference), REWARD)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-4000:]
+
+    command = command_for(run_dir)
+    interrupted = interrupt_after_checkpoint(command, run_dir, signal.SIGTERM)
+    assert interrupted.returncode == PREEMPTED_EXIT_CODE, interrupted.stderr[-4000:]
+    rerun = run_train(command, REWARD)
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    assert "resuming from" in rerun.stderr and step_lines(run_dir) == [1, 2, 3, 4]
+    assert_gradient_after(run_dir, 2)
+    assert_same_weights(run_dir / "final", reference / "final")
 
 
 class FakePlatform:

@@ -102,6 +102,12 @@ def train_command(
     ]
 
 
+def launch_two(train: list[str]) -> list[str]:
+    """``python -m pipeline.launch --gpus 2 --nodes 1 -- pipeline.train ...`` for a stage command line."""
+    python, _, module, *args = train
+    return [python, "-m", "pipeline.launch", "--gpus", "2", "--nodes", "1", "--", module, *args]
+
+
 def subprocess_env(*hooks: dict[str, str]) -> dict[str, str]:
     """The stage's environment, with the entries of each of ``hooks`` (``tests.hold_stage``) added."""
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
