@@ -26,6 +26,7 @@ from pipeline.specs import annotation_accepts, annotation_name
 Credit = Literal["grpo", "grail", "oar_g"]
 Recompute = Literal["every_step", "per_generation"]
 Implementation = Literal["fast", "reference"]
+RolloutSeed = Literal["run", "rank"]
 
 # Values the config classes accept beyond their annotations (their __post_init__ converts them): TRL maps
 # scale_rewards True/False to "group"/"none"; transformers turns a bool or list of options for fsdp into its config.
@@ -113,6 +114,13 @@ class GrailGRPOConfig(GRPOConfig):
     oar_g_variant: OarGVariant = field(
         default="upstream",
         metadata={"help": "'upstream' (GRAIL's OAR-G, the paper's baseline) or 'official' (the OAR paper's code)."},
+    )
+    vllm_rollout_seed: RolloutSeed = field(
+        default="run",
+        metadata={
+            "help": "Colocate vLLM's sampling seed: 'run' (the run's seed + the rank) or 'rank' (TRL's, upstream: "
+            "the rank alone, the same random draws for every seed of a study)."
+        },
     )
     reward_grading: GradingMode = field(
         default="clean",

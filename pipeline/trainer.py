@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import set_seed
 from trl import GRPOTrainer
 
 from pipeline.credit import (
@@ -46,6 +47,18 @@ WEIGHTS_KEY = "credit_weights"  # (B, T) weights computed per generation round
 SPANS_KEY = "answer_spans"  # (B, 3) boxed spans, found once per generation round
 
 
+def colocate_sampling_seed(seed: int, process_index: int, tensor_parallel_size: int) -> int:
+    """Seed of a colocate engine's sampling on rank ``process_index`` under ``vllm_rollout_seed: run``:
+
+        seed + process_index // tensor_parallel_size
+
+    The engine samples from its (the trainer's) process's global generators, and building it seeds them with what
+    TRL passes as vLLM's seed, ``process_index // tensor_parallel_size`` (the ranks of one tensor-parallel group must
+    draw the same tokens): without the run's ``seed`` in it, every seed of a study draws the same random numbers.
+    """
+    return seed + process_index // tensor_parallel_size
+
+
 class GrailGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer with per-token advantages ``A_i · w_{i,t}`` from GRAIL or OAR-G (see module docstring)."""
 
@@ -59,6 +72,9 @@ class GrailGRPOTrainer(GRPOTrainer):
             keep_cpu_weights_in_place()
             default_cpu_kv_cache()
         super().__init__(model, reward_funcs, args, **kwargs)
+        if args.use_vllm and args.vllm_mode == "colocate" and args.vllm_rollout_seed == "run":
+            process_index = self.accelerator.process_index
+            set_seed(colocate_sampling_seed(args.seed, process_index, args.vllm_tensor_parallel_size))
         self._memoised_forward: tuple | None = None
         self._oar_g_generator: torch.Generator | None = None
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
+from trl import GRPOConfig
 
 from pipeline.config import (
     Study,
@@ -19,6 +21,7 @@ from pipeline.config import (
     semantic_errors,
     source_digest,
 )
+from pipeline.grpo_config import MODEL_LOADING_OPTIONS
 from pipeline.io import InputError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -284,13 +287,14 @@ def test_paper_config_selects_each_upstream_fidelity_option() -> None:
         assert ids_file.is_file() and ids_file.parent.name == "subsets"
     assert (paper.evaluation.spec["grading"], paper.evaluation.spec["extraction"]) == ("upstream", "upstream")
     assert {method.spec["reward_grading"] for method in paper.methods.values()} == {"upstream"}
+    assert {method.spec["vllm_rollout_seed"] for method in paper.methods.values()} == {"rank"}  # rollout draws
     for method in ("grail", "oar_g"):  # answer tokens
         assert paper.methods[method].spec["answer_alignment"] == "upstream"
     assert "oar_g_variant" not in paper.methods["oar_g"].spec  # the paper's baseline is upstream's OAR-G
 
     clean = Study.from_config(load_config(CONFIGS / "default.yaml"))
     assert (clean.evaluation.spec["grading"], clean.evaluation.spec["extraction"]) == ("clean", "clean")
-    for option in ("reward_grading", "answer_alignment", "oar_g_variant"):
+    for option in ("reward_grading", "vllm_rollout_seed", "answer_alignment", "oar_g_variant"):
         assert all(option not in method.spec for method in clean.methods.values())
 
 
@@ -400,3 +404,13 @@ def test_config_file_values_are_not_coerced() -> None:
     assert config["evaluation"]["temperature"] == "0.7"
     with pytest.raises(InputError, match=r"config key `evaluation.temperature`"):
         check_config_schema(config)
+
+
+@pytest.mark.parametrize("name", ["default", "paper", "single_gpu", "smol"])
+def test_effective_training_holds_only_grpo_config_fields(name: str) -> None:
+    """A method's own options (credit, fidelity) stay out of what GRPOConfig sees, however many a config sets."""
+    study = Study.from_config(load_config(CONFIGS / f"{name}.yaml"))
+    grpo_options = {option.name for option in dataclasses.fields(GRPOConfig)} | set(MODEL_LOADING_OPTIONS)
+    for model in study.models:
+        for method in study.methods:
+            assert sorted(set(study.effective_training(model, method)) - grpo_options) == [], (model, method)

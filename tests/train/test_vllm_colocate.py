@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from test_train_run import REWARD, assert_gradient_after, assert_same_weights, interrupt_after_checkpoint, step_lines
-from train_support import TRAINING_SPEC, launch_two, run_train, train_command
+from train_support import TRAINING_SPEC, launch_two, run_train, train_command, training_rows
 
 from pipeline import vllm_cpu
 from pipeline.preemption import PREEMPTED_EXIT_CODE
@@ -80,6 +80,30 @@ def test_preempted_colocate_run_resumes_to_the_same_weights(model_dir, train_jso
     assert "resuming from" in rerun.stderr and step_lines(run_dir) == [1, 2, 3, 4]
     assert_gradient_after(run_dir, 2)
     assert_same_weights(run_dir / "final", reference / "final")
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.parametrize("rollout_seed", ["rank", "run"])
+def test_rollout_seed_decides_whether_seeds_sample_different_rollouts(model_dir, tmp_path, rollout_seed):
+    """Every training row is the same prompt, so the run's seed can reach the weights only through the engine's
+    sampling: under 'rank' (TRL's engine seed) seeds 3 and 4 sample the same rollouts and end with the same
+    weights; under 'run' they sample different ones. (The 'run' case fails when the trainer leaves vLLM's reseed.)"""
+    data = tmp_path / "one_prompt.jsonl"
+    data.write_text((json.dumps(training_rows(1, seed=1)[0]) + "\n") * 8, encoding="utf-8")
+    spec = {**VLLM_SPEC, "max_steps": 1}
+    finals = []
+    for seed in (3, 4):
+        out = tmp_path / f"seed{seed}"
+        method = {"credit": "grpo", "vllm_rollout_seed": rollout_seed}
+        result = run_train(
+            train_command(model_dir, data, out, training_spec=spec, method_spec=method, seed=seed), REWARD
+        )
+        assert result.returncode == 0, result.stderr[-4000:]
+        assert_gradient_after(out, 0)
+        finals.append(load_file(out / "final" / "model.safetensors"))
+    same = all(torch.equal(finals[0][name], finals[1][name]) for name in finals[0])
+    assert same is (rollout_seed == "rank")
 
 
 class FakePlatform:

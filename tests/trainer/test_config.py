@@ -25,6 +25,7 @@ def test_defaults_are_upstream_settings(tmp_path):
     assert (args.oar_g_tau, args.oar_g_beta, args.oar_g_eps, args.oar_g_noise_std) == (0.4, 2.0, 1e-12, 1e-3)
     # clean or upstream-GRAIL behaviour unless a config asks for a fidelity option (README, fidelity table)
     assert (args.oar_g_variant, args.answer_alignment, args.reward_grading) == ("upstream", "exact", "clean")
+    assert args.vllm_rollout_seed == "run"
 
 
 def test_all_is_an_alias_of_both(tmp_path):
@@ -51,6 +52,7 @@ def test_all_is_an_alias_of_both(tmp_path):
         ("oar_g_variant", "paper"),
         ("answer_alignment", "approximate"),
         ("reward_grading", "lenient"),
+        ("vllm_rollout_seed", "global"),
     ],
 )
 def test_invalid_values_are_refused_by_name(tmp_path, field, value):
