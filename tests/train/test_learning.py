@@ -1,7 +1,7 @@
 """RL learns, through ``python -m pipeline.train``: on a task whose best policy needs no reading of the prompt (every
 row asks ``1+1=?``), GRPO, GRAIL and OAR-G raise the outcome reward of the warmed-up tiny model (which answers 2 about
 one time in ten) to about 0.9 within 30 steps, with Hugging Face generation and with vLLM generating the rollouts in
-colocate mode. These fail on a flipped or zeroed advantage, and the vLLM ones when the trained weights stop reaching
+colocate mode. These fail on a flipped advantage, and the vLLM ones when the trained weights stop reaching
 the engine (it then keeps sampling the start model). The two-bit sums of the other tests are no such check: their
 warmed-up model answers alike whatever the question, and 40 steps of TRL's own GRPOTrainer (learning rate 1e-4 or
 3e-4) leave its reward at about 0.4."""
@@ -13,27 +13,22 @@ from pathlib import Path
 
 import pytest
 from test_vllm_colocate import VLLM_SPEC
-from train_support import TRAINING_SPEC, run_train, train_command, training_rows
+from train_support import TRAINING_SPEC, run_train, train_command, write_one_question_jsonl
 
-PROMPT = "1+1=?"
-LEARNING_SPEC = {
-    **TRAINING_SPEC,
+LEARNING = {
     "max_steps": 30,
     "save_steps": 1000,
     "num_iterations": 1,
     "learning_rate": 1e-3,
     "per_device_train_batch_size": 16,  # 4 groups of 4 completions a step
 }
-VLLM_KEYS = ("use_vllm", "vllm_mode", "vllm_importance_sampling_correction", "vllm_gpu_memory_utilization")
-VLLM_LEARNING_SPEC = {**LEARNING_SPEC, **{key: VLLM_SPEC[key] for key in VLLM_KEYS}, "vllm_max_model_length": 256}
+LEARNING_SPEC = {**TRAINING_SPEC, **LEARNING}
+VLLM_LEARNING_SPEC = {**VLLM_SPEC, **LEARNING}
 
 
 @pytest.fixture(scope="module")
 def one_prompt_jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    rows = [row for row in training_rows(256, seed=1) if row["prompt"][0]["content"] == PROMPT]
-    path = tmp_path_factory.mktemp("one_prompt") / "train.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
+    return write_one_question_jsonl(tmp_path_factory.mktemp("one_prompt") / "train.jsonl", copies=64)
 
 
 def assert_reward_rises(model_dir: Path, data: Path, out: Path, spec: dict, credit: str) -> None:

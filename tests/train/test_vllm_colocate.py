@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from test_train_run import REWARD, assert_gradient_after, assert_same_weights, interrupt_after_checkpoint, step_lines
-from train_support import TRAINING_SPEC, launch_two, run_train, train_command, training_rows
+from train_support import TRAINING_SPEC, launch_two, run_train, train_command, write_one_question_jsonl
 
 from pipeline import vllm_cpu
 from pipeline.preemption import PREEMPTED_EXIT_CODE
@@ -89,8 +89,7 @@ def test_rollout_seed_decides_whether_seeds_sample_different_rollouts(model_dir,
     """Every training row is the same prompt, so the run's seed can reach the weights only through the engine's
     sampling: under 'rank' (TRL's engine seed) seeds 3 and 4 sample the same rollouts and end with the same
     weights; under 'run' they sample different ones. (The 'run' case fails when the trainer leaves vLLM's reseed.)"""
-    data = tmp_path / "one_prompt.jsonl"
-    data.write_text((json.dumps(training_rows(1, seed=1)[0]) + "\n") * 8, encoding="utf-8")
+    data = write_one_question_jsonl(tmp_path / "one_prompt.jsonl", copies=8)
     spec = {**VLLM_SPEC, "max_steps": 1}
     finals = []
     for seed in (3, 4):

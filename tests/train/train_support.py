@@ -46,6 +46,13 @@ def training_rows(count: int, seed: int) -> list[dict]:
     ]
 
 
+def write_one_question_jsonl(path: Path, copies: int) -> Path:
+    """``copies`` copies of the training row that asks ``1+1=?``: a data set where only sampling varies."""
+    row = next(row for row in training_rows(16, seed=1) if row["prompt"][0]["content"] == "1+1=?")
+    path.write_text((json.dumps(row) + "\n") * copies, encoding="utf-8")
+    return path
+
+
 def warm_up(model_dir: Path, steps: int = 30, batch_size: int = 16) -> None:
     """Teacher-forced steps towards the completion "\\boxed{answer}" (loss on completion tokens only)."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
