@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Generator
+import shutil
+import tempfile
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +52,14 @@ def smol_source_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _vllm_installed_for_vllm_tests(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("vllm") is not None and importlib.util.find_spec("vllm") is None:
         pytest.skip("vllm is not installed (bash scripts/install.sh --vllm)")
+
+
+@pytest.fixture(scope="module")
+def study_directory(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A fresh directory for a module's whole-study run, outside pytest's basetemp (a concurrent pytest session
+    prunes old basetemp directories), removed when the module ends whether the study passed or failed: a study's
+    models and checkpoints take gigabytes (the reduced SmolLM2 study about 4 GB), and one left behind by a failed
+    run would leave the rest of the suite short of disk."""
+    directory = Path(tempfile.mkdtemp(prefix=f"grail_{request.module.__name__.rpartition('.')[2]}_"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)

@@ -153,6 +153,13 @@ def podman_ready() -> str | None:
     return None if probe.returncode == 0 else f"podman does not work here: {probe.stderr[-300:]}"
 
 
+def podman_image_id(image: str) -> str | None:
+    inspect = subprocess.run(
+        ["podman", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True, timeout=60
+    )
+    return inspect.stdout.strip() if inspect.returncode == 0 else None
+
+
 def local_build_options() -> str:
     """Build-time mounts for a machine without a registry: its local wheels, package index and CA bundle."""
     options = []
@@ -176,8 +183,12 @@ def test_cpu_image_builds_with_podman_and_runs_a_stage_like_the_host(tmp_path: P
     base = run_command(["bash", "scripts/build_base_image.sh", CPU_BASE_IMAGE], cwd=REPO, timeout=900)
     assert base.returncode == 0, base.stdout[-3000:]
     env = {**os.environ, "TAG": "ci", "ENGINE": "podman", "BUILD_OPTS": local_build_options()}
+    previous = podman_image_id(CPU_IMAGE)
     build = run_command(["bash", "containers/build.sh", "cpu"], cwd=REPO, timeout=1800, env=env)
     assert build.returncode == 0, build.stdout[-5000:]
+    if previous not in (None, podman_image_id(CPU_IMAGE)):
+        # the rebuild took the tag: drop the untagged image (2.4 GB) that each run would otherwise leave behind
+        subprocess.run(["podman", "rmi", previous], capture_output=True, timeout=300)
 
     identity = run_command(["podman", "run", "--rm", CPU_IMAGE, "id", "-u"], cwd=REPO, timeout=120)
     assert identity.stdout.strip().splitlines()[-1] == "1000"  # not root

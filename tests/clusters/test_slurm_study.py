@@ -21,12 +21,9 @@ are deterministic.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,10 +91,9 @@ def sacct_answers() -> bool:
 
 
 @pytest.fixture(scope="module")
-def runs(slurm: Cluster) -> Iterator[StudyRuns]:
-    """The study on Slurm and, at the same time, locally; each in a fresh directory outside pytest's basetemp
-    (a concurrent pytest session prunes old basetemp directories)."""
-    root = Path(tempfile.mkdtemp(prefix="grail_slurm_study_"))
+def runs(slurm: Cluster, study_directory: Path) -> StudyRuns:
+    """The study on Slurm and, at the same time, locally, each in a directory of its own."""
+    root = study_directory
     cluster_dir, local_dir = root / "slurm", root / "local"
     for directory in (cluster_dir, local_dir):
         directory.mkdir()
@@ -122,8 +118,7 @@ def runs(slurm: Cluster) -> Iterator[StudyRuns]:
     print(f"study on Slurm and locally: {time.monotonic() - started:.0f} s wall")
     assert result.returncode == 0, result.stdout[-5000:]
     assert local.returncode == 0, local_output[-5000:]
-    yield StudyRuns(cluster_dir, local_dir, slurm_jobs, scontrol_records, accounting)
-    shutil.rmtree(root)
+    return StudyRuns(cluster_dir, local_dir, slurm_jobs, scontrol_records, accounting)
 
 
 def expected_requests(config_path: Path) -> dict[str, Request]:

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +50,9 @@ def study() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def results(study: dict[str, Any]) -> Iterator[Path]:
-    """One Snakemake run of the reduced study in a fresh directory (not under pytest's pruned basetemp)."""
-    directory = Path(tempfile.mkdtemp(prefix="grail_smol_study_"))
+def results(study: dict[str, Any], study_directory: Path) -> Path:
+    """One Snakemake run of the reduced study."""
+    directory = study_directory
     config = directory / "smol_ci.yaml"
     config.write_text(yaml.safe_dump(study))
     command = [
@@ -66,8 +63,7 @@ def results(study: dict[str, Any]) -> Iterator[Path]:
     logs = sorted((directory / "results" / "logs").rglob("*.log"))
     failed = "".join(f"\n--- {log}\n{log.read_text()[-2500:]}" for log in logs if "rror" in log.read_text())
     assert result.returncode == 0, result.stderr[-4000:] + failed
-    yield directory / "results"
-    shutil.rmtree(directory)
+    return directory / "results"
 
 
 def test_report_has_every_method_on_the_real_model(results: Path) -> None:

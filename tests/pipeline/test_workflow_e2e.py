@@ -8,12 +8,9 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -48,18 +45,14 @@ def study() -> Study:
 
 
 @pytest.fixture(scope="module")
-def workdir() -> Iterator[Path]:
-    """A full run of the CI study (every rule) in a fresh directory.
-
-    Not under pytest's basetemp: a concurrent pytest session prunes old basetemp directories, this one included.
-    """
-    directory = Path(tempfile.mkdtemp(prefix="grail_ci_study_"))
+def workdir(study_directory: Path) -> Path:
+    """A full run of the CI study (every rule)."""
+    directory = study_directory
     started = time.monotonic()
     result = snakemake(directory, "--cores", "2", "--configfile", str(CI_CONFIG))
     print(f"CI study: {time.monotonic() - started:.0f} s wall")
     assert result.returncode == 0, result.stderr[-5000:]
-    yield directory
-    shutil.rmtree(directory)
+    return directory
 
 
 def test_every_rule_ran(workdir: Path, study: Study) -> None:
