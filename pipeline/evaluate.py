@@ -62,6 +62,7 @@ from pipeline.loading import load_model, load_tokenizer, resolve_model
 from pipeline.progress import progress
 from pipeline.rewards import ExtractionMode, PromptTemplate, build_prompt, is_correct, last_boxed
 from pipeline.specs import dataclass_from_mapping
+from pipeline.vllm_cpu import CPU_KV_CACHE_GIB
 
 SAMPLE_KEYS = ("id", "sample", "completion", "extracted", "correct", "num_tokens", "backend")
 BackendName = Literal["auto", "hf", "vllm"]
@@ -72,9 +73,12 @@ class VllmSettings:
     """Engine settings of the vllm backend (``data_parallel_size`` engines of ``tensor_parallel_size`` GPUs).
 
     ``gpu_memory_utilization``: the fraction of the GPU's memory the engine may use; on vLLM's CPU platform, the
-    fraction of the NUMA node's memory its worker may hold (weights and a KV cache allocated up front). None: 0.9
-    on a GPU, 0.1 on the CPU, where the node's memory is shared with other processes (on a 24 GiB machine, 0.3
-    reserved a 6.4 GiB KV cache for the tiny model and the kernel's OOM killer ended the run; 0.9 refuses to start).
+    fraction of the NUMA node's memory its worker may hold, whose rest after the process's resident memory becomes
+    the KV cache. None: 0.9 on a GPU; on the CPU a fixed KV cache of ``pipeline.vllm_cpu.CPU_KV_CACHE_GIB`` GiB
+    (``kv_cache_memory_bytes``; vLLM's ``VLLM_CPU_KVCACHE_SPACE`` overrides it), because the fraction's cache
+    depends on the machine's state: 0.3 reserved 6.4 GiB for the tiny model and the OOM killer ended the run on a
+    24 GiB machine, and 0.1 left SmolLM2-135M 0.11 GiB (0.1 x 13.6 GiB of node memory under a memory balloon, less
+    1.24 GiB resident), too little for one 8,192-token sequence, so the engine refused to start.
     """
 
     tensor_parallel_size: int = 1
@@ -367,17 +371,19 @@ class SamplingSeedExtension:
         torch.manual_seed(seed)
 
 
-DEFAULT_GPU_MEMORY_UTILIZATION = {"cpu": 0.1}  # other platforms: 0.9 (vLLM's own default)
-
-
 def vllm_engine_kwargs(model: str, spec: EvalSpec, seed: int, device_type: str) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM`` for one data-parallel engine on vLLM's ``device_type`` platform."""
+    """Keyword arguments of ``vllm.LLM`` for one data-parallel engine on vLLM's ``device_type`` platform (memory:
+    ``VllmSettings``)."""
     utilization = spec.vllm.gpu_memory_utilization
+    if utilization is None and device_type == "cpu":
+        memory: dict[str, Any] = {"kv_cache_memory_bytes": CPU_KV_CACHE_GIB * 2**30}
+    else:
+        memory = {"gpu_memory_utilization": utilization or 0.9}
     kwargs = {
         "model": model,
         "tokenizer": model,
         "tensor_parallel_size": spec.vllm.tensor_parallel_size,
-        "gpu_memory_utilization": utilization or DEFAULT_GPU_MEMORY_UTILIZATION.get(device_type, 0.9),
+        **memory,
         "enable_prefix_caching": spec.vllm.enable_prefix_caching,
         "seed": seed,
         "worker_extension_cls": f"{__name__}.{SamplingSeedExtension.__name__}",

@@ -99,13 +99,22 @@ def test_engine_kwargs_follow_the_spec():
     assert "max_model_len" not in ev.vllm_engine_kwargs("m", ev.parse_eval_spec({}), 0, "cuda")
 
 
-@pytest.mark.parametrize(("device_type", "expected"), [("cuda", 0.9), ("cpu", 0.1)])
-def test_default_memory_fraction_fits_the_platform(device_type, expected):
+@pytest.mark.parametrize(
+    ("device_type", "expected"),
+    [("cuda", {"gpu_memory_utilization": 0.9}), ("cpu", {"kv_cache_memory_bytes": 2**30})],
+)
+def test_default_memory_fits_the_platform(device_type, expected):
+    """A GPU engine takes 0.9 of the GPU; a CPU engine a fixed 1 GiB KV cache rather than a fraction of node memory
+    less the process's resident memory, which depends on the machine's state (VllmSettings)."""
     kwargs = ev.vllm_engine_kwargs("m", ev.parse_eval_spec({}), 0, device_type)
-    assert kwargs["gpu_memory_utilization"] == expected
+    assert {
+        key: kwargs[key] for key in ("gpu_memory_utilization", "kv_cache_memory_bytes") if key in kwargs
+    } == expected
     assert kwargs["enforce_eager"] is (device_type == "cpu")
     explicit = ev.parse_eval_spec({"vllm": {"gpu_memory_utilization": 0.5}})
-    assert ev.vllm_engine_kwargs("m", explicit, 0, device_type)["gpu_memory_utilization"] == 0.5
+    explicit_kwargs = ev.vllm_engine_kwargs("m", explicit, 0, device_type)
+    assert explicit_kwargs["gpu_memory_utilization"] == 0.5
+    assert "kv_cache_memory_bytes" not in explicit_kwargs
 
 
 def test_device_groups_split_visible_gpus_by_tensor_parallel_size():
