@@ -58,8 +58,8 @@ def _vllm_installed_for_vllm_tests(request: pytest.FixtureRequest) -> None:
 def study_directory(request: pytest.FixtureRequest) -> Iterator[Path]:
     """A fresh directory for a module's whole-study run, outside pytest's basetemp (a concurrent pytest session
     prunes old basetemp directories), removed when the module ends whether the study passed or failed: a study's
-    models and checkpoints take gigabytes (the reduced SmolLM2 study about 4 GB), and one left behind by a failed
-    run would leave the rest of the suite short of disk."""
+    models and checkpoints take gigabytes (the reduced SmolLM2 study 8.6 GiB at its peak), and one left behind by
+    a failed run would leave the rest of the suite short of disk."""
     directory = Path(tempfile.mkdtemp(prefix=f"grail_{request.module.__name__.rpartition('.')[2]}_"))
     yield directory
     shutil.rmtree(directory, ignore_errors=True)
