@@ -32,7 +32,6 @@ from pipeline.benchmarks import (
     DEFAULT_SUBSET_SEED,
     SOURCE_FORMATS,
     arithmetic_spec,
-    audit_golds,
     check_keys,
     gsm_symbolic_settings,
     items_with_ids,
@@ -40,6 +39,7 @@ from pipeline.benchmarks import (
     normalize_rows,
     select_subset,
 )
+from pipeline.gold_audit import audit_golds
 from pipeline.io import InputError, atomic_write_json, atomic_write_jsonl, load_spec, read_jsonl, run_cli
 
 KINDS = (*SOURCE_FORMATS, "generated", "gsm8k", "gsm_symbolic")
