@@ -15,7 +15,10 @@ Properties:
 from __future__ import annotations
 
 import csv
+import json
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -133,3 +136,22 @@ def test_integers_off_by_one_are_refused_at_every_magnitude(value: int, power_fo
         # an exact power of ten and its neighbour: 10^{n} vs 10^{n} + 1
         exponent = len(gold) - 1
         assert not is_correct(f"10^{{{exponent}}}+1", f"10^{{{exponent}}}", grading="clean")
+
+
+PLAIN_MATH_VERIFY = """
+import csv, json, sys
+from math_verify import parse, verify
+rows = list(csv.DictReader(open(sys.argv[1], newline="", encoding="utf-8")))
+print(json.dumps([bool(verify(parse("$" + r["gold"] + "$"), parse("$" + r["answer"] + "$"))) for r in rows]))
+"""
+
+
+def test_upstream_mode_is_plain_math_verify_bit_for_bit() -> None:
+    """The clean mode swaps math-verify's numeric comparison while it grades: a process that never imports the
+    pipeline (so runs math-verify untouched) gives the upstream mode's verdicts on every corpus row."""
+    result = subprocess.run(
+        [sys.executable, "-c", PLAIN_MATH_VERIFY, str(CORPUS)], capture_output=True, text=True, check=True
+    )
+    plain = json.loads(result.stdout)
+    rows = corpus_rows()
+    assert plain == [is_correct(row["answer"], row["gold"], grading="upstream") for row in rows]
