@@ -27,4 +27,8 @@ for study in configs/default.yaml configs/paper.yaml configs/smol.yaml; do
   PYTHONPATH="$PWD" snakemake --snakefile "$PWD/Snakefile" --directory "$lint_dir" --configfile "$PWD/$study" --lint
 done
 rm -rf "$lint_dir"
+# The documentation site: a broken link, a missing page or an unresolvable API reference fails the build.
+site_dir="$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 PYTHONPATH="$PWD" mkdocs build --strict --quiet --site-dir "$site_dir"
+rm -rf "$site_dir"
 python3 -m pytest -ra "$@"

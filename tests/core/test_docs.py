@@ -1,5 +1,7 @@
-"""The documentation the code points at exists: every "spec N.M" citation names a section of docs/spec.md, and
-README.md "Logged metrics" lists every metric the trainer adds to TRL's."""
+"""The documentation the code points at exists and stays true: every "spec N.M" citation names a section of
+docs/spec.md; docs/output.md "Logged metrics" lists every metric the trainer adds to TRL's; docs/parameters.md is
+the page configs/schema.yaml generates; README.md stays a short entry point whose two commands come first and whose
+links resolve."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from types import SimpleNamespace
 
 import torch
 
+from pipeline import docs_parameters
+from pipeline.config import load_schema
 from pipeline.credit import grail_weights_with_stats
 from pipeline.credit.oar_g import oar_g_stats
 from pipeline.trainer_metrics import log_advantage_metrics, log_grad_norm_percentiles, log_nanmeans
@@ -23,6 +27,7 @@ SOURCES = [
     REPO / "Snakefile",
     REPO / "README.md",
     REPO / "ARCHITECTURE.md",
+    *REPO.glob("docs/*.md"),
 ]
 
 
@@ -60,12 +65,52 @@ def logged_credit_metrics() -> set[str]:
     return set(lists)
 
 
-def test_readme_lists_every_logged_credit_metric():
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("### Logged metrics", 1)[1].split("\n### ", 1)[0]
+def test_output_page_lists_every_logged_credit_metric():
+    page = (REPO / "docs" / "output.md").read_text()
+    section = page.split("## Logged metrics", 1)[1].split("\n## ", 1)[0]
     unlisted = [
         name
         for name in sorted(logged_credit_metrics())
         if f"`{name}`" not in section and f"`<credit>/{name.split('/', 1)[1]}`" not in section
     ]
     assert unlisted == []
+
+
+def test_parameters_page_is_the_one_the_schema_generates():
+    """Fails when configs/schema.yaml changed and `python -m pipeline.docs_parameters` was not rerun."""
+    page = (REPO / "docs" / "parameters.md").read_text(encoding="utf-8")
+    assert page == docs_parameters.render(load_schema()), (
+        "docs/parameters.md is stale: python -m pipeline.docs_parameters"
+    )
+
+
+def test_parameters_page_has_every_schema_key_and_description():
+    schema = load_schema()
+    page = docs_parameters.render(schema)
+    assert "| `evaluation.vllm.gpu_memory_utilization` | number or null (&gt; 0, &lt;= 1) | `null` |" in page
+    assert "| `methods.<name>.grail_symmetry` | `both` \\| `correct` \\| `wrong` \\| `all` |" in page
+    assert "| `resources.default.cpus` | integer (&gt;= 1) | `1` | Snakemake threads |" in page
+    assert schema["$defs"]["tracking"]["properties"]["study"]["description"] in page
+
+
+README_COMMANDS = """```bash
+# 1. install, then run the whole default study (tiny model x {GRPO, GRAIL, OAR-G} x 2 seeds, CPU, minutes)
+bash scripts/install.sh && snakemake --cores 2
+
+# 2. install with the test tooling, then run the test suite (starts a local Slurm for the cluster tests)
+bash scripts/install.sh --dev --vllm && bash scripts/test.sh
+```"""
+
+
+def test_readme_is_short_and_starts_with_the_two_commands():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 150
+    assert readme.index("```") == readme.index(README_COMMANDS)
+
+
+def test_readme_links_resolve():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    targets = [target.split("#", 1)[0] for target in re.findall(r"\]\(([^)#][^)]*)\)", readme)]
+    missing = [target for target in targets if "://" not in target and not (REPO / target).exists()]
+    assert targets
+    assert missing == []
