@@ -134,18 +134,6 @@ def test_apptainer_definition_wraps_the_image_that_build_sh_saves() -> None:
     assert "import pipeline" in sections["test"]
 
 
-def test_snakefile_container_image_is_the_one_build_sh_tags() -> None:
-    """The configs' container_image (Snakefile `container:`) is an image name build.sh can produce."""
-    for config in ("default.yaml", "paper.yaml"):
-        path = REPO / "configs" / config
-        if not path.exists():
-            pytest.skip(f"configs/{config} is missing")
-        image = yaml.safe_load(path.read_text()).get("container_image")
-        if image is None:
-            continue  # the schema's default applies
-        assert re.fullmatch(r"(docker://)?[\w./-]+/grail-pipeline:[\w.-]+(-gpu|-cpu)?", image), image
-
-
 def podman_ready() -> str | None:
     if shutil.which("podman") is None:
         return "podman is not installed (apt-get install podman buildah runc)"
