@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -40,6 +39,7 @@ from pipeline import cluster, cost
 from pipeline.benchmarks import SOURCE_FORMATS
 from pipeline.config import Study, check_config_schema
 from pipeline.io import InputError, atomic_write_json, run_cli
+from pipeline.prepare_benchmarks import read_subset_ids
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = REPO / "configs" / "schema.yaml"
@@ -87,7 +87,7 @@ def parse_plan(dry_run: str) -> list[cost.PlannedJob]:
 def plan(profile: Path, configfile: Path, extra: list[str]) -> list[cost.PlannedJob]:
     """Every job of the study with the profile applied (a dry run in an empty directory)."""
     with tempfile.TemporaryDirectory(prefix="grail-preflight-") as empty:
-        command = ["snakemake", "-n", "--profile", str(profile), "--configfile", str(configfile.resolve())]
+        command = ["snakemake", "-n", "--profile", str(profile.resolve()), "--configfile", str(configfile.resolve())]
         command += ["--snakefile", str(REPO / "Snakefile"), "--directory", empty, *extra]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
     if result.returncode != 0:
@@ -129,8 +129,8 @@ def slurm_minutes(text: str) -> int | None:
         return None
     days, _, clock = text.rpartition("-")
     parts = [int(part) for part in clock.split(":")]
-    hours, minutes, seconds = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
-    return int(days or 0) * 1440 + hours * 60 + minutes + (1 if seconds else 0)
+    hours, minutes, _seconds = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
+    return int(days or 0) * 1440 + hours * 60 + minutes  # whole minutes: a job must fit inside the limit
 
 
 def gres_gpus(gres: str) -> dict[str, int]:
@@ -466,13 +466,17 @@ def benchmark_items(name: str, spec: dict[str, Any]) -> int | None:
     """Items a benchmark evaluates: generated count, subset ids, the source's subset size or its row count."""
     if spec.get("kind") == "generated":
         return int(spec["generated"]["count"])
-    if "subset_ids_file" in spec:
-        return len(json.loads((REPO / spec["subset_ids_file"]).read_text()))
+    ids_file = REPO / spec["subset_ids_file"] if spec.get("subset_ids_file") else None
+    if ids_file is not None and ids_file.is_file():
+        return len(read_subset_ids(ids_file))
     local = REPO / "eval_data" / f"{name}.jsonl"
     if local.exists():
         return sum(1 for _ in local.open())
     source = SOURCE_FORMATS.get(spec.get("kind", ""))
-    return (source.subset_size or source.rows) if source else None
+    if source is None:
+        return None
+    size = spec.get("subset_size", source.subset_size)
+    return min(size, source.rows) if size and source.rows else size or source.rows
 
 
 def estimate(config: dict[str, Any], study: Study, jobs: list[cost.PlannedJob], concurrent_gpus: int) -> dict[str, Any]:
