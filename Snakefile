@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
+from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 min_version("9.0")
 
@@ -30,7 +31,7 @@ sys.path.insert(0, workflow.basedir)
 if threading.current_thread() is threading.main_thread():  # (a Snakefile parsed in a thread cannot set handlers)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
-from pipeline import layout
+from pipeline import cluster, layout
 from pipeline.config import (
     Study,
     canonical_json,
@@ -38,6 +39,7 @@ from pipeline.config import (
     coerce_overrides,
     source_digest,
 )
+from pipeline.io import InputError
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
 if not workflow.overwrite_configfiles:
@@ -52,7 +54,17 @@ validate(config, SCHEMA)  # Snakemake's validator: fills the schema's defaults
 STUDY = Study.from_config(config)  # cross-key checks; refuses before any job
 
 
-container: STUDY.container_image
+IMAGE = cluster.resolve_image(STUDY.container_image, workflow.basedir)
+
+
+container: IMAGE
+
+
+# Under --sdm apptainer: a missing image file stops the plan naming its build command, and jobs see the node's GPUs.
+if DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method:
+    if error := cluster.missing_image_error(IMAGE):
+        raise InputError(error)
+    workflow.deployment_settings.apptainer_args = cluster.with_gpu_flag(workflow.deployment_settings.apptainer_args)
 
 
 R = STUDY.results_dir
@@ -101,25 +113,47 @@ def threads_of(stage, per_model=False):
     return STUDY.resources(stage).cpus
 
 
+def site_slurm_extra(rule, **context):
+    """The site's slurm_extra for a rule: `--set-resources RULE:slurm_extra=...`, else `default-resources`'."""
+    settings = workflow.resource_settings
+    site = settings.overwrite_resources.get(rule, {}).get("slurm_extra")
+    if site is None and settings.default_resources is not None:
+        site = settings.default_resources.get("slurm_extra")
+    if site is None or site.raw is None:
+        return None
+    return site.evaluate(rulename=rule, async_run=None, **context).value
+
+
+SLURM_EXTRA = {}  # rule -> its slurm_extra: the study's flags, then the site's (put back after the rules)
+
+
 def resources_of(stage, per_model=False):
     """A rule's Snakemake resources (mem_mb, runtime, gpu, nodes, gpu_model, slurm_extra) from the config.
 
     `runtime` grows with the attempt (a retried job asks for attempt x the time limit); a name set for only
-    some models (gpu_model, slurm_extra) is empty, i.e. unset, for the others.
+    some models (gpu_model) is empty, i.e. unset, for the others. `slurm_extra` is the study's flags followed
+    by the site's (profiles/slurm SITE SETTINGS), so a site flag never drops training's `--signal=USR1@600`.
     """
     models = list(STUDY.models) if per_model else [None]
     names = {name for model in models for name in STUDY.resources(stage, model).snakemake_resources()}
 
+    def request_of(wildcards):
+        return STUDY.resources(stage, wildcards.model if per_model else None)
+
     def value(name):
         def resolve(wildcards, attempt):
-            request = STUDY.resources(stage, wildcards.model if per_model else None)
             if name == "runtime":
-                return request.runtime * attempt
-            return request.snakemake_resources().get(name, 0 if name == "gpu" else "")
+                return request_of(wildcards).runtime * attempt
+            return request_of(wildcards).snakemake_resources().get(name, 0 if name == "gpu" else "")
 
         return resolve
 
-    return {name: value(name) for name in sorted(names)}
+    def slurm_extra(wildcards, input, threads, attempt):
+        site = site_slurm_extra(stage, wildcards=wildcards, input=input, threads=threads, attempt=attempt)
+        return cluster.join_flags(request_of(wildcards).slurm_extra, site)
+
+    SLURM_EXTRA[stage] = slurm_extra
+    return {name: value(name) for name in sorted(names - {"slurm_extra"})} | {"slurm_extra": slurm_extra}
 
 
 def built_start_model(model):
@@ -526,3 +560,9 @@ rule report:
         " --data-card {input.data_card:q} --audit {input.audits:q}"
         " --token-analysis {params.token_analysis_dirs:q} {params.token_viewer} --repo-dir {params.repo_dir:q}"
         " --out {output.report:q} > {log:q} 2>&1"
+
+
+# Snakemake applies a rule's --set-resources after the rule's own resources: put back the composed slurm_extra.
+for defined in workflow.rules:
+    if defined.name in SLURM_EXTRA:
+        defined.resources["slurm_extra"] = SLURM_EXTRA[defined.name]

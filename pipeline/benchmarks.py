@@ -54,6 +54,7 @@ class SourceFormat:
     subset_size: int | None = None
     composite_id_fields: tuple[str, ...] = ()
     upstream_gold_fields: tuple[str, ...] | None = None
+    rows: int | None = None  # rows of the pinned split (the cost estimate's items when there is no subset)
 
     def gold_fields_for(self, gold_format: str) -> tuple[str, ...]:
         """The gold fields in priority order for ``gold_format`` (clean or upstream)."""
@@ -67,6 +68,7 @@ class SourceFormat:
 SOURCE_FORMATS: dict[str, SourceFormat] = {
     "math500": SourceFormat(
         hub_id="HuggingFaceH4/MATH-500",
+        rows=500,
         split="test",
         revision="6e4ed1a2a79af7d8630a6b768ec859cb5af4d3be",
         problem_fields=("problem",),
@@ -75,6 +77,7 @@ SOURCE_FORMATS: dict[str, SourceFormat] = {
     ),
     "aime24": SourceFormat(
         hub_id="HuggingFaceH4/aime_2024",
+        rows=30,
         split="train",  # the Hub repository's only split; all 30 rows are the held-out benchmark
         revision="2fe88a2f1091d5048c0f36abc874fb997b3dd99a",
         problem_fields=("problem",),
@@ -82,6 +85,7 @@ SOURCE_FORMATS: dict[str, SourceFormat] = {
     ),
     "amc23": SourceFormat(
         hub_id="math-ai/amc23",
+        rows=40,
         split="test",
         revision="main",
         problem_fields=("problem", "question"),
@@ -89,6 +93,7 @@ SOURCE_FORMATS: dict[str, SourceFormat] = {
     ),
     "minerva": SourceFormat(
         hub_id="math-ai/minervamath",
+        rows=272,
         split="test",
         revision="main",
         problem_fields=("problem", "question"),

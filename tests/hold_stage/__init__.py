@@ -9,7 +9,9 @@ environment of a stage (run directly, through Snakemake or through Slurm):
   until it is killed;
 - ``pseudo_random_reward_env()``: ``python -m pipeline.train`` trains on a reward that hashes (position in the
   batch, prompt, completion) into [0, 1) instead of the outcome reward, so that every step of a tiny run has mixed rewards and a gradient
-  (the resume tests compare weights, which only tells a wrong resume from a right one if every step moved them).
+  (the resume tests compare weights, which only tells a wrong resume from a right one if every step moved them);
+- ``weight_sync_off_env()``: ``python -m pipeline.train`` never syncs the trained weights to its colocate vLLM
+  engine (the negative control of the weight-sync test).
 The hook is ``sitecustomize.py`` next to this file, which Python imports at startup from ``PYTHONPATH``; it patches
 nothing in any other process.
 """
@@ -20,7 +22,7 @@ import os
 from pathlib import Path
 
 # (importing the hook here is inert: it acts only at the startup of a stage process)
-from tests.hold_stage.sitecustomize import CHECKPOINTS_VARIABLE, REWARD_VARIABLE, ROWS_VARIABLE
+from tests.hold_stage.sitecustomize import CHECKPOINTS_VARIABLE, REWARD_VARIABLE, ROWS_VARIABLE, SYNC_OFF_VARIABLE
 
 HOOK_DIR = Path(__file__).resolve().parent
 REPO = HOOK_DIR.parents[1]
@@ -43,3 +45,8 @@ def hold_evaluation_env(rows: int) -> dict[str, str]:
 def pseudo_random_reward_env(salt: str = "0") -> dict[str, str]:
     """Environment entries that make a training stage train on the pseudo-random reward (salted with ``salt``)."""
     return _hook_env(REWARD_VARIABLE, salt)
+
+
+def weight_sync_off_env() -> dict[str, str]:
+    """Environment entries that switch off TRL's weight sync to the colocate vLLM engine in a training stage."""
+    return _hook_env(SYNC_OFF_VARIABLE, "1")

