@@ -72,8 +72,8 @@ def test_engine_samples_from_the_trained_weights(model, processes, train_jsonl, 
 
 @pytest.mark.vllm
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["qwen3_shaped", "smollm2_two_layers"])
-def test_the_same_check_fails_with_the_sync_switched_off(model, train_jsonl, tmp_path, request):
-    model_dir = request.getfixturevalue(model)
-    first, second = logp_differences(model_dir, train_jsonl, tmp_path / "run", 1, weight_sync_off_env())
+def test_the_same_check_fails_with_the_sync_switched_off(qwen3_shaped, train_jsonl, tmp_path):
+    """On one model only (CI time): the check does not depend on the architecture, and SmolLM2's stale engine was
+    measured once (18.7 against 0.011, module docstring)."""
+    first, second = logp_differences(qwen3_shaped, train_jsonl, tmp_path / "run", 1, weight_sync_off_env())
     assert second > first + TOLERANCE, (first, second)  # after an update the engine still samples the start model
