@@ -31,12 +31,12 @@ if threading.current_thread() is threading.main_thread():  # (a Snakefile parsed
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 from pipeline import layout
+from pipeline.code_digest import source_digest
 from pipeline.config import (
     Study,
     canonical_json,
     check_config_schema,
     coerce_overrides,
-    source_digest,
 )
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.

@@ -25,11 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from pipeline.arith import ArithmeticSpec
+from pipeline.boxed import last_boxed
 from pipeline.io import InputError
-from pipeline.rewards import gold_self_check, last_boxed
 
 DEFAULT_SUBSET_SEED = 42
 GOLD_FORMATS = ("clean", "upstream")
@@ -332,16 +330,3 @@ def items_with_ids(items: list[dict[str, str]], ids: list[str], ids_file: str | 
     if missing:
         raise InputError(f"{ids_file}: ids not found in the benchmark data: {', '.join(missing[:5])}")
     return [by_id[item] for item in ids]
-
-
-def audit_golds(benchmark: str, items: list[dict[str, str]]) -> dict[str, Any]:
-    """Gold self-consistency audit: items whose gold does not verify against itself can never be scored correct.
-
-    Returns ``{"benchmark", "items", "failures": [{"id", "answer"}], "failure_count"}``.
-    """
-    failures = [
-        {"id": item["id"], "answer": item["answer"]}
-        for item in tqdm(items, desc=f"gold audit {benchmark}", unit="item")
-        if not gold_self_check(item["answer"])
-    ]
-    return {"benchmark": benchmark, "items": len(items), "failures": failures, "failure_count": len(failures)}

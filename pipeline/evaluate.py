@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from pipeline.boxed import ExtractionMode, last_boxed
 from pipeline.generation import chat_prompt_ids, derive_seed, model_fingerprint, stable_hash
 from pipeline.grading import GradingMode
 from pipeline.io import (
@@ -60,7 +61,8 @@ from pipeline.io import (
 )
 from pipeline.loading import load_model, load_tokenizer, resolve_model
 from pipeline.progress import progress
-from pipeline.rewards import ExtractionMode, PromptTemplate, build_prompt, is_correct, last_boxed
+from pipeline.prompts import PromptTemplate, build_prompt
+from pipeline.rewards import is_correct
 from pipeline.specs import dataclass_from_mapping
 from pipeline.vllm_cpu import CPU_KV_CACHE_GIB
 
