@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from jsonschema import Draft202012Validator
@@ -26,6 +26,7 @@ from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT,
 from pipeline.tracking import TrackingConfig, run_name
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+LibraryChanges = Literal["warn", "rerun"]  # config key `library_changes` (docs/reruns.md)
 SCHEMA_PATH = PACKAGE_DIR.parent / "configs" / "schema.yaml"
 
 RESOURCE_KEYS = ("cpus", "mem_mb", "runtime", "gpus", "nodes", "gpu_model", "slurm_extra")
@@ -348,6 +349,7 @@ class Study:
     tracking: TrackingConfig
     token_viewer: TokenViewerConfig
     resource_table: dict[str, dict[str, Any]] = field(repr=False)
+    library_changes: LibraryChanges = "warn"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Study:
@@ -398,6 +400,7 @@ class Study:
                 seed=viewer["seed"],
             ),
             resource_table=config["resources"],
+            library_changes=config["library_changes"],
         )
 
     # ----- specs passed to the stages
