@@ -27,6 +27,7 @@ import ast
 import hashlib
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -152,3 +153,29 @@ def changed_modules(before: dict[str, str], after: dict[str, str]) -> dict[str, 
     changes |= {name: "added" for name in after.keys() - before.keys()}
     changes |= {name: "removed" for name in before.keys() - after.keys()}
     return dict(sorted(changes.items()))
+
+
+def rule_roots(snakefile: Path) -> dict[str, list[str]]:
+    """``{rule: root modules}`` of every rule whose params carry ``source_digest("...", ...)`` in ``snakefile``."""
+    roots: dict[str, list[str]] = {}
+    rule = None
+    for line in snakefile.read_text(encoding="utf-8").splitlines():
+        if match := re.match(r"rule (\w+):", line):
+            rule = match.group(1)
+        elif rule and (match := re.search(r"source_digest\(([^)]*)\)", line)):
+            roots[rule] = re.findall(r"\"([\w.]+)\"", match.group(1))
+    return roots
+
+
+def coverage_table(snakefile: Path, package_dir: Path = PACKAGE_DIR) -> str:
+    """A Markdown table: per rule, the modules its code digest covers (``pipeline.`` left out)."""
+    lines = ["| rule | modules | covered |", "|---|---|---|"]
+    for rule, roots in rule_roots(snakefile).items():
+        covered = covered_modules(*roots, package_dir=package_dir)
+        names = ", ".join(name.removeprefix(f"{package_dir.name}.") for name in covered)
+        lines.append(f"| {rule} | {len(covered)} | {names} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(coverage_table(PACKAGE_DIR.parent / "Snakefile"))

@@ -8,13 +8,18 @@ from pathlib import Path
 import pytest
 
 from pipeline.code_digest import (
+    PACKAGE_DIR,
     changed_modules,
+    coverage_table,
     covered_modules,
     module_digests,
     normalized_source,
     parse_source_digest,
+    rule_roots,
     source_digest,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 SOURCE = '''"""Module docstring."""
 
@@ -139,3 +144,14 @@ def test_changed_modules_and_parsing() -> None:
         "pipeline": module_digests("pipeline.layout")["pipeline"],
         "pipeline.layout": module_digests("pipeline.layout")["pipeline.layout"],
     }
+
+
+def test_docs_list_the_modules_each_rule_covers() -> None:
+    """docs/reruns.md holds exactly what ``python -m pipeline.code_digest`` prints for the Snakefile."""
+    page = (REPO / "docs" / "reruns.md").read_text()
+    documented = page.split("<!-- coverage: begin -->\n", 1)[1].split("\n<!-- coverage: end -->", 1)[0]
+    assert documented == coverage_table(REPO / "Snakefile", PACKAGE_DIR), "rerun: python -m pipeline.code_digest"
+    rules = rule_roots(REPO / "Snakefile")
+    assert rules["train"] == ["pipeline.train"] and len(rules) == 11
+    assert "pipeline.grading" not in covered_modules(*rules["prepare_data"])
+    assert "pipeline.grading" not in covered_modules(*rules["warmup"])
