@@ -232,8 +232,12 @@ def code_changes_section(entries: list[dict[str, Any]]) -> str:
         "without rerunning them (`python -m pipeline.why_rerun --accept`)."
     ]
     for entry in entries:
-        modules = ", ".join(f"{module} ({change})" for module, change in entry["modules"].items())
-        lines.append(f"- {entry['rule']} `{entry['job']}`: {modules}")
+        made_with, accepted = entry["made_with"], entry["accepted"]
+        modules = ", ".join(
+            f"{module} ({change}: {made_with.get(module, '-')} -> {accepted.get(module, '-')})"
+            for module, change in entry["modules"].items()
+        )
+        lines.append(f"- `{entry['job']}`: {modules}")
     return "\n".join(lines)
 
 

@@ -43,6 +43,7 @@ class Plan:
     rule: str
     job: str
     outputs: list[str]
+    snakemake_job: Any = field(repr=False)
     reasons: list[str] = field(default_factory=list)
     code: dict[str, str] = field(default_factory=dict)
     made_with: dict[str, str] = field(default_factory=dict)
@@ -65,7 +66,7 @@ def _job_label(job: Any) -> str:
 
 def explain(job: Any, reason: Any, persistence: Any) -> Plan:
     """The plan of one job from Snakemake's reason for it and the metadata of its outputs."""
-    plan = Plan(rule=job.rule.name, job=_job_label(job), outputs=[str(f) for f in job.output])
+    plan = Plan(rule=job.rule.name, job=_job_label(job), outputs=[str(f) for f in job.output], snakemake_job=job)
     if reason.forced:
         plan.reasons.append("forced")
     if reason.missing_output:
@@ -90,12 +91,14 @@ def explain(job: Any, reason: Any, persistence: Any) -> Plan:
     plan.other_reasons = any(flags) or any(
         (reason.code_changed, reason.software_stack_changed, reason.noio, reason.nooutput)
     )
-    if reason.params_changed:
-        _explain_params(plan, job, reason.params_changed, persistence)
+    # Asked of the metadata directly: Snakemake does not compare the params of a job it runs for another reason.
+    change = persistence.params_changed(job)
+    if change:
+        _explain_params(plan, job, change)
     return plan
 
 
-def _explain_params(plan: Plan, job: Any, change: Any, persistence: Any) -> None:
+def _explain_params(plan: Plan, job: Any, change: Any) -> None:
     """Name the changed params; a changed code digest down to its modules."""
     old = [_literal(value) for value in change.only_old]
     new = [_literal(value) for value in change.only_new]
@@ -162,27 +165,24 @@ def planned_workflow(args: argparse.Namespace, lock: bool) -> Iterator[Any]:
 
 
 def plan_jobs(workflow: Any) -> list[Plan]:
+    """The plans of the jobs with outputs that the DAG would run (not a target rule like ``all``), in order."""
     dag = workflow.dag
-    return [explain(job, dag.reason(job), workflow.persistence) for job in dag.toposorted(dag.needrun_jobs())]
+    ordered = [job for level in dag.toposorted(list(dag.needrun_jobs())) for job in sorted(level, key=_job_label)]
+    return [explain(job, dag.reason(job), workflow.persistence) for job in ordered if job.output]
 
 
 def accept(workflow: Any, plans: list[Plan], ledger: Path) -> list[Plan]:
     """Re-record the current code digests of the acceptable jobs' outputs and log each acceptance."""
     persistence = workflow.persistence
-    chosen = {plan.job for plan in acceptable(plans)}
-    accepted = []
+    accepted = acceptable(plans)
     now = time.time()
-    for job in workflow.dag.needrun_jobs():
-        plan = next(plan for plan in plans if plan.job == _job_label(job))
-        if plan.job not in chosen:
-            continue
-        persistence._clear_cache()
-        for output in job.output:
+    persistence._clear_cache()
+    for plan in accepted:
+        for output in plan.snakemake_job.output:
             key = persistence._get_key(output)
             record = persistence._read_record(key)
-            record.params = persistence._params(job)
+            record.params = persistence._params(plan.snakemake_job)
             persistence._write_record(key, record)
-        accepted.append(plan)
     ledger.parent.mkdir(parents=True, exist_ok=True)
     with open(ledger, "a", encoding="utf-8") as handle:
         append_jsonl_durably(

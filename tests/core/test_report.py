@@ -193,7 +193,8 @@ def test_report_names_the_outputs_made_by_an_older_code_digest(tmp_path):
     os.utime(remade, (accepted_at + 10, accepted_at + 10))
     entries = [
         {"time": accepted_at, "rule": "aggregate", "job": "aggregate", "outputs": [str(kept)],
-         "modules": {"pipeline.metrics": "changed"}, "made_with": {}, "accepted": {}},
+         "modules": {"pipeline.metrics": "changed", "pipeline.new": "added"},
+         "made_with": {"pipeline.metrics": "aaaa"}, "accepted": {"pipeline.metrics": "bbbb", "pipeline.new": "cccc"}},
         {"time": accepted_at, "rule": "report", "job": "report", "outputs": [str(remade)],
          "modules": {"pipeline.report": "changed"}, "made_with": {}, "accepted": {}},
     ]  # fmt: skip
@@ -203,7 +204,7 @@ def test_report_names_the_outputs_made_by_an_older_code_digest(tmp_path):
     subprocess.run([*command, "--code-changes", str(ledger)], check=True, capture_output=True)
     text = (tmp_path / "report.md").read_text()
     assert "1 jobs' outputs were made by an older code digest" in text
-    assert "- aggregate `aggregate`: pipeline.metrics (changed)" in text
+    assert "- `aggregate`: pipeline.metrics (changed: aaaa -> bbbb), pipeline.new (added: - -> cccc)" in text
     assert "pipeline.report (changed)" not in text
     subprocess.run(command, check=True, capture_output=True)
     assert "no accepted code change" in (tmp_path / "report.md").read_text()
