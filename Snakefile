@@ -304,7 +304,7 @@ rule train:
         run_name=lambda wildcards: STUDY.run_name(wildcards),
         tracking_dir=TRACKING_DIR,
         libraries=LIBRARIES,
-        code=source_digest("pipeline.train"),
+        code=source_digest("pipeline.train", "pipeline.launch"),  # the job runs both
     shell:
         "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --"
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
