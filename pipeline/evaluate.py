@@ -42,6 +42,7 @@ import argparse
 import dataclasses
 import hashlib
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -51,6 +52,7 @@ from typing import Any, Literal, Protocol
 
 from pipeline.boxed import ExtractionMode, last_boxed
 from pipeline.generation import chat_prompt_ids, derive_seed, model_fingerprint, stable_hash
+from pipeline.gold_audit import clean_only_warning
 from pipeline.grading import GradingMode
 from pipeline.io import (
     InputError,
@@ -656,9 +658,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--spec", required=True, help="EVAL_SPEC: inline JSON or a JSON/YAML file")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--out", required=True, help="per-sample JSONL output (written atomically)")
+    parser.add_argument("--audit", help="the benchmark's gold audit (prepare_benchmarks): warn about refused golds")
     args = parser.parse_args(argv)
+    spec = parse_eval_spec(load_spec(args.spec))
+    if args.audit and spec.grading == "clean":
+        warning = clean_only_warning(json.loads(Path(args.audit).read_text()))
+        if warning:
+            print(f"evaluate: WARNING: {warning}", file=sys.stderr)
     model = resolve_model(args.model, args.model_revision)
-    evaluate(model, args.benchmark, parse_eval_spec(load_spec(args.spec)), args.seed, args.out)
+    evaluate(model, args.benchmark, spec, args.seed, args.out)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from pipeline import gsm
 from pipeline.arith import arithmetic_problems
 from pipeline.benchmarks import (
@@ -41,8 +39,8 @@ from pipeline.benchmarks import (
     normalize_rows,
     select_subset,
 )
+from pipeline.gold_audit import audit_golds
 from pipeline.io import InputError, atomic_write_json, atomic_write_jsonl, load_spec, read_jsonl, run_cli
-from pipeline.rewards import gold_self_check
 
 KINDS = (*SOURCE_FORMATS, "generated", "gsm8k", "gsm_symbolic")
 GSM_TEMPLATES = ("held_out", "all")
@@ -155,21 +153,6 @@ def apply_subset(
         atomic_write_json(ids_file, record)
         subset["ids_file"] = str(ids_file)
     return chosen, subset
-
-
-def audit_golds(benchmark: str, items: list[dict[str, str]]) -> dict[str, Any]:
-    """Gold self-consistency audit: items whose gold does not verify against itself can never be scored correct.
-
-    Returns ``{"benchmark", "items", "failures": [{"id", "answer"}], "failure_count"}``. (Here, not in
-    pipeline.benchmarks, so that the training-data stage, which shares the source readers, does not depend on the
-    grader.)
-    """
-    failures = [
-        {"id": item["id"], "answer": item["answer"]}
-        for item in tqdm(items, desc=f"gold audit {benchmark}", unit="item")
-        if not gold_self_check(item["answer"])
-    ]
-    return {"benchmark": benchmark, "items": len(items), "failures": failures, "failure_count": len(failures)}
 
 
 def prepare_benchmark(name: str, spec: Any) -> tuple[list[dict[str, str]], dict[str, Any]]:

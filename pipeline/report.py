@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pipeline.gold_audit import clean_only_warning
 from pipeline.io import InputError, atomic_write_text, load_spec, run_cli
 from pipeline.provenance import (
     mixed_versions,
@@ -155,21 +156,31 @@ def significance_section(path: Path) -> str:
     return "\n\n".join(parts)
 
 
-def audit_section(paths: list[Path]) -> str:
-    """Per benchmark: items, golds that fail to verify against themselves, and the first few of them."""
+def audit_section(audits: list[dict[str, Any]]) -> str:
+    """Per benchmark and grading mode: the golds that fail to verify against themselves, and the first few."""
     rows = []
-    for path in paths:
-        audit = json.loads(path.read_text())
-        examples = ", ".join(f"`{f['id']}`" for f in audit.get("failures", [])[:5])
-        rows.append(
-            {
-                "benchmark": audit.get("benchmark", path.stem),
-                "items": audit.get("items"),
-                "unverifiable golds": audit.get("failure_count"),
-                "examples": examples,
-            }
-        )
-    return markdown_table(rows, ("benchmark", "items", "unverifiable golds", "examples"))
+    for audit in audits:
+        for mode, result in audit["modes"].items():
+            clean_only = {failure["id"] for failure in audit["clean_only"]} if mode == "clean" else set()
+            examples = ", ".join(
+                f"`{failure['id']}`" + (" (clean only)" if failure["id"] in clean_only else "")
+                for failure in result["failures"][:5]
+            )
+            rows.append(
+                {
+                    "benchmark": audit["benchmark"],
+                    "grading": mode,
+                    "items": audit["items"],
+                    "refused golds": result["failure_count"],
+                    "examples": examples,
+                }
+            )
+    return markdown_table(rows, ("benchmark", "grading", "items", "refused golds", "examples"))
+
+
+def audit_warnings(audits: list[dict[str, Any]]) -> list[str]:
+    """One warning line per benchmark whose golds the clean grader refuses although upstream accepts them."""
+    return [f"> **Warning:** {warning}." for warning in map(clean_only_warning, audits) if warning]
 
 
 def token_analysis_section(directories: list[Path], report_dir: Path) -> str:
@@ -259,8 +270,10 @@ def build_report(args: argparse.Namespace) -> str:
     report_dir = args.out.parent
     figures = sorted(args.figures_dir.glob("*.png"))
     card = json.loads(args.data_card.read_text())
+    audits = [json.loads(path.read_text()) for path in args.audit]
     sections = [
         "# GRAIL study report",
+        *audit_warnings(audits),
         f"Models: {', '.join(config.get('models', {}))}. Methods: {', '.join(config.get('methods', {}))}. "
         f"Seeds: {config.get('seeds')}. Benchmarks: {', '.join(config.get('benchmarks', {}))}.",
         "## Main results",
@@ -273,8 +286,10 @@ def build_report(args: argparse.Namespace) -> str:
         "## Data card",
         "```json\n" + json.dumps(card, indent=2) + "\n```",
         "## Gold audit",
-        "Golds that do not verify against themselves can never be graded correct: a method-independent ceiling.",
-        audit_section(args.audit),
+        "Golds that do not verify against themselves (the gold, boxed, graded against itself) can never be graded "
+        "correct: a method-independent ceiling, per grading mode. The clean grader should refuse no gold that "
+        "upstream's plain math-verify accepts; one that it does is marked `(clean only)` and warned about above.",
+        audit_section(audits),
     ]
     if args.token_analysis:
         sections += ["## Token analysis", token_analysis_section(args.token_analysis, report_dir)]

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from pipeline.boxed import last_boxed
+from pipeline.boxed import BOX_MARKER, last_boxed
 from pipeline.grading import GradingMode, verify_answer
 
 VERIFY_TIMEOUT_SECONDS = 5
@@ -66,6 +66,9 @@ def trl_reward_function(grading: GradingMode) -> Callable[..., list[float]]:
     return functools.update_wrapper(functools.partial(trl_outcome_reward, grading=grading), trl_outcome_reward)
 
 
-def gold_self_check(gold: Any, timeout_seconds: int | None = VERIFY_TIMEOUT_SECONDS) -> bool:
-    """Whether ``gold`` verifies against itself: False marks an item no answer can ever be graded correct on."""
-    return is_correct(str(gold).strip(), gold, timeout_seconds)
+def gold_self_check(
+    gold: Any, grading: GradingMode = "clean", timeout_seconds: int | None = VERIFY_TIMEOUT_SECONDS
+) -> bool:
+    """Whether ``\\boxed{gold}`` as a completion is graded correct against ``gold`` in mode ``grading``: False
+    marks an item that no answer can ever be graded correct on in that mode."""
+    return outcome_reward(f"{BOX_MARKER}{str(gold).strip()}}}", gold, timeout_seconds, grading) == 1.0

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from importlib import metadata
 
+from pipeline.grading import GRADING_MODES
 from pipeline.provenance import LIBRARIES, library_versions, package_versions
 from pipeline.report import config_hash, dataset_revisions, redact, secret_values
 
@@ -46,7 +47,16 @@ def write_inputs(root):
         json.dumps({"rows": 2000, "skipped": {"empty_answer": 3}, "note": "fetched with sk-test-secret-value-123"})
     )
     (root / "audit.json").write_text(
-        json.dumps({"benchmark": "math", "items": 500, "failure_count": 1, "failures": [{"id": "m7", "answer": ""}]})
+        json.dumps(
+            {
+                "benchmark": "math",
+                "items": 500,
+                "modes": {
+                    mode: {"failure_count": 1, "failures": [{"id": "m7", "answer": ""}]} for mode in GRADING_MODES
+                },
+                "clean_only": [],
+            }
+        )
     )
     config = {
         "models": {"tiny": {}},

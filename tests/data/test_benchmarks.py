@@ -105,14 +105,16 @@ def test_math500_fields_and_skipped_row(tmp_path: Path) -> None:
 def test_gold_audit_counts_the_known_bad_gold(tmp_path: Path) -> None:
     _, audit = prepare_benchmark("math500", hub_spec("math500", "math500", tmp_path))
     assert audit["items"] == 3
-    assert audit["failures"] == [{"id": "test/prealgebra/2.json", "answer": "\\text{}"}]
-    assert audit["failure_count"] == 1
+    empty = [{"id": "test/prealgebra/2.json", "answer": "\\text{}"}]
+    assert audit["modes"]["clean"] == {"failures": empty, "failure_count": 1}
+    assert audit["modes"]["upstream"] == {"failures": empty, "failure_count": 1}
+    assert audit["clean_only"] == []
 
 
 def test_aime24_train_split_and_ids(tmp_path: Path) -> None:
     items, audit = prepare_benchmark("aime24", hub_spec("aime24", "aime_2024", tmp_path))
     assert [(item["id"], item["answer"]) for item in items] == [("60", "204"), ("84", "033")]
-    assert audit["source"]["split"] == "train" and audit["failure_count"] == 0
+    assert audit["source"]["split"] == "train" and audit["modes"]["clean"]["failure_count"] == 0
 
 
 def test_amc23_float_golds(tmp_path: Path) -> None:
@@ -212,7 +214,7 @@ def test_generated_benchmark_matches_arith() -> None:
     for item in items:
         a, b = item["problem"].removesuffix("=?").split("+")
         assert item["answer"] == str(int(a) + int(b))
-    assert audit["failure_count"] == 0
+    assert audit["modes"]["clean"]["failure_count"] == 0
 
 
 def test_generated_chains_have_terms_operands_and_their_left_to_right_value() -> None:
@@ -226,7 +228,7 @@ def test_generated_chains_have_terms_operands_and_their_left_to_right_value() ->
         assert len(operands) == 4 and all(0 <= x <= 4 for x in operands), item
         assert item["answer"] == str(functools.reduce(evaluate[operation], operands)), item
     assert {item["problem"][1] for item in items} == {"+", "-", "*"}
-    assert audit["failure_count"] == 0
+    assert audit["modes"]["clean"]["failure_count"] == 0
     # two terms draw exactly the problems the two-operand generator always drew
     two = arithmetic_problems(ArithmeticSpec(count=3, seed=0))
     assert [row["problem"] for row in two] == ["6+6=?", "4+8=?", "6+4=?"]
@@ -286,7 +288,7 @@ def test_cli_writes_schema_rows_and_audit(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [set(row) for row in rows] == [{"id", "problem", "answer", "source"}] * 2
     record = json.loads(audit.read_text())
-    assert (record["benchmark"], record["items"], record["failure_count"]) == ("amc", 2, 0)
+    assert (record["benchmark"], record["items"], record["modes"]["clean"]["failure_count"]) == ("amc", 2, 0)
 
 
 def test_cli_bad_input_exits_2_with_the_message(tmp_path: Path) -> None:

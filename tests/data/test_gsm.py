@@ -67,7 +67,7 @@ def test_decontamination_keeps_the_split_and_reports_the_overlap_of_all_100(tmp_
 
 def test_gsm8k_benchmark_golds_grade_the_worked_answers_correct() -> None:
     items, audit = prepare_benchmark("gsm8k", {"kind": "gsm8k", "templates": "all"})
-    assert len(items) == 100 and audit["failure_count"] == 0
+    assert len(items) == 100 and audit["modes"]["clean"]["failure_count"] == 0
     assert set(items[0]) == {"id", "problem", "answer", "source"}
     worked = {problem.id: problem.worked_solution for problem in gsm.originals("all")}
     assert all(outcome_reward(worked[item["id"]], item["answer"]) == 1.0 for item in items)
@@ -78,7 +78,9 @@ def test_gsm_symbolic_benchmark_is_seeded_held_out_and_graded() -> None:
     spec = {"kind": "gsm_symbolic", "gsm_symbolic": {"count": 8, "seed": 3}}
     items, audit = prepare_benchmark("sym", spec)
     assert items == prepare_benchmark("sym", spec)[0]
-    assert audit["failure_count"] == 0 and [item["id"] for item in items] == [f"sym-{i}" for i in range(8)]
+    assert audit["modes"]["clean"]["failure_count"] == 0 and [item["id"] for item in items] == [
+        f"sym-{i}" for i in range(8)
+    ]
     variants = gsm.variants(8, 3, "held_out", "sym")
     assert all(problem.template % 2 == 1 for problem in variants)
     assert all(

@@ -143,7 +143,10 @@ def test_report_gathers_everything(workdir: Path, study: Study) -> None:
     for benchmark in study.benchmarks:
         assert benchmark in report
         audit = json.loads((workdir / "results" / "audit" / f"{benchmark}.json").read_text())
-        assert audit["failure_count"] == 0
+        assert audit["modes"]["clean"]["failure_count"] == audit["modes"]["upstream"]["failure_count"] == 0
+        # the audit section: one row per grading mode, nothing refused
+        assert f"| {benchmark} | clean | {audit['items']} | 0 |" in report
+        assert f"| {benchmark} | upstream | {audit['items']} | 0 |" in report
     assert "## Token weights" in report and "](token_weights.html)" in report
     assert (workdir / "results" / "token_weights.html").is_file()
     card = json.loads((workdir / "results" / "data" / "data_card.json").read_text())
