@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -94,11 +95,11 @@ def explain(job: Any, reason: Any, persistence: Any) -> Plan:
     # Asked of the metadata directly: Snakemake does not compare the params of a job it runs for another reason.
     change = persistence.params_changed(job)
     if change:
-        _explain_params(plan, job, change)
+        explain_params(plan, job, change)
     return plan
 
 
-def _explain_params(plan: Plan, job: Any, change: Any) -> None:
+def explain_params(plan: Plan, job: Any, change: Any) -> None:
     """Name the changed params; a changed code digest down to its modules."""
     old = [_literal(value) for value in change.only_old]
     new = [_literal(value) for value in change.only_new]
@@ -109,12 +110,18 @@ def _explain_params(plan: Plan, job: Any, change: Any) -> None:
         plan.code = changed_modules(plan.made_with, plan.current)
         listing = ", ".join(f"{module} ({change})" for module, change in plan.code.items())
         plan.reasons.append(f"code changed: {listing}")
+    # A job recorded before the per-module digests holds one 16-digit digest of its code: which module changed is
+    # unknown, so such a change cannot be accepted.
+    legacy = [value for value in old if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{16}", value)]
+    if legacy and new_code and not old_code:
+        plan.other_reasons = True
+        plan.reasons.append("code changed: recorded before per-module digests (which module is unknown)")
     settings = [
         name
         for name, value in job.params.items()
         if parse_source_digest(value) is None and repr(value) in change.only_new
     ]
-    if settings or len(old) > len(old_code) or len(new) > len(new_code):
+    if settings or len(old) > len(old_code) + len(legacy) or len(new) > len(new_code):
         plan.other_reasons = True
         plan.reasons.append("settings changed: " + (", ".join(f"params.{name}" for name in settings) or "(unnamed)"))
 
