@@ -32,14 +32,15 @@ if threading.current_thread() is threading.main_thread():  # (a Snakefile parsed
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 from pipeline import cluster, layout
+from pipeline.code_digest import source_digest
 from pipeline.config import (
     Study,
     canonical_json,
     check_config_schema,
     coerce_overrides,
-    source_digest,
 )
 from pipeline.io import InputError
+from pipeline.provenance import library_versions
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
 if not workflow.overwrite_configfiles:
@@ -83,7 +84,12 @@ SOURCE_MODEL = f"{R}/{layout.SOURCE_MODEL}"
 START_MODEL = f"{R}/{layout.START_MODEL}"
 RUN_DIR = f"{R}/{layout.RUN_DIR}"
 RUN_METRICS = f"{RUN_DIR}/{layout.METRICS_FILE}"
+RUN_PROVENANCE = f"{RUN_DIR}/{layout.PROVENANCE_FILE}"
 SAMPLES = f"{R}/{layout.SAMPLES}"
+SAMPLES_PROVENANCE = f"{R}/{layout.SAMPLES_PROVENANCE}"
+CODE_CHANGES = f"{R}/{layout.CODE_CHANGES}"
+# library_changes: rerun makes the versions a param of training and evaluation (pipeline.provenance)
+LIBRARIES = canonical_json(library_versions()) if STUDY.library_changes == "rerun" else ""
 TABLES = [f"{R}/{layout.TABLES_DIR}/{name}" for name in layout.TABLE_FILES]
 FIGURES = [f"{R}/{layout.FIGURES_DIR}/{name}" for name in (layout.SCORES_FIGURE, layout.TRAINING_CURVES_FIGURE)]
 SIGNIFICANCE = f"{R}/{layout.SIGNIFICANCE}"
@@ -310,6 +316,7 @@ rule train:
     output:
         *[directory(layout.run_model_dir(RUN_DIR, layout.export_label(step))) for step in STUDY.export_steps()],
         final=directory(layout.run_model_dir(RUN_DIR, layout.FINAL_CHECKPOINT)),
+        provenance=RUN_PROVENANCE,
         metrics=RUN_METRICS,
     log:
         f"{R}/logs/train/{{model}}/{{method}}/seed{{seed}}.log",
@@ -330,7 +337,8 @@ rule train:
         tracking=canonical_json(STUDY.tracking.__dict__),
         run_name=lambda wildcards: STUDY.run_name(wildcards),
         tracking_dir=TRACKING_DIR,
-        code=source_digest("pipeline.train"),
+        libraries=LIBRARIES,
+        code=source_digest("pipeline.train", "pipeline.launch"),  # the job runs both
     shell:
         "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --"
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
@@ -361,6 +369,7 @@ rule evaluate:
         unpack(evaluate_inputs),
     output:
         samples=SAMPLES,
+        provenance=SAMPLES_PROVENANCE,
     log:
         f"{R}/logs/evaluate/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}/{{benchmark}}.log",
     benchmark:
@@ -371,6 +380,7 @@ rule evaluate:
     params:
         model=evaluate_model_argument,
         spec=canonical_json(STUDY.evaluation.spec),
+        libraries=LIBRARIES,
         code=source_digest("pipeline.evaluate"),
     shell:
         "python -m pipeline.evaluate {params.model} --benchmark {input.benchmark:q} --spec {params.spec:q}"
@@ -528,6 +538,11 @@ def viewer_page_argument(wildcards, input):
     return shlex.join(["--token-viewer", *input.token_viewer]) if input.token_viewer else ""
 
 
+def code_changes_argument(wildcards, input):
+    """`--code-changes FILE` once `python -m pipeline.why_rerun --accept` has recorded one, shell-quoted."""
+    return shlex.join(["--code-changes", *input.code_changes]) if input.code_changes else ""
+
+
 rule report:
     input:
         tables=TABLES,
@@ -537,6 +552,9 @@ rule report:
         audits=expand(AUDIT, benchmark=STUDY.benchmarks),
         token_analysis=[f"{TOKEN_ANALYSIS}/summary.json".format(**run) for run in STUDY.grail_runs()],
         token_viewer=[TOKEN_VIEWER] if STUDY.token_viewer.enabled else [],
+        provenance=[RUN_PROVENANCE.format(**run) for run in STUDY.runs()]
+        + [SAMPLES_PROVENANCE.format(**job) for job in STUDY.evaluations()],
+        code_changes=[CODE_CHANGES] if os.path.isfile(CODE_CHANGES) else [],
     output:
         report=REPORT,
     log:
@@ -552,13 +570,14 @@ rule report:
         figures_dir=lambda wildcards, input: os.path.dirname(input.figures[0]),
         token_analysis_dirs=lambda wildcards, input: [os.path.dirname(path) for path in input.token_analysis],
         token_viewer=viewer_page_argument,
-        repo_dir=workflow.basedir,
+        code_changes=code_changes_argument,
         code=source_digest("pipeline.report"),
     shell:
         "python -m pipeline.report --config {params.config:q} --tables-dir {params.tables_dir:q}"
         " --figures-dir {params.figures_dir:q} --significance {input.significance:q}"
         " --data-card {input.data_card:q} --audit {input.audits:q}"
-        " --token-analysis {params.token_analysis_dirs:q} {params.token_viewer} --repo-dir {params.repo_dir:q}"
+        " --token-analysis {params.token_analysis_dirs:q} {params.token_viewer}"
+        " --provenance {input.provenance:q} {params.code_changes}"
         " --out {output.report:q} > {log:q} 2>&1"
 
 

@@ -48,7 +48,7 @@ from pipeline.arith import ArithmeticSpec, arithmetic_problems
 from pipeline.generation import chat_prompt_ids
 from pipeline.io import atomic_write_json
 from pipeline.loading import load_model, load_tokenizer
-from pipeline.rewards import build_prompt
+from pipeline.prompts import build_prompt
 from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
 from pipeline.trainer import GrailGRPOConfig, GrailGRPOTrainer
 

@@ -29,7 +29,7 @@ from pipeline.evaluate import Request, batches, make_backend, parse_eval_spec
 from pipeline.generation import chat_prompt_ids, derive_seed
 from pipeline.io import atomic_write_json
 from pipeline.loading import load_tokenizer
-from pipeline.rewards import build_prompt
+from pipeline.prompts import build_prompt
 from pipeline.tiny_model import TinyModelSpec, save_tiny_model
 
 BACKENDS = ("hf", "vllm")

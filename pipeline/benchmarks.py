@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.arith import ArithmeticSpec
+from pipeline.boxed import last_boxed
 from pipeline.io import InputError
-from pipeline.rewards import last_boxed
 
 DEFAULT_SUBSET_SEED = 42
 GOLD_FORMATS = ("clean", "upstream")

@@ -8,15 +8,13 @@ Every error names the config key it is about (``models.tiny.warmup.steps``), and
 
 from __future__ import annotations
 
-import ast
 import copy
-import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from jsonschema import Draft202012Validator
@@ -28,6 +26,7 @@ from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT,
 from pipeline.tracking import TrackingConfig, run_name
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+LibraryChanges = Literal["warn", "rerun"]  # config key `library_changes` (docs/reruns.md)
 SCHEMA_PATH = PACKAGE_DIR.parent / "configs" / "schema.yaml"
 
 RESOURCE_KEYS = ("cpus", "mem_mb", "runtime", "gpus", "nodes", "gpu_model", "slurm_extra")
@@ -350,6 +349,7 @@ class Study:
     tracking: TrackingConfig
     token_viewer: TokenViewerConfig
     resource_table: dict[str, dict[str, Any]] = field(repr=False)
+    library_changes: LibraryChanges = "warn"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Study:
@@ -400,6 +400,7 @@ class Study:
                 seed=viewer["seed"],
             ),
             resource_table=config["resources"],
+            library_changes=config["library_changes"],
         )
 
     # ----- specs passed to the stages
@@ -700,55 +701,3 @@ def _token_viewer_errors(config: Mapping[str, Any]) -> list[str]:
             f"(benchmarks: {', '.join(config['benchmarks'])})"
         ]
     return []
-
-
-# --------------------------------------------------------------------------------------------- code versions
-
-
-def _module_path(module: str, package_dir: Path) -> Path | None:
-    """The source file of a ``pipeline.*`` module (``pipeline`` itself: its ``__init__``), or None when there is none."""
-    parts = module.split(".")[1:]
-    if not parts:
-        return package_dir / "__init__.py"
-    relative = Path(*parts)
-    for candidate in (package_dir / relative.with_suffix(".py"), package_dir / relative / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _local_imports(module: str, package_dir: Path) -> set[str]:
-    """``pipeline.*`` modules that ``module`` imports (module-level or inside functions)."""
-    path = _module_path(module, package_dir)
-    if path is None:
-        return set()
-    package = package_dir.name
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == package:
-            found.add(node.module)
-            found |= {f"{node.module}.{alias.name}" for alias in node.names}
-        elif isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == package}
-    return {name for name in found if _module_path(name, package_dir) is not None}
-
-
-def source_digest(module: str, package_dir: Path = PACKAGE_DIR) -> str:
-    """SHA-256 over the source of ``module`` and every ``pipeline`` module it imports, transitively.
-
-    A rule carries it as a param, so editing a stage's code (or code it uses) reruns that stage's jobs, while
-    touching a file without changing it, or editing an unrelated module, does not. A module that does not exist
-    digests as absent (the job itself then fails with Python's own "No module named" error).
-    """
-    seen: set[str] = set()
-    pending = [module]
-    while pending:
-        name = pending.pop()
-        if name not in seen:
-            seen.add(name)
-            pending.extend(_local_imports(name, package_dir) - seen)
-    digest = hashlib.sha256()
-    for name in sorted(seen):
-        path = _module_path(name, package_dir)
-        digest.update(name.encode() + b"\0" + (path.read_bytes() if path else b"<absent>") + b"\0")
-    return digest.hexdigest()[:16]

@@ -14,7 +14,8 @@ no length cap, spec 6.2) select upstream's behaviour for the paper study.
 Resume: graded rows are appended durably (fsync per batch) to ``OUT.partial`` whose first line fingerprints the
 model, benchmark, seed and the sampling/grading settings. A rerun keeps the valid rows of a matching partial file
 (dropping a torn last line), generates only the missing units, and finally writes OUT atomically with exactly one
-row per unit, sorted by (item order, sample), then deletes the partial file.
+row per unit, sorted by (item order, sample), then deletes the partial file. The library versions it ran with go
+beside OUT, in ``<benchmark>.provenance.json`` (pipeline.provenance), written just before OUT.
 
 Seeds: a unit's seed is ``derive_seed(seed, item_id, sample)``; a batch's seed is ``derive_seed`` of its units'
 seeds. Batches are planned over the full unit list, rows are appended batch by batch, so a resumed run restarts at
@@ -49,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from pipeline.boxed import ExtractionMode, last_boxed
 from pipeline.generation import chat_prompt_ids, derive_seed, model_fingerprint, stable_hash
 from pipeline.gold_audit import clean_only_warning
 from pipeline.grading import GradingMode
@@ -60,9 +62,12 @@ from pipeline.io import (
     read_jsonl,
     run_cli,
 )
+from pipeline.layout import samples_provenance
 from pipeline.loading import load_model, load_tokenizer, resolve_model
 from pipeline.progress import progress
-from pipeline.rewards import ExtractionMode, PromptTemplate, build_prompt, is_correct, last_boxed
+from pipeline.prompts import PromptTemplate, build_prompt
+from pipeline.provenance import write_provenance
+from pipeline.rewards import is_correct
 from pipeline.specs import dataclass_from_mapping
 from pipeline.vllm_cpu import CPU_KV_CACHE_GIB
 
@@ -586,6 +591,7 @@ def evaluate(
         _generate_pending(model, items, units, done, spec, seed, partial, stamp, backend_factory)
 
     rows = [done[u.key] for u in units]
+    write_provenance(samples_provenance(Path(out)), "evaluate")
     atomic_write_jsonl(out, rows)
     partial.unlink(missing_ok=True)
     correct = sum(row["correct"] for row in rows)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.io import InputError
-from pipeline.rewards import PROMPT_TEMPLATES
+from pipeline.prompts import PROMPT_TEMPLATES
 
 
 def problem_from_prompt(prompt: Any, where: str) -> str:

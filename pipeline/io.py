@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.preemption import record_exit_status
+from pipeline.launch_dir import record_exit_status
 
 # Checkpoint content that is training state, not part of an exported model.
 TRAINING_STATE_FILES = re.compile(

@@ -53,13 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.io import InputError
-from pipeline.preemption import (
-    LAUNCH_DIR_VARIABLE,
-    PREEMPTED_EXIT_CODE,
-    SIGNAL_FILE,
-    PreemptionSignals,
-    write_small_file,
-)
+from pipeline.launch_dir import LAUNCH_DIR_VARIABLE, SIGNAL_FILE, write_small_file
+from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
 
 ACCELERATE_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "accelerate"
 DEFAULT_ACCELERATE_CONFIG = ACCELERATE_CONFIGS / "zero2.yaml"

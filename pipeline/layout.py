@@ -15,6 +15,7 @@ START_CHECKPOINT = "start"  # the checkpoint label of that starting point (resul
 FINAL_CHECKPOINT = "final"  # a run's final model (RUN_DIR/final), and its checkpoint label
 EXPORT_PREFIX = "step-"  # RUN_DIR/exports/step-N, and the checkpoint label of training step N
 METRICS_FILE = "metrics.jsonl"  # a run's training metrics (one line per logging step)
+PROVENANCE_FILE = "provenance.json"  # a run's library versions (pipeline.provenance)
 EXPORTS_DIR = "exports"
 CHECKPOINTS_DIR = "checkpoints"  # the resumable working directory of a run (not a Snakemake output)
 
@@ -25,6 +26,7 @@ SOURCE_MODEL = "models/{model}/source"  # a model built here from an installed p
 START_MODEL = "models/{model}/" + START_CHECKPOINT
 RUN_DIR = "runs/{model}/{method}/seed{seed}"
 SAMPLES = "eval/{model}/{method}/seed{seed}/{checkpoint}/{benchmark}.jsonl"
+SAMPLES_PROVENANCE = "eval/{model}/{method}/seed{seed}/{checkpoint}/{benchmark}.provenance.json"
 TABLES_DIR = "tables"
 TABLE_FILES = ("scores.csv", "summary.csv", "summary.md", "summary.xlsx")
 FIGURES_DIR = "figures"
@@ -34,6 +36,7 @@ SIGNIFICANCE = "stats/significance.json"
 SIGNIFICANCE_MD = "stats/significance.md"
 TOKEN_ANALYSIS = "token_analysis/{model}/{method}/seed{seed}"
 REPORT = "report.md"
+CODE_CHANGES = "provenance/accepted_code_changes.jsonl"  # written by pipeline.why_rerun --accept
 
 
 def export_label(step: int) -> str:
@@ -57,6 +60,11 @@ def run_model_dir(run_dir: str, label: str) -> str:
     if label == FINAL_CHECKPOINT:
         return posixpath.join(run_dir, FINAL_CHECKPOINT)
     return posixpath.join(run_dir, EXPORTS_DIR, label)
+
+
+def samples_provenance(samples: Path) -> Path:
+    """The library versions of an evaluation, beside its samples: ``<benchmark>.provenance.json``."""
+    return samples.with_suffix(".provenance.json")
 
 
 def working_metrics_path(run_dir: Path) -> Path:

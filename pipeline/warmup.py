@@ -32,11 +32,11 @@ from typing import Any
 import torch
 
 from pipeline.arith import is_arithmetic_problem, worked_solution
+from pipeline.boxed import BOX_MARKER
 from pipeline.generation import chat_prompt_ids, problem_from_prompt
 from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
 from pipeline.loading import load_model, load_tokenizer
 from pipeline.progress import progress
-from pipeline.rewards import BOX_MARKER
 from pipeline.specs import dataclass_from_mapping
 from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
 

@@ -20,7 +20,7 @@ from pipeline.grpo_config import (
     credit_fields,
     credit_ranges,
 )
-from pipeline.rewards import PROMPT_TEMPLATES, PromptTemplate
+from pipeline.prompts import PROMPT_TEMPLATES, PromptTemplate
 from pipeline.token_analysis import TokenAnalysisSpec
 
 SCHEMA = load_schema()

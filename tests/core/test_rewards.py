@@ -2,12 +2,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.boxed import boxed_contents, last_boxed
+from pipeline.prompts import PROMPT_SUFFIX_UPSTREAM, build_prompt
 from pipeline.rewards import (
-    PROMPT_SUFFIX_UPSTREAM,
-    boxed_contents,
-    build_prompt,
     gold_self_check,
-    last_boxed,
     outcome_reward,
     trl_outcome_reward,
     trl_reward_function,

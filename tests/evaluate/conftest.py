@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.arith import ArithmeticSpec, arithmetic_problems
-from pipeline.rewards import build_prompt
+from pipeline.prompts import build_prompt
 from pipeline.tiny_model import TinyModelSpec, save_tiny_model
 
 FAST_SPEC = {

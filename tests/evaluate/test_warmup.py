@@ -12,7 +12,7 @@ from pipeline import evaluate as ev
 from pipeline import warmup
 from pipeline.generation import problem_from_prompt
 from pipeline.io import InputError
-from pipeline.rewards import build_prompt
+from pipeline.prompts import build_prompt
 from pipeline.tiny_model import TinyModelSpec, build_tokenizer
 from tests.evaluate.conftest import benchmark_rows, training_rows, write_jsonl
 

@@ -26,7 +26,7 @@ import pytest
 from fault_support import REPO, checkpoint_steps, jsonl, wait_until
 
 from pipeline.arith import ArithmeticSpec, arithmetic_problems
-from pipeline.rewards import build_prompt
+from pipeline.prompts import build_prompt
 from pipeline.tiny_model import TinyModelSpec, save_tiny_model
 from tests.hold_stage import hold_training_env
 

@@ -1,4 +1,4 @@
-"""The study config: schema errors name their key, semantic checks, defaults, what the DAG plans, code digests."""
+"""The study config: schema errors name their key, semantic checks, defaults, what the DAG plans."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from pipeline.config import (
     load_schema,
     schema_errors,
     semantic_errors,
-    source_digest,
 )
 from pipeline.grpo_config import MODEL_LOADING_OPTIONS
 from pipeline.io import InputError
@@ -320,37 +319,6 @@ def test_resources_merge_default_rule_model() -> None:
     }
     config["resources"]["evaluate"] = {"gpus": 2}
     assert Study.from_config(filled(config)).resources("evaluate", "tiny").snakemake_resources()["gpu"] == 2
-
-
-def write_package(root: Path, files: dict[str, str]) -> Path:
-    package = root / "pkg"
-    package.mkdir(exist_ok=True)
-    for name, text in files.items():
-        (package / name).write_text(text)
-    return package
-
-
-def test_source_digest_follows_imports_and_ignores_unrelated_modules(tmp_path: Path) -> None:
-    package = write_package(
-        tmp_path,
-        {
-            "__init__.py": "",
-            "stage.py": "from pkg.helper import f\n",
-            "helper.py": "from pkg import sibling\n\n\ndef f():\n    import pkg.deep\n",
-            "deep.py": "X = 1\n",
-            "sibling.py": "Z = 1\n",
-            "other.py": "Y = 1\n",
-        },
-    )
-    before = source_digest("pkg.stage", package)
-    (package / "sibling.py").write_text("Z = 2\n")  # imported as `from pkg import sibling`
-    assert source_digest("pkg.stage", package) != before
-    before = source_digest("pkg.stage", package)
-    (package / "other.py").write_text("Y = 2\n")
-    assert source_digest("pkg.stage", package) == before
-    (package / "deep.py").write_text("X = 2\n")  # imported inside a function, two levels down
-    assert source_digest("pkg.stage", package) != before
-    assert source_digest("pkg.missing", package) != source_digest("pkg.other", package)
 
 
 def override(config: dict, overrides: dict) -> dict:

@@ -5,9 +5,12 @@ Slow (minutes on two CPU cores): run with ``python -m pytest tests/pipeline -m s
 
 from __future__ import annotations
 
+import ast
 import json
 import math
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -177,6 +180,107 @@ def test_evaluation_change_reruns_no_training(workdir: Path, study: Study, tmp_p
     assert counts.get("evaluate") == len(study.evaluations())
     assert {"aggregate", "significance", "token_analysis", "token_viewer", "report"} <= set(counts)
     assert not {"train", "warmup", "prepare_data", "prepare_benchmarks"} & set(counts), counts
+
+
+def code_copy(tmp_path: Path, edits: dict[str, str] | None = None) -> Path:
+    """The Snakefile, configs and package copied under ``tmp_path`` (the finished study's code), with ``edits``
+    (module path -> text appended) applied: a study planned by it sees the edited code."""
+    code = tmp_path / "code"
+    code.mkdir(parents=True)
+    shutil.copy2(REPO / "Snakefile", code / "Snakefile")
+    for name in ("configs", "pipeline"):
+        shutil.copytree(REPO / name, code / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for module, text in (edits or {}).items():
+        with open(code / module, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    return code
+
+
+def plan_with(code: Path, workdir: Path) -> tuple[dict[str, int], str]:
+    """``snakemake -n`` of the CI study in ``workdir`` by the code copy ``code``: planned jobs per rule (but the
+    target rule ``all``), and the output."""
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(code / "Snakefile"), "--directory", str(workdir)]
+    result = subprocess.run([*command, "-n", "--configfile", str(CI_CONFIG)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = {rule: count for rule, count in job_counts(result.stdout).items() if rule != "all"}
+    return counts, result.stdout + result.stderr
+
+
+def why_rerun(code: Path, workdir: Path, *args: str) -> str:
+    """``python -m pipeline.why_rerun`` of the code copy (its own package and Snakefile) over ``workdir``."""
+    command = [sys.executable, "-m", "pipeline.why_rerun", "--directory", str(workdir), "--configfile", str(CI_CONFIG)]
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    result = subprocess.run([*command, *args], capture_output=True, text=True, cwd=code, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+def test_comment_and_docstring_edits_rerun_nothing(workdir: Path, tmp_path: Path) -> None:
+    """Every pipeline module gets a comment, blank lines and an edited module docstring: nothing to be done."""
+    code = code_copy(tmp_path)
+    edited = 0
+    for path in sorted((code / "pipeline").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if text.startswith('"""') and ast.get_docstring(ast.parse(text)) is not None:
+            text = '"""Reviewed, reworded. ' + text[3:]
+            edited += 1
+        path.write_text(f"# a reviewed comment\n{text}\n\n# another one\n", encoding="utf-8")
+    assert edited >= 30
+    counts, output = plan_with(code, workdir)
+    assert not counts and "Nothing to be done" in output, counts
+
+
+def test_metrics_change_reruns_aggregation_onwards_and_says_why(workdir: Path, tmp_path: Path) -> None:
+    code = code_copy(tmp_path, {"pipeline/metrics.py": "\nREVIEWED = 1\n"})
+    counts, _ = plan_with(code, workdir)
+    assert counts == {"aggregate": 1, "significance": 1, "report": 1}
+    why = why_rerun(code, workdir)
+    assert "aggregate\n    code changed: pipeline.metrics (changed)\n" in why
+    assert "significance\n    input remade by a planned job: results/tables/scores.csv" in why
+    assert "train[" not in why and "evaluate[" not in why
+
+
+def test_report_change_reruns_only_the_report(workdir: Path, tmp_path: Path) -> None:
+    counts, _ = plan_with(code_copy(tmp_path, {"pipeline/report.py": "\nREVIEWED = 1\n"}), workdir)
+    assert counts == {"report": 1}
+
+
+def test_grader_change_reruns_training_and_evaluation_not_data(workdir: Path, study: Study, tmp_path: Path) -> None:
+    counts, _ = plan_with(code_copy(tmp_path, {"pipeline/grading.py": "\nREVIEWED = 1\n"}), workdir)
+    assert counts.get("train") == len(study.runs()) and counts.get("evaluate") == len(study.evaluations())
+    assert counts.get("prepare_benchmarks") == len(study.benchmarks)  # its gold audit grades the golds
+    assert not {"prepare_data", "warmup"} & set(counts), counts
+
+
+def test_accepted_code_change_reruns_nothing_and_shows_in_the_report(workdir: Path, tmp_path: Path) -> None:
+    """On a copy of the finished study: --accept re-records the digests; only the report reruns, and says so."""
+    study_copy = tmp_path / "study"
+    shutil.copytree(workdir, study_copy, symlinks=True)
+    code = code_copy(tmp_path, {"pipeline/metrics.py": "\nREVIEWED = 1\n"})
+    output = why_rerun(code, study_copy, "--accept")
+    assert "accepted the code change of 3 jobs" in output  # aggregate, significance, report
+    entries = [json.loads(line) for line in (study_copy / "results/provenance/accepted_code_changes.jsonl").open()]
+    assert {entry["rule"] for entry in entries} == {"aggregate", "significance", "report"}
+    assert all(entry["modules"] == {"pipeline.metrics": "changed"} for entry in entries)
+    counts, _ = plan_with(code, study_copy)
+    assert counts == {"report": 1}  # its new input, the accepted changes: to say so in its provenance
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(code / "Snakefile"),
+        "--directory",
+        str(study_copy),
+    ]
+    result = subprocess.run([*command, "--cores", "1", "--configfile", str(CI_CONFIG)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = (study_copy / "results" / "report.md").read_text()
+    assert "2 jobs' outputs were made by an older code digest" in report  # the report itself is remade
+    assert re.search(r"- `aggregate`: pipeline.metrics \(changed: [0-9a-f]{16} -> [0-9a-f]{16}\)", report)
+    assert "the same library versions" in report
+    assert "Nothing to be done" in plan_with(code, study_copy)[1]
+    assert plan_with(code_copy(tmp_path / "again", {"pipeline/metrics.py": "\nREVIEWED = 2\n"}), study_copy)[0]
 
 
 def _without_timings(path: Path) -> list[dict]:

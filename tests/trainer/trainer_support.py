@@ -12,7 +12,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from pipeline.arith import ArithmeticSpec, arithmetic_problems
 from pipeline.generation import chat_prompt_ids
-from pipeline.rewards import build_prompt
+from pipeline.prompts import build_prompt
 from pipeline.trainer import GrailGRPOConfig, GrailGRPOTrainer
 
 

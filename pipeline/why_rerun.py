@@ -1,0 +1,250 @@
+"""Why each planned job would run, down to the module whose code changed; and accepting reviewed code changes.
+
+    python -m pipeline.why_rerun [--configfile CONFIG ...] [--config KEY=VALUE ...] [--directory DIR] [--accept]
+
+Plans the study exactly as ``snakemake -n`` does (same Snakefile, config files, overrides and working directory;
+Snakemake's own DAG and metadata) and prints, for every job it would run, its rule, wildcards and each reason:
+missing or incomplete outputs, inputs updated on disk or by another planned job, changed settings (the params by
+name), and for a changed code digest the modules whose code changed, was added or was removed (each rule's
+``code`` param holds one digest per module, pipeline.code_digest, and Snakemake records it with the job).
+
+``--accept``: the escape hatch for a code change that was reviewed and does not alter results. Every planned job
+whose only reasons are its code digest and inputs that only accepted jobs would remake is not rerun: its outputs'
+recorded code digests are replaced by the current ones in Snakemake's metadata, and one line per job goes to
+``<results_dir>/provenance/accepted_code_changes.jsonl`` (pipeline.provenance), so that the report's provenance
+names those outputs, the digest they were made with and the modules that differed (the report reruns to say so).
+Jobs with any other reason (a setting, a missing output, an input changed on disk) are left to run. Without
+``--accept`` nothing is written, and a code change reruns what depends on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.code_digest import changed_modules, parse_source_digest
+from pipeline.io import append_jsonl_durably, run_cli
+from pipeline.layout import CODE_CHANGES
+
+REPO_DIR = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Plan:
+    """Why one planned job runs: ``reasons`` to print; ``code`` the changed modules of its code digest."""
+
+    rule: str
+    job: str
+    outputs: list[str]
+    snakemake_job: Any = field(repr=False)
+    reasons: list[str] = field(default_factory=list)
+    code: dict[str, str] = field(default_factory=dict)
+    made_with: dict[str, str] = field(default_factory=dict)
+    current: dict[str, str] = field(default_factory=dict)
+    other_reasons: bool = False  # anything but the code digest and inputs other planned jobs remake
+    remade_inputs: set[str] = field(default_factory=set)
+
+
+def _literal(text: Any) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _job_label(job: Any) -> str:
+    wildcards = ", ".join(f"{key}={value}" for key, value in job.wildcards_dict.items())
+    return f"{job.rule.name}[{wildcards}]" if wildcards else job.rule.name
+
+
+def explain(job: Any, reason: Any, persistence: Any) -> Plan:
+    """The plan of one job from Snakemake's reason for it and the metadata of its outputs."""
+    plan = Plan(rule=job.rule.name, job=_job_label(job), outputs=[str(f) for f in job.output], snakemake_job=job)
+    if reason.forced:
+        plan.reasons.append("forced")
+    if reason.missing_output:
+        plan.reasons.append("missing output: " + ", ".join(sorted(map(str, reason.missing_output))))
+    if reason.incomplete_output:
+        plan.reasons.append("incomplete output: " + ", ".join(sorted(map(str, reason.incomplete_output))))
+    on_disk = set(map(str, reason.updated_input)) - set(map(str, reason.updated_input_run))
+    if on_disk:
+        plan.reasons.append("input newer than the output: " + ", ".join(sorted(on_disk)))
+    plan.remade_inputs = set(map(str, reason.updated_input_run))
+    if plan.remade_inputs:
+        plan.reasons.append("input remade by a planned job: " + ", ".join(sorted(plan.remade_inputs)))
+    for flag, text in (
+        (reason.input_changed, "the set of input files changed"),
+        (reason.code_changed, "the rule's command changed"),
+        (reason.software_stack_changed, "the software environment changed"),
+        (reason.noio or reason.nooutput, "a rule without outputs"),
+    ):
+        if flag:
+            plan.reasons.append(text)
+    flags = (reason.forced, reason.missing_output, reason.incomplete_output, on_disk, reason.input_changed)
+    plan.other_reasons = any(flags) or any(
+        (reason.code_changed, reason.software_stack_changed, reason.noio, reason.nooutput)
+    )
+    # Asked of the metadata directly: Snakemake does not compare the params of a job it runs for another reason.
+    change = persistence.params_changed(job)
+    if change:
+        explain_params(plan, job, change)
+    return plan
+
+
+def explain_params(plan: Plan, job: Any, change: Any) -> None:
+    """Name the changed params; a changed code digest down to its modules."""
+    old = [_literal(value) for value in change.only_old]
+    new = [_literal(value) for value in change.only_new]
+    old_code = [digests for value in old if (digests := parse_source_digest(value)) is not None]
+    new_code = [digests for value in new if (digests := parse_source_digest(value)) is not None]
+    if old_code and new_code:
+        plan.made_with, plan.current = old_code[0], new_code[0]
+        plan.code = changed_modules(plan.made_with, plan.current)
+        listing = ", ".join(f"{module} ({change})" for module, change in plan.code.items())
+        plan.reasons.append(f"code changed: {listing}")
+    # A job recorded before the per-module digests holds one 16-digit digest of its code: which module changed is
+    # unknown, so such a change cannot be accepted.
+    legacy = [value for value in old if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{16}", value)]
+    if legacy and new_code and not old_code:
+        plan.other_reasons = True
+        plan.reasons.append("code changed: recorded before per-module digests (which module is unknown)")
+    settings = [
+        name
+        for name, value in job.params.items()
+        if parse_source_digest(value) is None and repr(value) in change.only_new
+    ]
+    if settings or len(old) > len(old_code) + len(legacy) or len(new) > len(new_code):
+        plan.other_reasons = True
+        plan.reasons.append("settings changed: " + (", ".join(f"params.{name}" for name in settings) or "(unnamed)"))
+
+
+def acceptable(plans: list[Plan]) -> list[Plan]:
+    """The plans that accepting their code change leaves with nothing to do: no reason but the code digest and
+    inputs that only (other) acceptable jobs remake."""
+    producers = {output: plan for plan in plans for output in plan.outputs}
+    accepted = {plan.job: plan for plan in plans if not plan.other_reasons}
+    changed = True
+    while changed:
+        changed = False
+        for job, plan in list(accepted.items()):
+            if any(producers.get(path) is None or producers[path].job not in accepted for path in plan.remade_inputs):
+                del accepted[job]
+                changed = True
+    return [plan for plan in accepted.values() if plan.code]
+
+
+@contextmanager
+def planned_workflow(args: argparse.Namespace, lock: bool) -> Iterator[Any]:
+    """Snakemake's workflow with its DAG built as for ``snakemake -n`` (Snakemake's own API and metadata)."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.cli import parse_config
+    from snakemake.settings.enums import Quietness
+    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
+
+    config = parse_config(args.config) if args.config else {}
+    settings = ConfigSettings(config=config, configfiles=[Path(path) for path in args.configfile])
+    output = OutputSettings(quiet={Quietness.ALL}, dryrun=True)
+    with SnakemakeApi(output) as api:
+        workflow_api = api.workflow(
+            resource_settings=ResourceSettings(cores=1),
+            config_settings=settings,
+            snakefile=Path(args.snakefile).resolve(),
+            workdir=Path(args.directory).resolve(),
+        )
+        workflow = workflow_api.dag(DAGSettings()).workflow_api._workflow
+        workflow._prepare_dag(forceall=False, ignore_incomplete=False, lock_warn_only=not lock)
+        workflow._build_dag()
+        if lock:
+            workflow.persistence.lock()
+        try:
+            yield workflow
+        finally:
+            if lock:
+                workflow.persistence.unlock()
+
+
+def plan_jobs(workflow: Any) -> list[Plan]:
+    """The plans of the jobs with outputs that the DAG would run (not a target rule like ``all``), in order."""
+    dag = workflow.dag
+    ordered = [job for level in dag.toposorted(list(dag.needrun_jobs())) for job in sorted(level, key=_job_label)]
+    return [explain(job, dag.reason(job), workflow.persistence) for job in ordered if job.output]
+
+
+def accept(workflow: Any, plans: list[Plan], ledger: Path) -> list[Plan]:
+    """Re-record the current code digests of the acceptable jobs' outputs and log each acceptance."""
+    persistence = workflow.persistence
+    accepted = acceptable(plans)
+    now = time.time()
+    persistence._clear_cache()
+    for plan in accepted:
+        for output in plan.snakemake_job.output:
+            key = persistence._get_key(output)
+            record = persistence._read_record(key)
+            record.params = persistence._params(plan.snakemake_job)
+            persistence._write_record(key, record)
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    with open(ledger, "a", encoding="utf-8") as handle:
+        append_jsonl_durably(
+            handle,
+            [
+                {
+                    "time": now,
+                    "rule": plan.rule,
+                    "job": plan.job,
+                    "outputs": plan.outputs,
+                    "modules": plan.code,
+                    "made_with": plan.made_with,
+                    "accepted": plan.current,
+                }
+                for plan in accepted
+            ],
+        )
+    return accepted
+
+
+def describe(plans: list[Plan]) -> str:
+    if not plans:
+        return "Nothing to be done: every output is up to date."
+    lines = []
+    for plan in plans:
+        lines.append(plan.job)
+        lines += [f"    {reason}" for reason in plan.reasons]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.why_rerun", description=__doc__.splitlines()[0])
+    parser.add_argument("--configfile", nargs="*", default=[], help="as snakemake's (replaces configs/default.yaml)")
+    parser.add_argument("--config", nargs="*", default=[], help="KEY=VALUE overrides, as snakemake's")
+    parser.add_argument("--directory", default=".", help="the study's working directory, as snakemake's")
+    parser.add_argument("--snakefile", default=str(REPO_DIR / "Snakefile"))
+    parser.add_argument("--accept", action="store_true", help="accept the planned jobs' reviewed code changes")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    with planned_workflow(args, lock=args.accept) as workflow:
+        plans = plan_jobs(workflow)
+        print(describe(plans))
+        if args.accept:
+            results_dir = workflow.config.get("results_dir", "results")
+            accepted = accept(workflow, plans, Path(results_dir) / CODE_CHANGES)
+            left = len(plans) - len(accepted)
+            print(
+                f"\naccepted the code change of {len(accepted)} jobs (recorded in {results_dir}/{CODE_CHANGES}); "
+                f"{left} planned jobs still run (other reasons, or inputs that they remake)",
+                file=sys.stderr,
+            )
+
+
+if __name__ == "__main__":
+    run_cli(main)
