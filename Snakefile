@@ -297,6 +297,7 @@ rule train:
         run_name=lambda wildcards: STUDY.run_name(wildcards),
         tracking_dir=TRACKING_DIR,
         code=source_digest("pipeline.train"),
+        credit_code=lambda wildcards: STUDY.methods[wildcards.method].code_digest,
     shell:
         "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --"
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"

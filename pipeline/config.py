@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
+import importlib.util
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -284,6 +285,11 @@ class MethodConfig:
     @property
     def credit(self) -> str:
         return self.spec["credit"]
+
+    @property
+    def code_digest(self) -> str:
+        """The digest of its credit method's code (the train rule's ``credit_code``): ``credit_source_digest``."""
+        return credit_source_digest(self.credit)
 
     @property
     def grpo_overrides(self) -> dict[str, Any]:
@@ -585,16 +591,35 @@ def _prompt_errors(config: Mapping[str, Any]) -> list[str]:
 
 
 def _method_errors(config: Mapping[str, Any]) -> list[str]:
+    """Each method's credit must load (a built-in name or an import path) and its options build from its options
+    dataclass (pipeline.credit.method.build_options); another method's option, or a required one missing, is named."""
+    import dataclasses
+
+    from pipeline.credit.method import build_options, built_in_methods, credit_method
+
+    owner: dict[str, str] = {}
+    for method in built_in_methods():
+        for option in dataclasses.fields(method.options):
+            owner.setdefault(option.name, method.name)
     errors = []
     for name, spec in config["methods"].items():
-        for credit, prefix in CREDIT_PREFIXES.items():
-            stray = sorted(key for key in spec if key.startswith(prefix) and spec["credit"] != credit)
-            errors += [
-                f"config key `methods.{name}.{key}`: a {credit} option on a method whose credit is '{spec['credit']}'"
-                for key in stray
-            ]
-        if spec["credit"] == "grail" and "grail_std" not in spec:
-            errors.append(f"config key `methods.{name}.grail_std`: GRAIL needs a non-zero std (upstream sets 0.5)")
+        try:
+            method = credit_method(spec["credit"])
+        except InputError as error:
+            errors.append(f"config key `methods.{name}.credit`: {error}")
+            continue
+        own = {option.name for option in dataclasses.fields(method.options)}
+        errors += [
+            f"config key `methods.{name}.{key}`: a {owner[key]} option on a method whose credit is '{spec['credit']}'"
+            for key in sorted(key for key in spec if key in owner and key not in own)
+        ]
+        errors += [
+            f"config key `methods.{name}.{key}`: {why}" for key, why in method.required.items() if key not in spec
+        ]
+        try:
+            build_options(method, {key: spec[key] for key in own & set(spec)}, spec.get("credit_options", {}))
+        except InputError as error:
+            errors.append(f"config key `methods.{name}`: {error}")
     return errors
 
 
@@ -752,3 +777,14 @@ def source_digest(module: str, package_dir: Path = PACKAGE_DIR) -> str:
         path = _module_path(name, package_dir)
         digest.update(name.encode() + b"\0" + (path.read_bytes() if path else b"<absent>") + b"\0")
     return digest.hexdigest()[:16]
+
+
+def credit_source_digest(credit: str) -> str:
+    """``source_digest`` of a credit method's module: a built-in one (pipeline/credit/methods/<name>.py, loaded by
+    name at run time, so ``pipeline.train``'s digest does not see it), or an out-of-tree one named by import path
+    with the modules of its own top-level package that it imports. Changing it reruns the method's training."""
+    if "." not in credit:
+        return source_digest(f"pipeline.credit.methods.{credit}")
+    top = importlib.util.find_spec(credit.split(".")[0])
+    locations = list(top.submodule_search_locations or []) if top is not None else []
+    return source_digest(credit, Path(locations[0])) if locations else source_digest(credit)
