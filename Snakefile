@@ -73,7 +73,10 @@ RUN_DIR = f"{R}/{layout.RUN_DIR}"
 RUN_METRICS = f"{RUN_DIR}/{layout.METRICS_FILE}"
 SAMPLES = f"{R}/{layout.SAMPLES}"
 TABLES = [f"{R}/{layout.TABLES_DIR}/{name}" for name in layout.TABLE_FILES]
-FIGURES = [f"{R}/{layout.FIGURES_DIR}/{name}" for name in (layout.SCORES_FIGURE, layout.TRAINING_CURVES_FIGURE)]
+FIGURES = [
+    f"{R}/{layout.FIGURES_DIR}/{name}"
+    for name in (layout.SCORES_FIGURE, layout.TRAINING_CURVES_FIGURE, layout.TRAINING_DIAGNOSTICS_FIGURE)
+]
 SIGNIFICANCE = f"{R}/{layout.SIGNIFICANCE}"
 SIGNIFICANCE_MD = f"{R}/{layout.SIGNIFICANCE_MD}"
 TOKEN_ANALYSIS = f"{R}/{layout.TOKEN_ANALYSIS}"

@@ -23,5 +23,5 @@ def test_high_entropy_is_trls_top_entropy_quantile(random_model_dir, tmp_path):
 
 
 def test_conflicting_trl_option_is_refused(random_model_dir, tmp_path):
-    with pytest.raises(InputError, match="credit high_entropy: top_entropy_quantile is set to 0.5"):
+    with pytest.raises(InputError, match=r"credit high_entropy: top_entropy_quantile is set to 0\.5"):
         make_trainer(random_model_dir, tmp_path, credit="high_entropy", top_entropy_quantile=0.5)
