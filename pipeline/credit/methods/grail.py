@@ -76,7 +76,7 @@ class GrailOptions:
             raise InputError(f"grail_w_max ({self.grail_w_max}) must be >= grail_w_min ({self.grail_w_min})")
         self.grail_symmetry = SYMMETRIES[self.grail_symmetry]
 
-    def weight_options(self) -> dict[str, float | str]:
+    def grail_weight_options(self) -> dict[str, float | str]:
         """Keyword arguments of ``pipeline.credit.grail_weights``: mean, std, w_min, w_max, symmetry."""
         return {name: getattr(self, f"grail_{name}") for name in ("mean", "std", "w_min", "w_max", "symmetry")}
 
@@ -111,7 +111,7 @@ class Grail(CreditMethod):
         weights = completion_mask.float()
         rows = loss_rows.nonzero().squeeze(-1)
         weights[rows], weight_stats = grail_weights_with_stats(
-            scores[rows], completion_mask[rows], advantages[rows], spans[rows], **self.opts.weight_options()
+            scores[rows], completion_mask[rows], advantages[rows], spans[rows], **self.opts.grail_weight_options()
         )
         return weights, {**stats, **weight_stats}
 

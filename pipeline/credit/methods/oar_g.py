@@ -53,7 +53,7 @@ class OarGOptions:
         metadata={"help": "'upstream' (GRAIL's OAR-G, the paper's baseline) or 'official' (the OAR paper's code)."},
     )
 
-    def weight_options(self) -> dict[str, float]:
+    def oar_g_weight_options(self) -> dict[str, float]:
         """Keyword arguments of ``pipeline.credit.oar_g_weights``: tau, beta, eps, noise_std."""
         return {name: getattr(self, f"oar_g_{name}") for name in ("tau", "beta", "eps", "noise_std")}
 
@@ -91,7 +91,7 @@ class OarG(CreditMethod):
                 (inputs.unwrapped,),
                 (input_ids[rows], attention_mask[rows], completion_mask[rows], answer_mask[rows]),
                 self.args.per_device_train_batch_size,
-                **self.opts.weight_options(),
+                **self.opts.oar_g_weight_options(),
                 generator=generator,
             )
 
