@@ -1,9 +1,9 @@
 """GRPO with token-level credit in one small subclass of TRL's ``GRPOTrainer`` (docs/spec.md sections 1-3).
 
 The only change to TRL's objective is the advantage: per token instead of per sequence, Â_{i,t}, from the
-configured credit method (``pipeline.credit.method``: one file per method, e.g. Â = A_i · w_{i,t} for GRAIL and
-OAR-G), which TRL 1.16's ``_compute_loss`` accepts as a (B, T) ``advantages`` tensor. A method that is not
-per-token (GRPO) leaves TRL's loss as it is, bit for bit.
+configured credit method (``pipeline.credit.method``: one file per method under pipeline/credit/methods/, e.g.
+Â = A_i · w_{i,t}), which TRL 1.16's ``_compute_loss`` accepts as a (B, T) ``advantages`` tensor. A method that is
+not per-token leaves TRL's loss as it is, bit for bit.
 
 When the advantages are computed (``grail_recompute``, shared by every method):
 - ``"every_step"`` (upstream, spec 1.1): on the current policy at every micro-step, inside ``_compute_loss``.
@@ -11,7 +11,7 @@ When the advantages are computed (``grail_recompute``, shared by every method):
   weights (or, for a method that is not multiplicative, advantages) travel with the round as an extra key through
   TRL's shuffle and split.
 
-A method whose pass can share the loss's forward (fast GRAIL) makes that forward itself (``loss_forward``) and
+A method whose pass can share the loss's forward makes that forward itself (``loss_forward``) and
 memoises it (``memoise_loss_forward``); ``_get_per_token_logps_and_entropies`` then returns it once. What is
 logged: README.md "Logged metrics".
 """
