@@ -91,7 +91,10 @@ CODE_CHANGES = f"{R}/{layout.CODE_CHANGES}"
 # library_changes: rerun makes the versions a param of training and evaluation (pipeline.provenance)
 LIBRARIES = canonical_json(library_versions()) if STUDY.library_changes == "rerun" else ""
 TABLES = [f"{R}/{layout.TABLES_DIR}/{name}" for name in layout.TABLE_FILES]
-FIGURES = [f"{R}/{layout.FIGURES_DIR}/{name}" for name in (layout.SCORES_FIGURE, layout.TRAINING_CURVES_FIGURE)]
+FIGURES = [
+    f"{R}/{layout.FIGURES_DIR}/{name}"
+    for name in (layout.SCORES_FIGURE, layout.TRAINING_CURVES_FIGURE, layout.TRAINING_DIAGNOSTICS_FIGURE)
+]
 SIGNIFICANCE = f"{R}/{layout.SIGNIFICANCE}"
 SIGNIFICANCE_MD = f"{R}/{layout.SIGNIFICANCE_MD}"
 TOKEN_ANALYSIS = f"{R}/{layout.TOKEN_ANALYSIS}"
@@ -338,7 +341,10 @@ rule train:
         run_name=lambda wildcards: STUDY.run_name(wildcards),
         tracking_dir=TRACKING_DIR,
         libraries=LIBRARIES,
-        code=source_digest("pipeline.train", "pipeline.launch"),  # the job runs both
+        # the job runs both, and the method's module (loaded by name, so no import leads to it)
+        code=lambda wildcards: source_digest(
+            "pipeline.train", "pipeline.launch", STUDY.methods[wildcards.method].credit_module
+        ),
     shell:
         "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --"
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"

@@ -1,4 +1,6 @@
-"""Speed and memory of the credit methods: GRPO, GRAIL (fast every-step, fast per-generation, reference), OAR-G.
+"""Speed and memory of the credit methods: every registered one (pipeline/credit/methods/: GRPO, GRAIL fast
+every-step, OAR-G, the controls, ...), GRAIL's per-generation and reference paths, and any method named by import
+path (``--methods grpo grail mylab.credit.halfway``).
 
     python benchmarks/credit_overhead.py [--device cpu|cuda] [--arch tiny-4x256|qwen3-0.6b | --model DIR] [--json PATH]
 
@@ -45,6 +47,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from pipeline.arith import ArithmeticSpec, arithmetic_problems
+from pipeline.credit.method import built_in_names
 from pipeline.generation import chat_prompt_ids
 from pipeline.io import atomic_write_json
 from pipeline.loading import load_model, load_tokenizer
@@ -53,12 +56,21 @@ from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
 from pipeline.trainer import GrailGRPOConfig, GrailGRPOTrainer
 
 METHODS = {
-    "grpo": {"credit": "grpo"},
-    "grail": {"credit": "grail"},
+    **{name: {"credit": name} for name in built_in_names()},
     "grail_per_generation": {"credit": "grail", "grail_recompute": "per_generation"},
     "grail_reference": {"credit": "grail", "grail_implementation": "reference"},
-    "oar_g": {"credit": "oar_g"},
 }
+
+
+def method_options(method: str) -> dict:
+    """GrailGRPOConfig options of a benchmarked method: a row of METHODS, or an import path's method."""
+    if method in METHODS:
+        return METHODS[method]
+    if "." in method:
+        return {"credit": method}
+    raise SystemExit(f"--methods: {method!r} is not one of {list(METHODS)} nor a module's import path")
+
+
 NUM_GENERATIONS = 8
 NUM_ITERATIONS = 4
 
@@ -225,7 +237,7 @@ def run_worker(method: str, workdir: Path, options: dict[str, Any]) -> dict[str,
         report_to=[],
         disable_tqdm=True,
         seed=options["seed"],
-        **METHODS[method],
+        **method_options(method),
     )
     timer = RoundTimer()
     trainer = ReplayTrainer(
@@ -343,13 +355,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="measured generation rounds per run")
     parser.add_argument("--warmup-rounds", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument(
+        "--methods", nargs="+", default=list(METHODS), help=f"of {list(METHODS)}, or a module's import path"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="CPU: torch threads per run (1: stable timings)")
     parser.add_argument(
         "--json", type=Path, default=None, help="write {settings: {...}, methods: {method: {step_time_s, ...}}}"
     )
-    parser.add_argument("--worker", choices=list(METHODS), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cuda = args.device == "cuda"

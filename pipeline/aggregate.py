@@ -12,7 +12,8 @@ Outputs (each written atomically):
 - ``summary.csv`` / ``summary.xlsx`` (sheet "summary": numbers; sheet "formatted": text cells) / ``summary.md``:
   one row per (model, method, checkpoint), the baseline ``base``/``start`` first; per benchmark acc@n and pass@n
   (n = the largest k with a pass@k), mean and std over seeds;
-- figures ``scores_by_benchmark.png`` and ``training_curves.png`` (reward and the grail/, oar_g/ statistics).
+- figures ``scores_by_benchmark.png``, ``training_curves.png`` (reward and each credit method's headline
+  statistics) and ``training_diagnostics.png`` (reward and the methods' other statistics).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from pipeline.credit.method import built_in_names, credit_method
 from pipeline.io import InputError, atomic_path, atomic_write_text, read_jsonl, run_cli
 from pipeline.layout import (
     BASELINE_METHOD,
@@ -43,6 +45,7 @@ from pipeline.layout import (
     SCORES_FIGURE,
     START_CHECKPOINT,
     TRAINING_CURVES_FIGURE,
+    TRAINING_DIAGNOSTICS_FIGURE,
 )
 from pipeline.metrics import score_benchmark
 
@@ -50,7 +53,6 @@ SCORE_COLUMNS = ["model", "method", "seed", "checkpoint", "benchmark", "metric",
 AVERAGE_BENCHMARKS = ("average", "weighted_average")
 # Counts are summed in the item-weighted average and averaged in the plain one (spec 6.4, docs/spec.md).
 COUNT_METRICS = ("items", "samples", "no_answer")
-TRAINING_PREFIXES = ("grail/", "oar_g/")
 # Logged values per moving-average window in the training-curve figure (a tenth of a 100-step run at 2 a log).
 SMOOTHING_WINDOW = 5
 # The same colour for a method in every figure; other methods take the remaining matplotlib cycle colours.
@@ -345,16 +347,34 @@ def seed_bands(curves: dict[RunKey, pd.DataFrame], key: str, window: int) -> dic
     return bands
 
 
-def training_curve_keys(curves: dict[RunKey, pd.DataFrame]) -> list[str]:
-    """The panels of the training-curve figure: ``reward`` first, then the GRAIL and OAR-G diagnostics."""
-    logged = {key for curve in curves.values() for key in curve.columns if key.startswith(TRAINING_PREFIXES)}
-    return ["reward", *sorted(logged)]
+def training_curve_keys(curves: dict[RunKey, pd.DataFrame]) -> tuple[list[str], list[str]]:
+    """The panels of the two training-curve figures: ``reward`` and each credit method's headline statistics
+    (``CreditMethod.headline``, at most four, those logged), then the rest of the methods' logged statistics.
+    A credit method's prefix is a registered method's name, or any prefix that logged ``advantages_scale_ratio``
+    (the trainer logs it for every per-token method, an out-of-tree one too)."""
+    logged = {key for curve in curves.values() for key in curve.columns if "/" in key}
+    built_in = built_in_names()
+    prefixes = sorted(
+        {key.split("/")[0] for key in logged}
+        & ({*built_in} | {key.split("/")[0] for key in logged if key.endswith("/advantages_scale_ratio")})
+    )
+    headline = [
+        f"{prefix}/{name}"
+        for prefix in prefixes
+        for name in (credit_method(prefix).headline[:4] if prefix in built_in else ())
+        if f"{prefix}/{name}" in logged
+    ]
+    rest = sorted(key for key in logged if key.split("/")[0] in prefixes and key not in headline)
+    return ["reward", *headline], rest
 
 
-def training_curves_figure(curves: dict[RunKey, pd.DataFrame], window: int = SMOOTHING_WINDOW) -> plt.Figure:
-    """Reward first (wide), then one panel per GRAIL/OAR-G diagnostic; one line per model/method (mean over seeds
-    of the smoothed curves) with a band from the lowest to the highest seed."""
-    keys = training_curve_keys(curves)
+def training_curves_figure(
+    curves: dict[RunKey, pd.DataFrame], keys: list[str] | None = None, window: int = SMOOTHING_WINDOW
+) -> plt.Figure:
+    """Reward first (wide), then one panel per other key (default: the headline ones of ``training_curve_keys``);
+    one line per model/method (mean over seeds of the smoothed curves) with a band from the lowest to the highest
+    seed."""
+    keys = keys or training_curve_keys(curves)[0]
     columns = 3
     rows = 1 + math.ceil((len(keys) - 1) / columns)
     fig = plt.figure(figsize=(5 * columns, 3.4 * rows))
@@ -381,9 +401,12 @@ def training_curves_figure(curves: dict[RunKey, pd.DataFrame], window: int = SMO
     return fig
 
 
-def plot_training_curves(curves: dict[RunKey, pd.DataFrame], path: Path) -> None:
-    """Write ``training_curves_figure`` as a PNG."""
-    _save_figure(training_curves_figure(curves), path)
+def plot_training_curves(curves: dict[RunKey, pd.DataFrame], path: Path, diagnostics_path: Path) -> None:
+    """Write the headline training curves to ``path`` and the reward with every other diagnostic to
+    ``diagnostics_path`` (PNGs)."""
+    headline, rest = training_curve_keys(curves)
+    _save_figure(training_curves_figure(curves, headline), path)
+    _save_figure(training_curves_figure(curves, ["reward", *rest]), diagnostics_path)
 
 
 def write_outputs(scores: pd.DataFrame, curves: dict[RunKey, pd.DataFrame], out_dir: Path, figures_dir: Path) -> None:
@@ -398,7 +421,7 @@ def write_outputs(scores: pd.DataFrame, curves: dict[RunKey, pd.DataFrame], out_
         _flat_columns(table).to_excel(excel, sheet_name="summary", index=False)
         formatted_summary(table).to_excel(excel, sheet_name="formatted", index=False)
     plot_scores(table, figures_dir / SCORES_FIGURE)
-    plot_training_curves(curves, figures_dir / TRAINING_CURVES_FIGURE)
+    plot_training_curves(curves, figures_dir / TRAINING_CURVES_FIGURE, figures_dir / TRAINING_DIAGNOSTICS_FIGURE)
 
 
 def main(argv: list[str] | None = None) -> None:

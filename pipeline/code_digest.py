@@ -156,14 +156,15 @@ def changed_modules(before: dict[str, str], after: dict[str, str]) -> dict[str, 
 
 
 def rule_roots(snakefile: Path) -> dict[str, list[str]]:
-    """``{rule: root modules}`` of every rule whose params carry ``source_digest("...", ...)`` in ``snakefile``."""
+    """``{rule: root modules}`` of every rule whose params carry ``source_digest("...", ...)`` in ``snakefile``
+    (the quoted module names of the call, which may span lines; a root computed from the config, such as the
+    train rule's credit method, is not in the table)."""
     roots: dict[str, list[str]] = {}
-    rule = None
-    for line in snakefile.read_text(encoding="utf-8").splitlines():
-        if match := re.match(r"rule (\w+):", line):
-            rule = match.group(1)
-        elif rule and (match := re.search(r"source_digest\(([^)]*)\)", line)):
-            roots[rule] = re.findall(r"\"([\w.]+)\"", match.group(1))
+    for block in re.split(r"^(?=rule \w+:)", snakefile.read_text(encoding="utf-8"), flags=re.MULTILINE):
+        rule = re.match(r"rule (\w+):", block)
+        call = re.search(r"source_digest\(([^)]*)\)", block)
+        if rule and call:
+            roots[rule.group(1)] = re.findall(r"\"([\w.]+)\"", call.group(1))
     return roots
 
 

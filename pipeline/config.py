@@ -285,6 +285,13 @@ class MethodConfig:
         return self.spec["credit"]
 
     @property
+    def credit_module(self) -> str:
+        """The module of its credit method, a root of the train rule's code digest: a built-in method's file
+        (pipeline/credit/methods/<name>.py, loaded by name at run time, so no import of ``pipeline.train`` leads to
+        it) or an out-of-tree method's import path (its own package's imports covered too)."""
+        return self.credit if "." in self.credit else f"pipeline.credit.methods.{self.credit}"
+
+    @property
     def grpo_overrides(self) -> dict[str, Any]:
         """The GRPOConfig fields this method overrides (everything but the credit options)."""
         return {key: value for key, value in self.spec.items() if not _is_credit_key(key)}
@@ -586,16 +593,35 @@ def _prompt_errors(config: Mapping[str, Any]) -> list[str]:
 
 
 def _method_errors(config: Mapping[str, Any]) -> list[str]:
+    """Each method's credit must load (a built-in name or an import path) and its options build from its options
+    dataclass (pipeline.credit.method.build_options); another method's option, or a required one missing, is named."""
+    import dataclasses
+
+    from pipeline.credit.method import build_options, built_in_methods, credit_method
+
+    owner: dict[str, str] = {}
+    for method in built_in_methods():
+        for option in dataclasses.fields(method.options):
+            owner.setdefault(option.name, method.name)
     errors = []
     for name, spec in config["methods"].items():
-        for credit, prefix in CREDIT_PREFIXES.items():
-            stray = sorted(key for key in spec if key.startswith(prefix) and spec["credit"] != credit)
-            errors += [
-                f"config key `methods.{name}.{key}`: a {credit} option on a method whose credit is '{spec['credit']}'"
-                for key in stray
-            ]
-        if spec["credit"] == "grail" and "grail_std" not in spec:
-            errors.append(f"config key `methods.{name}.grail_std`: GRAIL needs a non-zero std (upstream sets 0.5)")
+        try:
+            method = credit_method(spec["credit"])
+        except InputError as error:
+            errors.append(f"config key `methods.{name}.credit`: {error}")
+            continue
+        own = {option.name for option in dataclasses.fields(method.options)}
+        errors += [
+            f"config key `methods.{name}.{key}`: a {owner[key]} option on a method whose credit is '{spec['credit']}'"
+            for key in sorted(key for key in spec if key in owner and key not in own)
+        ]
+        errors += [
+            f"config key `methods.{name}.{key}`: {why}" for key, why in method.required.items() if key not in spec
+        ]
+        try:
+            build_options(method, {key: spec[key] for key in own & set(spec)}, spec.get("credit_options", {}))
+        except InputError as error:
+            errors.append(f"config key `methods.{name}`: {error}")
     return errors
 
 

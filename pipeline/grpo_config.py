@@ -8,24 +8,21 @@ tests/trainer/test_config_drift.py checks that configs/schema.yaml declares the 
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from trl import GRPOConfig
 
-from pipeline.credit.grail import SYMMETRIES, Symmetry
-from pipeline.credit.oar_g_official import OarGVariant
-from pipeline.credit.saliency import Leaf, Position
+from pipeline.credit.method import CreditMethod, Range, build_options, built_in_methods, credit_method
+from pipeline.credit.methods.grail import GrailOptions
+from pipeline.credit.methods.oar_g import OarGOptions
 from pipeline.credit.spans import AnswerAlignment, AnswerSpan
 from pipeline.grading import GradingMode
 from pipeline.io import InputError
 from pipeline.specs import annotation_accepts, annotation_name
 
-Credit = Literal["grpo", "grail", "oar_g"]
 Recompute = Literal["every_step", "per_generation"]
-Implementation = Literal["fast", "reference"]
 RolloutSeed = Literal["run", "rank"]
 
 # Values the config classes accept beyond their annotations (their __post_init__ converts them): TRL maps
@@ -33,53 +30,18 @@ RolloutSeed = Literal["run", "rank"]
 ANNOTATION_WIDENINGS: dict[str, Any] = {"scale_rewards": bool, "fsdp": bool | list[str]}
 
 
-@dataclass(frozen=True)
-class Range:
-    """An interval of allowed values; ``None`` is unbounded. Exclusive ends are open."""
-
-    minimum: float | None = None
-    maximum: float | None = None
-    exclusive_minimum: float | None = None
-    exclusive_maximum: float | None = None
-
-    def problem(self, value: float) -> str | None:
-        """Why ``value`` is outside the range (e.g. "must be > 0"), or None when it is inside."""
-        bounds = [
-            (self.minimum, ">=", lambda b: value >= b),
-            (self.exclusive_minimum, ">", lambda b: value > b),
-            (self.maximum, "<=", lambda b: value <= b),
-            (self.exclusive_maximum, "<", lambda b: value < b),
-        ]
-        for bound, sign, holds in bounds:
-            if bound is not None and not (isinstance(value, int | float) and not math.isnan(value) and holds(bound)):
-                return f"must be {sign} {bound}"
-        return None
-
-
 @dataclass
-class GrailGRPOConfig(GRPOConfig):
-    """``GRPOConfig`` plus the credit-assignment options (defaults: upstream's GRAIL and OAR-G settings)."""
+class GrailGRPOConfig(GRPOConfig, GrailOptions, OarGOptions):
+    """``GRPOConfig`` plus the credit options: the built-in methods' option dataclasses (``GrailOptions``,
+    ``OarGOptions``, inherited) and the options every method shares, declared here."""
 
-    credit: Credit = field(default="grpo", metadata={"help": "Token credit: 'grpo' (none), 'grail' or 'oar_g'."})
-    grail_mean: float = field(default=1.0, metadata={"help": "GRAIL weight for z = 0 (spec 1.6)."})
-    grail_std: float = field(
-        default=0.5,
-        metadata={"help": "GRAIL weight per unit of z (spec 1.6); > 0.", "range": Range(exclusive_minimum=0)},
+    credit: str = field(
+        default="grpo",
+        metadata={"help": "Token credit: a method of pipeline/credit/methods/ by name, or a module's import path."},
     )
-    grail_w_min: float = field(
-        default=0.5, metadata={"help": "Lower clamp of GRAIL weights.", "range": Range(minimum=0)}
-    )
-    grail_w_max: float = field(
-        default=5.0,
-        metadata={"help": "Upper clamp, and the boxed-content weight.", "range": Range(exclusive_minimum=0)},
-    )
-    grail_symmetry: Symmetry = field(
-        default="both", metadata={"help": "Rows GRAIL reweights: 'both' (alias 'all'), 'correct' (A > 0), 'wrong'."}
-    )
-    grail_leaf: Leaf = field(default="embeddings", metadata={"help": "Activation the saliency is taken at (spec 1.2)."})
-    grail_position: Position = field(
-        default="previous",
-        metadata={"help": "'previous': token t scored at input position t-1 (upstream); 'same': at t."},
+    credit_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "Options of a method that are not config fields (an out-of-tree method's), by name."},
     )
     answer_span: AnswerSpan = field(
         default="first", metadata={"help": "Which complete \\boxed{} is the answer: 'first' (upstream) or 'last'."}
@@ -91,29 +53,6 @@ class GrailGRPOConfig(GRPOConfig):
     grail_recompute: Recompute = field(
         default="every_step",
         metadata={"help": "'every_step' (upstream: current policy, every micro-step) or 'per_generation'."},
-    )
-    grail_implementation: Implementation = field(
-        default="fast", metadata={"help": "'fast' (shares the loss's forward) or 'reference' (separate pass)."}
-    )
-    oar_g_tau: float = field(
-        default=0.4,
-        metadata={
-            "help": "OAR-G bi-level quantile threshold, in (0, 1).",
-            "range": Range(exclusive_minimum=0, exclusive_maximum=1),
-        },
-    )
-    oar_g_beta: float = field(
-        default=2.0, metadata={"help": "OAR-G boosting coefficient, >= 0.", "range": Range(minimum=0)}
-    )
-    oar_g_eps: float = field(
-        default=1e-12, metadata={"help": "OAR-G smoothing constant, > 0.", "range": Range(exclusive_minimum=0)}
-    )
-    oar_g_noise_std: float = field(
-        default=1e-3, metadata={"help": "OAR-G embedding noise std, >= 0.", "range": Range(minimum=0)}
-    )
-    oar_g_variant: OarGVariant = field(
-        default="upstream",
-        metadata={"help": "'upstream' (GRAIL's OAR-G, the paper's baseline) or 'official' (the OAR paper's code)."},
     )
     vllm_rollout_seed: RolloutSeed = field(
         default="run",
@@ -128,29 +67,32 @@ class GrailGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        method = credit_method(self.credit)  # refuses an unknown credit by name
+        owners = {option.name: m.name for m in built_in_methods() for option in fields(m.options)}
         for name, allowed in credit_choices().items():
             if getattr(self, name) not in allowed:
-                raise InputError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+                where = f"credit {owners[name]}: " if name in owners else ""
+                raise InputError(f"{where}{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
         for name, allowed in credit_ranges().items():
             if problem := allowed.problem(getattr(self, name)):
-                raise InputError(f"{name} {problem}, got {getattr(self, name)!r}")
-        if not self.grail_w_max >= self.grail_w_min:
-            raise InputError(f"grail_w_max ({self.grail_w_max}) must be >= grail_w_min ({self.grail_w_min})")
-        self.grail_symmetry = SYMMETRIES[self.grail_symmetry]  # "all" is the upstream README's "both"
+                where = f"credit {owners[name]}: " if name in owners else ""
+                raise InputError(f"{where}{name} {problem}, got {getattr(self, name)!r}")
+        for inherited in {m.options for m in built_in_methods() if isinstance(self, m.options)}:
+            if hasattr(inherited, "check_values"):
+                inherited.check_values(self)  # e.g. GRAIL's "all" alias of "both", on this config's own field
+        method.configure(self._credit_options(method), self)
         super().__post_init__()
 
-    def grail_weight_options(self) -> dict[str, float | str]:
-        """Keyword arguments of ``pipeline.credit.grail_weights``: mean, std, w_min, w_max, symmetry."""
-        names = ("mean", "std", "w_min", "w_max", "symmetry")
-        return {name: getattr(self, f"grail_{name}") for name in names}
+    def _credit_options(self, method: type[CreditMethod]) -> Any:
+        flat = {option.name: getattr(self, option.name) for option in fields(self) if option.name != "credit_options"}
+        return build_options(method, flat, self.credit_options)
 
-    def saliency_options(self) -> dict[str, float | str]:
-        """Keyword arguments of ``pipeline.credit.saliency_scores``: leaf, temperature (the sampling one), position."""
-        return {"leaf": self.grail_leaf, "temperature": self.temperature, "position": self.grail_position}
-
-    def oar_g_options(self) -> dict[str, float]:
-        """Keyword arguments of ``pipeline.credit.oar_g_weights``: tau, beta, eps, noise_std."""
-        return {name: getattr(self, f"oar_g_{name}") for name in ("tau", "beta", "eps", "noise_std")}
+    def credit_method(self) -> CreditMethod:
+        """The configured method, built from its options: for a built-in method whose options dataclass this
+        class inherits, this config itself (a change to its fields is seen by the method)."""
+        method = credit_method(self.credit)
+        options = self if isinstance(self, method.options) else self._credit_options(method)
+        return method(options, self)
 
 
 def credit_fields() -> list[dataclasses.Field]:

@@ -21,7 +21,7 @@ from pipeline.launch_dir import record_exit_status
 # Checkpoint content that is training state, not part of an exported model.
 TRAINING_STATE_FILES = re.compile(
     r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state.*\.pth|trainer_state\.json|training_args\.bin"
-    r"|generation_buffer.*\.pt|oar_g_noise_generator.*\.pt|latest|zero_to_fp32\.py|README\.md)$"
+    r"|generation_buffer.*\.pt|credit_generator.*\.pt|latest|zero_to_fp32\.py|README\.md)$"
 )
 
 

@@ -32,6 +32,7 @@ TABLE_FILES = ("scores.csv", "summary.csv", "summary.md", "summary.xlsx")
 FIGURES_DIR = "figures"
 SCORES_FIGURE = "scores_by_benchmark.png"
 TRAINING_CURVES_FIGURE = "training_curves.png"
+TRAINING_DIAGNOSTICS_FIGURE = "training_diagnostics.png"
 SIGNIFICANCE = "stats/significance.json"
 SIGNIFICANCE_MD = "stats/significance.md"
 TOKEN_ANALYSIS = "token_analysis/{model}/{method}/seed{seed}"

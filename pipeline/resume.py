@@ -173,7 +173,7 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
         return str(self._staging_dir) if self._staging_dir is not None else super()._get_output_dir(trial)
 
     def _process_state_file(self, checkpoint: Path, kind: str) -> Path:
-        """Where this process keeps ``kind`` ("generation_buffer", "oar_g_noise_generator") in ``checkpoint``."""
+        """Where this process keeps ``kind`` ("generation_buffer", "credit_generator") in ``checkpoint``."""
         return checkpoint / f"{kind}_rank{self.accelerator.process_index}.pt"
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
@@ -191,10 +191,10 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
             self._staging_dir = None
         if self._buffered_inputs is not None:
             torch.save(self._buffered_inputs, self._process_state_file(staging_root / name, "generation_buffer"))
-        if self._oar_g_generator is not None:
+        if self._credit_generator is not None:
             torch.save(
-                self._oar_g_generator.get_state(),
-                self._process_state_file(staging_root / name, "oar_g_noise_generator"),
+                self._credit_generator.get_state(),
+                self._process_state_file(staging_root / name, "credit_generator"),
             )
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
@@ -215,10 +215,10 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
             self._buffered_inputs = torch.load(
                 buffer_file, map_location=loadable_device(self.accelerator.device), weights_only=True
             )
-        noise_file = self._process_state_file(Path(checkpoint), "oar_g_noise_generator")
+        noise_file = self._process_state_file(Path(checkpoint), "credit_generator")
         if noise_file.is_file():
-            self._oar_g_generator = torch.Generator(device=self.accelerator.device)
-            self._oar_g_generator.set_state(torch.load(noise_file, map_location="cpu", weights_only=True))
+            self._credit_generator = torch.Generator(device=self.accelerator.device)
+            self._credit_generator.set_state(torch.load(noise_file, map_location="cpu", weights_only=True))
 
 
 # ----------------------------------------------------------------------------------------------- callbacks

@@ -22,15 +22,26 @@ def log_nanmeans(accelerator: Any, lists: MetricLists, prefix: str, stats: dict[
             lists[f"{prefix}/{name}"].append(gathered.nanmean().item())
 
 
-def log_grad_norm_percentiles(accelerator: Any, lists: MetricLists, grad_norms: torch.Tensor) -> None:
-    """grail/grad_norm_p10 and _p90 over the scored rows of all processes (spec 1.9)."""
-    local = grad_norms.float().to(accelerator.device)
+def log_percentiles(accelerator: Any, lists: MetricLists, name: str, values: torch.Tensor) -> None:
+    """``<name>_p10`` and ``_p90`` of non-negative per-row values (e.g. grail/grad_norm, spec 1.9) pooled over all
+    processes; nothing when no process has a value."""
+    local = values.float().to(accelerator.device)
     gathered = accelerator.gather(accelerator.pad_across_processes(local, dim=0, pad_index=-1.0))
     gathered = gathered[gathered >= 0]
     if gathered.numel():
         quantiles = torch.quantile(gathered, torch.tensor([0.1, 0.9], device=gathered.device))
-        lists["grail/grad_norm_p10"].append(quantiles[0].item())
-        lists["grail/grad_norm_p90"].append(quantiles[1].item())
+        lists[f"{name}_p10"].append(quantiles[0].item())
+        lists[f"{name}_p90"].append(quantiles[1].item())
+
+
+def log_credit_stats(accelerator: Any, lists: MetricLists, prefix: str, stats: dict[str, Any]) -> None:
+    """A credit method's statistics under ``<prefix>/``, in order: a float as its across-process nan-mean, a
+    1-D tensor of per-row values as percentiles (``pipeline.credit.method``)."""
+    for name, value in stats.items():
+        if isinstance(value, torch.Tensor):
+            log_percentiles(accelerator, lists, f"{prefix}/{name}", value)
+        else:
+            log_nanmeans(accelerator, lists, prefix, {name: value})
 
 
 def log_advantage_metrics(

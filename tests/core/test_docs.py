@@ -16,7 +16,7 @@ from pipeline import docs_parameters
 from pipeline.config import load_schema
 from pipeline.credit import grail_weights_with_stats
 from pipeline.credit.oar_g import oar_g_stats
-from pipeline.trainer_metrics import log_advantage_metrics, log_grad_norm_percentiles, log_nanmeans
+from pipeline.trainer_metrics import log_advantage_metrics, log_nanmeans, log_percentiles
 
 REPO = Path(__file__).resolve().parents[2]
 CITATION = re.compile(r"\b[Ss]pec (?:sections? )?(\d+(?:\.\d+)?)(?:\s*-\s*(\d+(?:\.\d+)?))?")
@@ -61,7 +61,7 @@ def logged_credit_metrics() -> set[str]:
     for prefix, stats in (("grail", grail_stats), ("oar_g", oar_g_stats(mask, mask, ~answer, answer))):
         log_nanmeans(accelerator, lists, prefix, {**stats, "saliency_rows_frac": 0.5})
         log_advantage_metrics(accelerator, lists, prefix, torch.ones(2), torch.ones(2, 6), mask)
-    log_grad_norm_percentiles(accelerator, lists, torch.rand(2))
+    log_percentiles(accelerator, lists, "grail/grad_norm", torch.rand(2))
     return set(lists)
 
 

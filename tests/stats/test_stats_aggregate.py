@@ -17,6 +17,7 @@ from pipeline.aggregate import (
     parse_run_path,
     parse_samples_path,
     seed_bands,
+    training_curve_keys,
     training_curves_figure,
 )
 from pipeline.io import InputError, run_cli
@@ -118,7 +119,7 @@ def test_summary_tables_give_mean_and_std_over_seeds(tmp_path: Path, study) -> N
 
 def test_figures_are_written(tmp_path: Path, study) -> None:
     _, figures = run(tmp_path, *study)
-    for name in ("scores_by_benchmark.png", "training_curves.png"):
+    for name in ("scores_by_benchmark.png", "training_curves.png", "training_diagnostics.png"):
         assert (figures / name).read_bytes().startswith(PNG_SIGNATURE)
     assert not list(figures.glob(".*tmp"))
 
@@ -201,5 +202,6 @@ def test_training_curves_lead_with_the_reward_one_line_and_band_per_method(study
     grpo = next(line for line in reward.lines if line.get_label() == "grpo")
     # rewards 0.1 step + seed over seeds 0 and 1, moving average of up to 5: mean = 0.5 + 0.1 * (step + 1) / 2
     assert grpo.get_ydata().tolist() == pytest.approx([0.6, 0.65, 0.7])
-    assert [axis.get_title().split(" ")[0] for axis in diagnostics] == ["grail/clip_frac_max", "grail/weight_mean"]
+    assert [axis.get_title().split(" ")[0] for axis in diagnostics] == ["grail/clip_frac_max"]  # GRAIL's headline
     assert reward.get_position().width > 2 * diagnostics[0].get_position().width
+    assert training_curve_keys(curves) == (["reward", "grail/clip_frac_max"], ["grail/weight_mean"])

@@ -291,7 +291,7 @@ def test_grail_run_checkpoints_its_generation_buffer(model_dir, train_jsonl, tmp
 
 
 def test_killed_oar_g_run_resumes_its_noise_stream(model_dir, train_jsonl, tmp_path):
-    """OAR-G perturbs the embeddings with noise from its own seeded generator: a resumed run must continue that
+    """OAR-G perturbs the embeddings with noise from the run's credit generator: a resumed run must continue that
     generator's stream where the checkpoint left it (a reseeded one would draw step 1's noise again at step 2)."""
     method = {"credit": "oar_g", "oar_g_noise_std": 1.0}  # large enough that the draws change the weights
     spec = {**TRAINING_SPEC, "save_steps": 1}
@@ -309,5 +309,5 @@ def test_killed_oar_g_run_resumes_its_noise_stream(model_dir, train_jsonl, tmp_p
     assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-1'} (step 1)" in rerun.stderr
     assert_gradient_after(run_dir, 1)
     assert_same_weights(run_dir / "final", reference / "final")
-    assert (reference / "checkpoints" / "checkpoint-1" / "oar_g_noise_generator_rank0.pt").is_file()
-    assert not (reference / "final" / "oar_g_noise_generator_rank0.pt").exists()  # training state, not model
+    assert (reference / "checkpoints" / "checkpoint-1" / "credit_generator_rank0.pt").is_file()
+    assert not (reference / "final" / "credit_generator_rank0.pt").exists()  # training state, not model

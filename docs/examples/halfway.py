@@ -1,0 +1,47 @@
+"""An out-of-tree credit method (docs/credit-methods.md): more credit to the second half of each completion.
+
+    w_{i,t} = late_weight  if t >= n_i / 2, else 1        (n_i: the number of valid tokens of row i)
+    Â_{i,t} = A_i · w_{i,t} m_{i,t}
+
+Name it in a study config by its import path, e.g. ``credit: mylab.credit.halfway`` with
+``credit_options: {late_weight: 2.0}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from pipeline.credit.method import CreditInputs, CreditMethod, CreditResult, Range, scaled
+from pipeline.credit.stats import weight_stats
+
+
+@dataclass
+class HalfwayOptions:
+    late_weight: float = field(
+        default=2.0, metadata={"help": "Weight of the second half of a completion.", "range": Range(minimum=0)}
+    )
+
+
+def halfway_weights(completion_mask: torch.Tensor, late_weight: float) -> torch.Tensor:
+    """(B, T) float32 weights of the module docstring."""
+    t = torch.arange(completion_mask.size(1), device=completion_mask.device)[None, :]
+    late = t >= completion_mask.sum(dim=-1, keepdim=True) / 2
+    return torch.where(late, late_weight, 1.0) * completion_mask
+
+
+class Halfway(CreditMethod):
+    name = "halfway"  # the prefix of its logged statistics: halfway/weight_mean, ...
+    options = HalfwayOptions
+    needs_spans = False  # no boxed answer needed; needs_model stays False: no model pass
+    headline = ("weight_mean",)
+
+    def advantages(self, inputs: CreditInputs) -> CreditResult:
+        mask = inputs.batch["completion_mask"]
+        weights = halfway_weights(mask, self.opts.late_weight)
+        stats = weight_stats(weights, mask.bool())
+        return CreditResult(scaled(inputs.batch["advantages"], weights), weights, stats)
+
+
+METHOD = Halfway

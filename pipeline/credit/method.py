@@ -1,0 +1,228 @@
+"""The credit-method interface and its registry: one file per method declares a ``CreditMethod`` subclass.
+
+A method turns a rollout batch into per-token advantages (B, T):
+
+    Â_{i,t} = f(batch, spans, model)        multiplicative methods: Â_{i,t} = A_i · w_{i,t}  (``scaled``)
+
+and declares, once, what everything else reads:
+- ``name`` (the study config's ``credit``, the prefix of its logged metrics),
+- ``options``: a dataclass whose fields are the method's config keys, each with ``metadata["help"]`` and, where
+  numeric, ``metadata["range"]`` (a ``Range``); a ``Literal`` annotation is a choice. GrailGRPOConfig inherits
+  the built-in methods' option dataclasses, so the schema drift tests, the config validation and the docs read them,
+- ``needs_model`` (it runs the policy) and ``shares_loss_forward`` (that pass can be the loss's own forward),
+- ``headline``: at most four of its logged statistics that the training-curve figure leads with.
+
+``advantages(inputs)`` returns a ``CreditResult``: the (B, T) advantages, the (B, T) weights of a multiplicative
+method (the token viewer's column; None for others) and its statistics, in logging order: a float is logged as
+its across-process nan-mean under ``<name>/<key>``, a 1-D tensor of per-row values as ``<key>_p10``/``_p90``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import pkgutil
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Protocol
+
+import torch
+from torch import nn
+
+from pipeline.io import InputError
+from pipeline.specs import dataclass_from_mapping
+
+__all__ = ["CreditHost", "CreditInputs", "CreditMethod", "CreditResult", "Range", "full_sequence", "scaled"]
+
+
+@dataclass(frozen=True)
+class Range:
+    """An interval of allowed values; ``None`` is unbounded. Exclusive ends are open."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: float | None = None
+    exclusive_maximum: float | None = None
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is outside the range (e.g. "must be > 0"), or None when it is inside."""
+        bounds = [
+            (self.minimum, ">=", lambda b: value >= b),
+            (self.exclusive_minimum, ">", lambda b: value > b),
+            (self.maximum, "<=", lambda b: value <= b),
+            (self.exclusive_maximum, "<", lambda b: value < b),
+        ]
+        for bound, sign, holds in bounds:
+            if bound is not None and not (isinstance(value, int | float) and not math.isnan(value) and holds(bound)):
+                return f"must be {sign} {bound}"
+        return None
+
+
+class CreditHost(Protocol):
+    """What a method may use of the trainer (``pipeline.trainer.GrailGRPOTrainer`` implements it)."""
+
+    args: Any  # the GrailGRPOConfig
+    accelerator: Any
+    temperature: float
+    aux_loss_enabled: bool
+
+    def loss_forward(self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> tuple:
+        """TRL's own forward of the loss: (per-token log-probs, entropies, aux loss) of the last ``T`` positions."""
+
+    def memoise_loss_forward(self, outputs: tuple) -> None:
+        """Hand a forward made here to the loss, which then makes none."""
+
+    def credit_generator(self) -> torch.Generator:
+        """The run's seeded generator for a method's noise (seed + process index; checkpointed with the run)."""
+
+
+@dataclass
+class CreditInputs:
+    """One batch as TRL's loss sees it: ``batch`` holds prompt_ids, prompt_mask, completion_ids, completion_mask
+    (B, T) and the sequence advantages (B,); ``spans`` (B, 3) the boxed answers (``find_boxed_spans``)."""
+
+    batch: dict[str, Any]
+    spans: torch.Tensor
+    model: nn.Module  # the policy as TRL's loss calls it (wrapped); ``unwrapped`` for attribution passes
+    host: CreditHost
+    share_loss_forward: bool  # make the loss's forward here (``host.loss_forward``) and memoise it
+
+    @property
+    def unwrapped(self) -> nn.Module:
+        return self.host.accelerator.unwrap_model(self.model)
+
+
+@dataclass
+class CreditResult:
+    advantages: torch.Tensor  # (B, T) per-token advantages
+    weights: torch.Tensor | None  # (B, T) w of Â = A · w, or None for a method that is not multiplicative
+    stats: dict[str, float | torch.Tensor]  # logged under the method's name (module docstring)
+
+
+class CreditMethod:
+    """Base of every credit method (module docstring); one instance per trainer, built from its options."""
+
+    name: ClassVar[str]
+    options: ClassVar[type]  # a dataclass
+    needs_model: ClassVar[bool] = False
+    needs_spans: ClassVar[bool] = True
+    headline: ClassVar[tuple[str, ...]] = ()
+    per_token: ClassVar[bool] = True  # False: the advantages stay TRL's (B,) ones, the loss is TRL's own
+    required: ClassVar[dict[str, str]] = {}  # option -> why a study config must set it explicitly
+
+    @classmethod
+    def configure(cls, options: Any, args: Any) -> None:
+        """Set TRL options the method is built on (GrailGRPOConfig.__post_init__, before TRL's own checks)."""
+
+    def __init__(self, options: Any, args: Any) -> None:
+        self.opts = options
+        self.args = args  # the GrailGRPOConfig: TRL's settings (batch size, temperature) and the shared options
+
+    @property
+    def shares_loss_forward(self) -> bool:
+        """Whether ``advantages`` makes the loss's forward when asked to (``CreditInputs.share_loss_forward``)."""
+        return False
+
+    @property
+    def per_generation(self) -> bool:
+        """Compute once per generation round instead of at every micro-step (the shared ``grail_recompute``)."""
+        return self.args.grail_recompute == "per_generation"
+
+    def advantages(self, inputs: CreditInputs) -> CreditResult:
+        raise NotImplementedError(f"credit method {self.name!r} defines no advantages()")
+
+
+def scaled(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Â_{i,t} = A_i · w_{i,t}: (B,) sequence advantages times (B, T) weights."""
+    return advantages.unsqueeze(1) * weights
+
+
+def full_sequence(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) of prompt followed by completion, as TRL's loss builds them."""
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    return input_ids, torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+
+
+def in_chunks(function: Callable, leading: tuple, rows: tuple[torch.Tensor, ...], size: int, **kwargs) -> torch.Tensor:
+    """``function(*leading, *chunk, **kwargs)`` over row chunks of ``size`` of ``rows``, concatenated (B, T)."""
+    empty = rows[-1].new_empty((0, rows[-1].size(1)), dtype=torch.float32)
+    starts = range(0, rows[0].size(0), size)
+    return torch.cat([empty, *(function(*leading, *(r[s : s + size] for r in rows), **kwargs) for s in starts)])
+
+
+def carries_loss(batch: dict[str, Any]) -> torch.Tensor:
+    """(B,) bool: rows whose advantage is non-zero and that have a token; the others contribute no loss."""
+    return (batch["advantages"] != 0) & (batch["completion_mask"].sum(-1) > 0)
+
+
+def build_options(method: type[CreditMethod], flat: dict[str, Any], nested: Any) -> Any:
+    """``method.options`` from the config's top-level keys that name its fields (``flat``; the built-in methods'
+    options are GrailGRPOConfig fields) and its ``credit_options`` mapping (``nested``, every other option).
+    Unknown keys, mistyped values, values outside a ``Literal`` or ``Range`` and the options' own
+    ``check_values()`` are refused with the method and the key named."""
+    where = f"credit {method.name}: credit_options"
+    if not isinstance(nested, dict):
+        raise InputError(f"{where}: expected a mapping, got {type(nested).__name__}")
+    if clash := sorted(set(nested) & set(flat)):
+        raise InputError(f"{where}: {clash} are top-level config keys; set them there")
+    names = {option.name for option in dataclasses.fields(method.options)}
+    own = {key: value for key, value in flat.items() if key in names}
+    options = dataclass_from_mapping(method.options, {**own, **nested}, where)
+    hints = typing.get_type_hints(method.options)
+    for option in dataclasses.fields(method.options):
+        value = getattr(options, option.name)
+        if typing.get_origin(hints[option.name]) is Literal and value not in typing.get_args(hints[option.name]):
+            allowed = list(typing.get_args(hints[option.name]))
+            raise InputError(f"credit {method.name}: {option.name} must be one of {allowed}, got {value!r}")
+        if "range" in option.metadata and (problem := option.metadata["range"].problem(value)):
+            raise InputError(f"credit {method.name}: {option.name} {problem}, got {value!r}")
+    if hasattr(options, "check_values"):
+        try:
+            options.check_values()
+        except InputError as error:
+            raise InputError(f"credit {method.name}: {error}") from error
+    return options
+
+
+# ------------------------------------------------------------------------------------------------ the registry
+
+METHODS_PACKAGE = "pipeline.credit.methods"  # a built-in method is a module there, named as the method
+_LOADED: dict[str, type[CreditMethod]] = {}
+
+
+def built_in_names() -> list[str]:
+    """The built-in methods' names: the modules of ``pipeline/credit/methods/``, sorted."""
+    package = importlib.import_module(METHODS_PACKAGE)
+    return sorted(info.name for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_"))
+
+
+def credit_method(credit: str) -> type[CreditMethod]:
+    """The method a config's ``credit`` names: a built-in name, or the import path of a module (a name with a dot)
+    that defines ``METHOD``, a ``CreditMethod`` subclass; loaded and registered on first use."""
+    if credit in _LOADED:
+        return _LOADED[credit]
+    if not isinstance(credit, str) or (credit not in built_in_names() and "." not in credit):
+        raise InputError(f"credit must be one of {built_in_names()} or a module's import path, got {credit!r}")
+    module_name = credit if "." in credit else f"{METHODS_PACKAGE}.{credit}"
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise InputError(f"credit {credit!r}: cannot import module {module_name!r} ({error})") from error
+    method = getattr(module, "METHOD", None)
+    if not (isinstance(method, type) and issubclass(method, CreditMethod)):
+        raise InputError(f"credit {credit!r}: module {module_name!r} defines no METHOD (a CreditMethod subclass)")
+    if not (
+        isinstance(getattr(method, "name", None), str) and dataclasses.is_dataclass(getattr(method, "options", None))
+    ):
+        raise InputError(f"credit {credit!r}: its METHOD needs a `name` (str) and an `options` dataclass")
+    if "." not in credit and method.name != credit:
+        raise InputError(f"credit {credit!r}: {module_name}.METHOD is named {method.name!r}")
+    _LOADED[credit] = method
+    return method
+
+
+def built_in_methods() -> list[type[CreditMethod]]:
+    """Every built-in method, by name."""
+    return [credit_method(name) for name in built_in_names()]
