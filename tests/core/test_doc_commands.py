@@ -35,9 +35,8 @@ NOT_RUNNABLE = {
     ("tensorboard",): "needs a finished run with tracking.report_to: tensorboard",
     ("wandb", "sync"): "needs an offline W&B run and the network",
     ("export",): "sets credentials for the Kubernetes run",
+    ("bash", "scripts/gpu_smoke.sh"): "the GPU smoke run (tests/benchmarks/test_gpu_smoke.py runs its CPU fallback)",
 }
-# Study configs the docs show that another change adds (a skip here, a failure under CI=true until it lands).
-PENDING_CONFIGS = {"configs/ablations.yaml": "the credit-method controls (issue 23) add it"}
 # Dry runs that cannot run here, by a part of the command, with the reason.
 NOT_DRY_RUNNABLE = {
     "--profile profiles/kubernetes": "its default storage is an S3 bucket (tests/clusters runs it against a stand-in)",
@@ -135,10 +134,7 @@ def test_shown_command(where: str, command: str, tmp_path: Path) -> None:
     if words[0] == "snakemake":
         for index, word in enumerate(words):
             if word == "--configfile" and not (REPO / words[index + 1]).is_file():
-                pending = PENDING_CONFIGS.get(words[index + 1])
-                if pending is None:
-                    pytest.fail(f"{where}: {words[index + 1]} does not exist")
-                pytest.skip(f"{words[index + 1]} does not exist yet: {pending}")  # a failure under CI=true
+                pytest.fail(f"{where}: {words[index + 1]} does not exist")
         dry_run(environment, words, tmp_path)
     elif words[:2] in (["python", "-m"], ["python3", "-m"]) and words[2].startswith("pipeline."):
         check_help([sys.executable, "-m", words[2]], words[3:])
