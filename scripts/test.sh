@@ -23,7 +23,7 @@ ruff format --check .
 snakefmt --check .
 # Snakemake's linter on the default, the paper's and the SmolLM2 study, from a scratch directory (it writes .snakemake/ there).
 lint_dir="$(mktemp -d)"
-for study in configs/default.yaml configs/paper.yaml configs/smol.yaml; do
+for study in configs/default.yaml configs/paper.yaml configs/smol.yaml configs/ablations.yaml; do
   PYTHONPATH="$PWD" snakemake --snakefile "$PWD/Snakefile" --directory "$lint_dir" --configfile "$PWD/$study" --lint
 done
 rm -rf "$lint_dir"
@@ -31,4 +31,5 @@ rm -rf "$lint_dir"
 site_dir="$(mktemp -d)"
 NO_MKDOCS_2_WARNING=1 PYTHONPATH="$PWD" mkdocs build --strict --quiet --site-dir "$site_dir"
 rm -rf "$site_dir"
-python3 -m pytest -ra "$@"
+# the slowest tests in the log, to see where the suite's time goes
+python3 -m pytest -ra --durations=40 "$@"
