@@ -74,6 +74,9 @@ ITEM_WILCOXON_TEST = "wilcoxon_items"
 # The paper's headline test (spec E.3): exact one-sided Wilcoxon, GRAIL better than GRPO, over (model, benchmark).
 PAPER_TEST = {"test": "wilcoxon_exact", "alternative": "greater", "zero_method": "wilcox"}
 PAPER_PAIR = ("grail", "grpo")
+# The key comparisons hold every other trained method against these two (a control or a baseline answers "does it
+# keep GRAIL's gain over GRPO"), the reference named second.
+REFERENCE_METHODS = PAPER_PAIR
 # Bound the (resamples x items) index matrix of one bootstrap chunk.
 BOOTSTRAP_CHUNK_CELLS = 2_000_000
 
@@ -375,22 +378,38 @@ def paper_test(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(candidates, key=lambda row: row["metric"], default=None)
 
 
+def key_comparison_pair(pair: tuple[str, str]) -> tuple[tuple[str, str], bool] | None:
+    """The pair as the key comparisons show it and whether that flips the tested order; None when the pair is not
+    one of them (every method against base, GRAIL against GRPO, any other method against GRPO and GRAIL)."""
+    if pair[1] == BASELINE_METHOD or pair == PAPER_PAIR or pair[1] in REFERENCE_METHODS:
+        return pair, False
+    if pair[0] in REFERENCE_METHODS:
+        return (pair[1], pair[0]), True
+    return None
+
+
 def key_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per model and benchmark: every method against base, then GRAIL against GRPO, from the item-level rows.
+    """Per model and benchmark: every method against base, GRAIL against GRPO, and every other method against
+    GRPO and GRAIL, from the item-level rows.
 
     Each entry: model, benchmark, comparison ("a vs b"), metric, items, difference (mean per-item acc_a - acc_b),
     ci_low/ci_high (bootstrap), p_wilcoxon (one-sided against base, two-sided between methods), p_holm of it,
-    p_bootstrap (two-sided).
+    p_bootstrap (two-sided). A pair tested as (reference, other) is shown as "other vs reference": its difference
+    and interval are negated; its two-sided p-values do not change.
     """
     bootstrap = {
         (r["model"], r["benchmark"], r["method_a"], r["method_b"]): r for r in rows if r["test"] == BOOTSTRAP_TEST
     }
     entries = []
     for row in (r for r in rows if r["test"] == ITEM_WILCOXON_TEST):
-        pair = (row["method_a"], row["method_b"])
-        if pair[1] != BASELINE_METHOD and pair != PAPER_PAIR:
+        tested = (row["method_a"], row["method_b"])
+        shown = key_comparison_pair(tested)
+        if shown is None:
             continue
-        interval = bootstrap[row["model"], row["benchmark"], *pair]
+        pair, flipped = shown
+        interval = bootstrap[row["model"], row["benchmark"], *tested]
+        sign = -1 if flipped else 1
+        ci_low, ci_high = sorted((sign * interval["ci_low"], sign * interval["ci_high"]))
         entries.append(
             {
                 "model": row["model"],
@@ -398,9 +417,9 @@ def key_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "comparison": f"{pair[0]} vs {pair[1]}",
                 "metric": row["metric"],
                 "items": row["n"],
-                "difference": row["mean_difference"],
-                "ci_low": interval["ci_low"],
-                "ci_high": interval["ci_high"],
+                "difference": sign * row["mean_difference"],
+                "ci_low": ci_low,
+                "ci_high": ci_high,
                 "alternative": row["alternative"],
                 "p_wilcoxon": row["p_value"],
                 "p_wilcoxon_holm": row.get("p_holm"),

@@ -10,10 +10,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.config import Study, credit_source_digest, load_schema
+from pipeline.code_digest import source_digest
+from pipeline.config import MethodConfig, Study, load_schema
 from pipeline.io import InputError
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def train_digest(credit: str) -> str:
+    """The train rule's code param for a method whose ``credit`` is this (the Snakefile's call)."""
+    return source_digest("pipeline.train", "pipeline.launch", MethodConfig("m", {"credit": credit}).credit_module)
 
 
 def study_config(credit_options: dict) -> dict:
@@ -35,10 +41,14 @@ def test_method_source_is_in_its_code_digest(tmp_path, monkeypatch):
     (tmp_path / "mylab").mkdir()
     shutil.copy(REPO / "docs" / "examples" / "halfway.py", tmp_path / "mylab" / "halfway.py")
     monkeypatch.syspath_prepend(str(tmp_path))
-    before = credit_source_digest("mylab.halfway")
-    assert credit_source_digest("mylab.halfway") == before
+    before = train_digest("mylab.halfway")
+    with (tmp_path / "mylab" / "halfway.py").open("a") as file:
+        file.write("\n# a comment changes nothing\n")
+    assert train_digest("mylab.halfway") == before
     with (tmp_path / "mylab" / "halfway.py").open("a") as file:
         file.write("\nLATE = 1\n")
-    assert credit_source_digest("mylab.halfway") != before
-    assert credit_source_digest("grail") != credit_source_digest("oar_g")
+    assert train_digest("mylab.halfway") != before
+    # a built-in method's file too, although no import of pipeline.train leads to it
+    assert '"pipeline.credit.methods.answer_only"' in train_digest("answer_only")
+    assert '"pipeline.credit.methods.answer_only"' not in train_digest("grpo")
     assert "credit_options" in load_schema()["$defs"]["credit_fields"]["properties"]

@@ -310,8 +310,14 @@ def test_key_comparisons_leave_out_pairs_that_do_not_answer_the_questions(tmp_pa
     items = {f"q{i}": [i % 2 == 0] for i in range(4)}
     samples = [write_samples("m", method, 0, "final", "b", items) for method in ("grail", "grpo", "oar_g")]
     rows = run_significance(tmp_path, "--samples", *map(str, samples), "--resamples", "50")
-    comparisons = [entry["comparison"] for entry in key_comparisons(rows)]
-    assert comparisons == ["grail vs grpo"]  # no base samples: no base rows; grail/oar_g and grpo/oar_g left out
+    entries = key_comparisons(rows)
+    # no base samples: no base rows; oar_g held against the two references, named second
+    assert [entry["comparison"] for entry in entries] == ["grail vs grpo", "oar_g vs grail", "oar_g vs grpo"]
+    shown = next(e for e in entries if e["comparison"] == "oar_g vs grail")
+    tested = find(rows, test="wilcoxon_items", method_a="grail", method_b="oar_g", metric=shown["metric"])
+    interval = find(rows, test="paired_bootstrap", method_a="grail", method_b="oar_g", metric=shown["metric"])
+    assert shown["difference"] == -tested["mean_difference"] and shown["p_wilcoxon"] == tested["p_value"]
+    assert (shown["ci_low"], shown["ci_high"]) == (-interval["ci_high"], -interval["ci_low"])
     assert paper_test(rows) == find(
         rows,
         test="wilcoxon_exact",
