@@ -9,7 +9,7 @@ even ``id_shuffled`` (50) are the TRAINING templates, those with an odd one (50)
 variants of training templates only; the ``gsm8k`` benchmark is the held-out templates' original problems as
 shipped (``split: all`` gives all 100, half of which are then problems whose variants were trained on), and the
 ``gsm_symbolic`` benchmark is seeded variants of the held-out templates. Decontamination (13-gram) then checks the
-split: a training variant shares no 13-gram with another template's problem (README, "GSM-Symbolic").
+split: a training variant shares no 13-gram with another template's problem (docs/lab-notes.md, "GSM-Symbolic and the template split").
 
 Worked answers: GSM8K's ``<<a*b=c>>`` calculator notes are removed, and the final ``#### N`` line becomes
 ``The final answer is \\boxed{N}.``; the gold is N without thousands separators (``1,000`` -> ``1000``).

@@ -13,7 +13,7 @@ When the advantages are computed (``grail_recompute``, shared by every method):
 
 A method whose pass can share the loss's forward makes that forward itself (``loss_forward``) and
 memoises it (``memoise_loss_forward``); ``_get_per_token_logps_and_entropies`` then returns it once. What is
-logged: README.md "Logged metrics".
+logged: docs/output.md "Logged metrics".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The credit metrics ``GrailGRPOTrainer`` logs, gathered across processes into TRL's metric lists.
 
-TRL averages each list over its logging window; README.md "Logged metrics" says what every name means.
+TRL averages each list over its logging window; docs/output.md "Logged metrics" says what every name means.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Summary statistics of credit weights and advantages (the numbers the trainer logs; see README "Logged metrics")."""
+"""Summary statistics of credit weights and advantages (the numbers the trainer logs; see docs/output.md "Logged metrics")."""
 
 from __future__ import annotations
 

@@ -285,7 +285,7 @@ def test_smol_study_runs_the_paper_keys_on_the_real_path() -> None:
 
 
 def test_paper_config_selects_each_upstream_fidelity_option() -> None:
-    """README's fidelity table: paper.yaml reproduces upstream; the defaults (default.yaml) stay clean."""
+    """docs/fidelity.md's differences table: paper.yaml reproduces upstream; the defaults (default.yaml) stay clean."""
     paper = Study.from_config(load_config(CONFIGS / "paper.yaml"))
     assert paper.data["deepmath"]["shuffle"] == "datasets"  # training order
     assert not paper.data["decontaminate"]["enabled"]

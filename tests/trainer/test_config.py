@@ -23,7 +23,7 @@ def test_defaults_are_upstream_settings(tmp_path):
         "first",
     )
     assert (args.oar_g_tau, args.oar_g_beta, args.oar_g_eps, args.oar_g_noise_std) == (0.4, 2.0, 1e-12, 1e-3)
-    # clean or upstream-GRAIL behaviour unless a config asks for a fidelity option (README, fidelity table)
+    # clean or upstream-GRAIL behaviour unless a config asks for a fidelity option (docs/fidelity.md)
     assert (args.oar_g_variant, args.answer_alignment, args.reward_grading) == ("upstream", "exact", "clean")
     assert args.vllm_rollout_seed == "run"
 

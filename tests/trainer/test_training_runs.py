@@ -22,7 +22,7 @@ EXPECTED_METRICS = {
 }
 
 
-# paper.yaml's fidelity options (README, fidelity table) with the OAR paper's own OAR-G
+# paper.yaml's fidelity options (docs/fidelity.md) with the OAR paper's own OAR-G
 FIDELITY = {"oar_g_variant": "official", "answer_alignment": "upstream", "reward_grading": "upstream"}
 
 
