@@ -109,6 +109,7 @@ SHLEX_JOINED_PARAMS = {
     "checkpoints",
     "rollouts",
     "token_viewer",
+    "code_changes",
 }  # built with shlex.join: every token already quoted
 
 
