@@ -68,7 +68,9 @@ class GrailGRPOConfig(GRPOConfig, GrailOptions, OarGOptions):
 
     def __post_init__(self) -> None:
         method = credit_method(self.credit)  # refuses an unknown credit by name
-        owners = {option.name: m.name for m in built_in_methods() for option in fields(m.options)}
+        owners = {option.name: method.name for option in fields(method.options)}  # the configured method first
+        for other in built_in_methods():
+            owners |= {option.name: other.name for option in fields(other.options) if option.name not in owners}
         for name, allowed in credit_choices().items():
             if getattr(self, name) not in allowed:
                 where = f"credit {owners[name]}: " if name in owners else ""
