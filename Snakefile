@@ -529,13 +529,13 @@ rule token_viewer:
     params:
         rollouts=viewer_rollout_arguments,
         analysis_spec=canonical_json(STUDY.token_analysis.spec),
-        credit_spec=canonical_json(STUDY.credit_settings()),
+        methods=canonical_json(STUDY.credit_specs()),
         per_outcome=STUDY.token_viewer.rollouts,
         seed=STUDY.token_viewer.seed,
-        code=source_digest("pipeline.token_viewer"),
+        code=source_digest("pipeline.token_viewer", *STUDY.credit_modules()),
     shell:
         "python -m pipeline.token_viewer {params.rollouts} --benchmark {input.benchmark:q}"
-        " --analysis-spec {params.analysis_spec:q} --credit-spec {params.credit_spec:q}"
+        " --analysis-spec {params.analysis_spec:q} --methods {params.methods:q}"
         " --per-outcome {params.per_outcome} --seed {params.seed} --out {output.page:q} > {log:q} 2>&1"
 
 

@@ -30,7 +30,6 @@ LibraryChanges = Literal["warn", "rerun"]  # config key `library_changes` (docs/
 SCHEMA_PATH = PACKAGE_DIR.parent / "configs" / "schema.yaml"
 
 RESOURCE_KEYS = ("cpus", "mem_mb", "runtime", "gpus", "nodes", "gpu_model", "slurm_extra")
-CREDIT_PREFIXES = {"grail": "grail_", "oar_g": "oar_g_"}
 # TRL 1.16 GRPOConfig defaults of the fields the batch-shape check reads.
 TRL_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "num_generations": 8}
 # Orchestration keys of `token_analysis` (the rest is pipeline.token_analysis's spec).
@@ -480,15 +479,19 @@ class Study:
         """A run's name in the trackers: ``<model>/<method>/seed<s>``."""
         return run_name(run["model"], run["method"], run["seed"])
 
-    def credit_settings(self) -> dict[str, Any]:
-        """The credit options of the first method of each credit (``grail_*``, ``oar_g_*``), as the token viewer
-        recomputes weights with them; a credit no method uses keeps the trainer's defaults."""
-        settings: dict[str, Any] = {}
-        for credit, prefix in CREDIT_PREFIXES.items():
-            first = next((method for method in self.methods.values() if method.credit == credit), None)
-            if first is not None:
-                settings |= {key: value for key, value in first.spec.items() if key.startswith(prefix)}
-        return settings
+    def credit_specs(self) -> dict[str, dict[str, Any]]:
+        """Each method's credit options (``credit`` and the other GrailGRPOConfig fields of its own, the training
+        settings' shared ones under the method's), as the token viewer rebuilds the methods; the first model's
+        training settings (the viewer's weights do not depend on the model's training overrides)."""
+        training = self.training_spec(next(iter(self.models)))
+        return {
+            name: {key: value for key, value in {**training, **method.spec}.items() if _is_credit_key(key)}
+            for name, method in self.methods.items()
+        }
+
+    def credit_modules(self) -> list[str]:
+        """The modules of the study's credit methods (``MethodConfig.credit_module``), each once, sorted."""
+        return sorted({method.credit_module for method in self.methods.values()})
 
     def viewed_rollouts(self) -> list[dict[str, Any]]:
         """The evaluations the token viewer shows: every (model, method) of the first seed, at every evaluated

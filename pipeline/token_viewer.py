@@ -1,21 +1,24 @@
-"""Stage `token_viewer`: an HTML page that shows where GRAIL (and OAR-G) put their weight, token by token.
+"""Stage `token_viewer`: an HTML page that shows where each credit method puts its weight, token by token.
 
     python -m pipeline.token_viewer --rollouts LABEL MODEL_DIR SAMPLES_JSONL [--rollouts ...]
-        --benchmark eval_data/NAME.jsonl [--analysis-spec TA_SPEC] [--credit-spec CREDIT_SPEC]
+        --benchmark eval_data/NAME.jsonl [--analysis-spec TA_SPEC] [--methods METHODS]
         [--per-outcome 2] [--seed 0] --out results/token_weights.html
 
 For each ``--rollouts`` (a run's checkpoint and its evaluation samples), ``--per-outcome`` correct and as many wrong
 rollouts are chosen reproducibly from ``--seed`` (preferring rollouts whose group has mixed outcomes, i.e. a
-non-zero advantage). Their weights are computed with the training core's own functions on that checkpoint's
-model: ``find_boxed_spans``, ``saliency_scores`` and ``grail_weights`` (GRAIL), ``oar_g_weights`` (OAR-G), with
-the trainer's options (CREDIT_SPEC: ``grail_*`` / ``oar_g_*`` / ``answer_span`` fields of ``GrailGRPOConfig``,
-its defaults for the rest) and the prompt the rollouts were sampled from (TA_SPEC: the token analysis's prompt
-format and saliency temperature). The advantage is GRPO's centred group reward ``A_i = r_i - mean_j r_j`` over the
-item's evaluation samples (rewards unscaled, as upstream's ``dr_grpo`` settings).
+non-zero advantage). METHODS maps a study's method names to their credit options (``credit`` and the other
+``GrailGRPOConfig`` fields of their own: ``grail_*``, ``credit_options``, ``answer_span``, ...). Every method that
+weights tokens (a per-token method whose ``CreditResult`` has weights: GRAIL, OAR-G, the controls, an out-of-tree
+one) gets a row per rollout, its weights computed by the method itself (``pipeline.credit.method``, the trainer's
+code path, through an ``OfflineHost``) on that checkpoint's model, at the token analysis's saliency temperature and
+with the prompt the rollouts were sampled from (TA_SPEC); the others (GRPO, high_entropy) are named as having
+none. The advantage is GRPO's centred group reward ``A_i = r_i - mean_j r_j`` over the item's evaluation samples
+(rewards unscaled, as upstream's ``dr_grpo`` settings); as in training, a rollout with a zero advantage carries no
+loss and keeps weight 1.
 
 Each token is coloured by its weight: the colour's opacity grows with the logarithm of the weight, from the
 rollout's smallest weight (faint) to its largest (full), so a higher weight is always a stronger colour. The
-boxed answer is outlined; hovering a token shows its weight under both methods, its saliency and the advantage.
+boxed answer is outlined; hovering a token shows its weight under every method and the advantage.
 """
 
 from __future__ import annotations
@@ -33,17 +36,16 @@ from typing import Any
 
 import torch
 
-from pipeline.config import CREDIT_PREFIXES
-from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, oar_g_weights, saliency_scores
+from pipeline.credit import find_boxed_spans
+from pipeline.credit.method import CreditInputs, CreditMethod, OfflineHost
 from pipeline.io import InputError, atomic_write_text, load_spec, read_jsonl, run_cli
 from pipeline.loading import load_model, load_tokenizer
 from pipeline.progress import progress
 from pipeline.specs import dataclass_from_mapping
 from pipeline.token_analysis import Rollout, TokenAnalysisSpec, add_checkpoint_arguments, collate, prompt_ids
 
-GRAIL_OPTIONS = ("mean", "std", "w_min", "w_max", "symmetry")  # grail_weights' keywords = grail_<name> fields
-OAR_G_OPTIONS = ("tau", "beta", "eps", "noise_std")  # oar_g_weights' keywords = oar_g_<name> fields
-METHOD_COLOURS = {"GRAIL": (214, 39, 40), "OAR-G": (31, 119, 180)}
+# matplotlib's tab10, one colour per weighting method in the order METHODS lists them
+METHOD_COLOURS = [(214, 39, 40), (31, 119, 180), (44, 160, 44), (148, 103, 189), (255, 127, 14), (140, 86, 75)]
 MIN_OPACITY = 0.06
 
 
@@ -58,31 +60,38 @@ class ViewedRollout:
     correct: bool
     advantage: float
     tokens: list[str] = dataclasses.field(default_factory=list)
-    grail: list[float] = dataclasses.field(default_factory=list)
-    oar_g: list[float] = dataclasses.field(default_factory=list)
-    saliency: list[float] = dataclasses.field(default_factory=list)
+    weights: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # per weighting method, per token
     boxed: tuple[int, int] | None = None  # [start, end) of the boxed answer in tokens
 
 
 # ----------------------------------------------------------------------------------------------- settings
 
 
-def credit_settings(credit_spec: Any) -> dict[str, Any]:
-    """GrailGRPOConfig's credit options (``grail_*``, ``oar_g_*``, ``answer_span``) with CREDIT_SPEC's values;
-    the defaults are read from the trainer's config class, so they are declared only there."""
-    from pipeline.grpo_config import GrailGRPOConfig
+def credit_methods(specs: Any, temperature: float, seed: int) -> tuple[dict[str, CreditMethod], list[str]]:
+    """The methods of METHODS that may weight tokens (per-token ones), by study name, each built from its options
+    as the trainer builds it (``GrailGRPOConfig``, whose validation names the method and the key), at the saliency
+    ``temperature`` with ``seed`` for its noise; and the names of the others, whose advantages stay TRL's."""
+    from pipeline.credit.method import credit_method
+    from pipeline.grpo_config import GrailGRPOConfig, credit_fields
 
-    defaults = {
-        field.name: field.default
-        for field in dataclasses.fields(GrailGRPOConfig)
-        if field.name.startswith(tuple(CREDIT_PREFIXES.values())) or field.name == "answer_span"
-    }
-    if not isinstance(credit_spec, dict):
-        raise InputError(f"credit spec: expected a mapping of GrailGRPOConfig credit options, got {credit_spec!r}")
-    unknown = sorted(set(credit_spec) - set(defaults))
-    if unknown:
-        raise InputError(f"credit spec: unknown key(s) {unknown} (allowed: {sorted(defaults)})")
-    return {**defaults, **credit_spec}
+    if not isinstance(specs, dict) or not all(isinstance(spec, dict) for spec in specs.values()):
+        raise InputError(f"methods: expected a mapping of method names to credit options, got {specs!r}")
+    own = {field.name for field in credit_fields()}
+    weighting, others = {}, []
+    for name, spec in specs.items():
+        if unknown := sorted(set(spec) - own):
+            raise InputError(f"methods: {name}: unknown key(s) {unknown} (allowed: {sorted(own)})")
+        if "credit" not in spec:
+            raise InputError(f"methods: {name}: `credit` missing")
+        if not credit_method(spec["credit"]).per_token:
+            others.append(name)
+            continue
+        try:
+            args = GrailGRPOConfig(**spec, temperature=temperature, seed=seed, bf16=False, report_to="none")
+        except (TypeError, ValueError) as error:
+            raise InputError(f"methods: {name}: {error}") from None
+        weighting[name] = args.credit_method()
+    return weighting, others
 
 
 # ----------------------------------------------------------------------------------------------- choice
@@ -137,9 +146,22 @@ def token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
     return texts
 
 
-def options(credit: dict[str, Any], prefix: str, names: tuple[str, ...]) -> dict[str, Any]:
-    """The keyword arguments of a credit function from the config fields ``prefix + name``."""
-    return {name: credit[prefix + name] for name in names}
+def method_weights(method: CreditMethod, model: Any, tokenizer: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(B, T) weights of ``method`` on ``batch`` (prompt/completion ids and masks, advantages), computed by the
+    method as in training, with a fresh ``OfflineHost``; an error if it weights no tokens (an additive method)."""
+    from accelerate import Accelerator
+
+    args = method.args
+    spans = None
+    if method.needs_spans:
+        ids, mask = batch["completion_ids"], batch["completion_mask"]
+        spans = find_boxed_spans(tokenizer, ids, mask, which=args.answer_span, alignment=args.answer_alignment)
+    host = OfflineHost(args, Accelerator(cpu=next(model.parameters()).device.type == "cpu"))
+    with torch.enable_grad():
+        result = method.advantages(CreditInputs(batch, spans, model, host, share_loss_forward=False))
+    if result.weights is None:
+        raise InputError(f"methods: credit {method.name} returns no per-token weights; the viewer shows weights")
+    return result.weights.detach()
 
 
 def compute_views(
@@ -147,11 +169,10 @@ def compute_views(
     tokenizer: Any,
     rollouts: list[ViewedRollout],
     analysis: TokenAnalysisSpec,
-    credit: dict[str, Any],
-    seed: int,
+    methods: dict[str, CreditMethod],
 ) -> None:
-    """Fill in the tokens, GRAIL and OAR-G weights, saliency and boxed span of ``rollouts`` (one batch)."""
-    batch = [
+    """Fill in the tokens, every method's weights and the boxed span of ``rollouts`` (one batch)."""
+    sampled = [
         Rollout(
             prompt_ids(tokenizer, rollout.problem, analysis),
             tokenizer(rollout.completion, add_special_tokens=False)["input_ids"],
@@ -159,37 +180,21 @@ def compute_views(
         )
         for rollout in rollouts
     ]
-    input_ids, attention, completion_ids, completion_mask = collate(batch, tokenizer.pad_token_id)
-    spans = find_boxed_spans(tokenizer, completion_ids, completion_mask, which=credit["answer_span"])
-    answer_mask = answer_mask_from_spans(spans, completion_ids.shape[1])
-    scores = saliency_scores(
-        model,
-        input_ids,
-        attention,
-        answer_mask,
-        leaf=credit["grail_leaf"],
-        temperature=analysis.temperature,
-        position=credit["grail_position"],
-    )
-    advantages = torch.tensor([rollout.advantage for rollout in rollouts])
-    grail = grail_weights(scores, completion_mask, advantages, spans, **options(credit, "grail_", GRAIL_OPTIONS))
-    with torch.enable_grad():
-        noise = torch.Generator().manual_seed(seed)
-        oar_g = oar_g_weights(
-            model,
-            input_ids,
-            attention,
-            completion_mask,
-            answer_mask,
-            generator=noise,
-            **options(credit, "oar_g_", OAR_G_OPTIONS),
-        )
-    for row, (rollout, sampled) in enumerate(zip(rollouts, batch, strict=True)):
-        length = len(sampled.completion_ids)
-        rollout.tokens = token_texts(tokenizer, sampled.completion_ids)
-        rollout.grail = grail[row, :length].tolist()
-        rollout.oar_g = oar_g[row, :length].tolist()
-        rollout.saliency = scores[row, :length].tolist()
+    input_ids, attention, completion_ids, completion_mask = collate(sampled, tokenizer.pad_token_id)
+    prompt_length = input_ids.size(1) - completion_ids.size(1)
+    batch = {
+        "prompt_ids": input_ids[:, :prompt_length],
+        "prompt_mask": attention[:, :prompt_length],
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": torch.tensor([rollout.advantage for rollout in rollouts]),
+    }
+    weights = {name: method_weights(method, model, tokenizer, batch) for name, method in methods.items()}
+    spans = find_boxed_spans(tokenizer, completion_ids, completion_mask, which="first")
+    for row, (rollout, tokens) in enumerate(zip(rollouts, sampled, strict=True)):
+        length = len(tokens.completion_ids)
+        rollout.tokens = token_texts(tokenizer, tokens.completion_ids)
+        rollout.weights = {name: values[row, :length].tolist() for name, values in weights.items()}
         start, _, end = (int(value) for value in spans[row])
         rollout.boxed = (start, end) if start >= 0 else None
 
@@ -207,19 +212,19 @@ def opacity(weight: float, lowest: float, highest: float) -> float:
     return round(MIN_OPACITY + (1 - MIN_OPACITY) * (value - low) / (high - low), 4)
 
 
-def token_span(rollout: ViewedRollout, index: int, method: str, weights: list[float]) -> str:
-    red, green, blue = METHOD_COLOURS[method]
+def colour(position: int) -> tuple[int, int, int]:
+    """The colour of the ``position``-th weighting method."""
+    return METHOD_COLOURS[position % len(METHOD_COLOURS)]
+
+
+def token_span(rollout: ViewedRollout, index: int, rgb: tuple[int, int, int], weights: list[float]) -> str:
     alpha = opacity(weights[index], min(weights), max(weights))
     boxed = rollout.boxed is not None and rollout.boxed[0] <= index < rollout.boxed[1]
     attributes = {
         "class": "token boxed" if boxed else "token",
         "data-index": str(index),
         "data-weight": f"{weights[index]:.6g}",
-        "data-grail": f"{rollout.grail[index]:.6g}",
-        "data-oar-g": f"{rollout.oar_g[index]:.6g}",
-        "data-saliency": f"{rollout.saliency[index]:.6g}",
-        "data-advantage": f"{rollout.advantage:+.6g}",
-        "style": f"background-color: rgba({red}, {green}, {blue}, {alpha})",
+        "style": f"background-color: rgba({rgb[0]}, {rgb[1]}, {rgb[2]}, {alpha})",
     }
     rendered = " ".join(f'{name}="{html.escape(value)}"' for name, value in attributes.items())
     return f"<span {rendered}>{html.escape(rollout.tokens[index])}</span>"
@@ -228,18 +233,22 @@ def token_span(rollout: ViewedRollout, index: int, method: str, weights: list[fl
 def rollout_block(rollout: ViewedRollout) -> str:
     outcome = "correct" if rollout.correct else "wrong"
     lines = []
-    for method, weights in (("GRAIL", rollout.grail), ("OAR-G", rollout.oar_g)):
-        tokens = "".join(token_span(rollout, index, method, weights) for index in range(len(rollout.tokens)))
+    for position, (method, weights) in enumerate(rollout.weights.items()):
+        rgb = colour(position)
+        tokens = "".join(token_span(rollout, index, rgb, weights) for index in range(len(rollout.tokens)))
         lines.append(
-            f'<div class="weights" data-method="{method}"><span class="method">{method}</span>'
-            f'<span class="completion">{tokens}</span></div>'
+            f'<div class="weights" data-method="{html.escape(method)}"><span class="method">{html.escape(method)}'
+            f'</span><span class="completion">{tokens}</span></div>'
         )
+    shown = {method: [float(f"{w:.6g}") for w in weights] for method, weights in rollout.weights.items()}
     return (
         f'<div class="rollout {outcome}" data-id="{html.escape(rollout.id)}" data-sample="{rollout.sample}" '
-        f'data-correct="{str(rollout.correct).lower()}">'
+        f'data-correct="{str(rollout.correct).lower()}" data-advantage="{rollout.advantage:+.6g}" '
+        f'data-weights="{html.escape(json.dumps(shown))}">'
         f'<p class="meta"><b>{html.escape(rollout.id)}</b> sample {rollout.sample} · <b>{outcome}</b> · '
         f"advantage {rollout.advantage:+.3f}"
-        + ("" if rollout.boxed else " · no complete \\boxed{} (GRAIL and OAR-G leave the weights at 1)")
+        + ("" if rollout.boxed else " · no complete \\boxed{}")
+        + ("" if rollout.advantage else " · a zero advantage carries no loss: weight 1")
         + f'</p><p class="problem">{html.escape(rollout.problem)}</p>'
         + "".join(lines)
         + "</div>"
@@ -251,7 +260,7 @@ body { font-family: system-ui, sans-serif; margin: 2em; max-width: 75em; color: 
 .rollout { border-top: 1px solid #ccc; padding: 0.6em 0; }
 .problem { color: #555; font-size: 0.9em; white-space: pre-wrap; }
 .weights { display: flex; gap: 0.8em; margin: 0.3em 0; }
-.method { flex: 0 0 4em; font-weight: bold; font-size: 0.85em; }
+.method { flex: 0 0 8em; font-weight: bold; font-size: 0.85em; overflow-wrap: anywhere; }
 .completion { font-family: ui-monospace, monospace; white-space: pre-wrap; line-height: 1.7; }
 .token { cursor: default; }
 .token.boxed { outline: 2px solid #2a2; outline-offset: -1px; }
@@ -263,9 +272,11 @@ PAGE_SCRIPT = """
 const tooltip = document.getElementById("tooltip");
 document.querySelectorAll(".token").forEach((token) => {
   token.addEventListener("mouseover", (event) => {
-    const d = token.dataset;
-    tooltip.textContent = `token ${d.index}: ${JSON.stringify(token.textContent)}\\n` +
-      `GRAIL weight ${d.grail}\\nOAR-G weight ${d.oarG}\\nsaliency ${d.saliency}\\nadvantage ${d.advantage}`;
+    const rollout = token.closest(".rollout").dataset;
+    const index = Number(token.dataset.index);
+    const weights = Object.entries(JSON.parse(rollout.weights)).map(([m, w]) => `${m} weight ${w[index]}`);
+    tooltip.textContent = `token ${index}: ${JSON.stringify(token.textContent)}\\n` +
+      `${weights.join("\\n")}\\nadvantage ${rollout.advantage}`;
     tooltip.style.left = `${event.clientX + 12}px`;
     tooltip.style.top = `${event.clientY + 12}px`;
     tooltip.style.display = "block";
@@ -275,23 +286,34 @@ document.querySelectorAll(".token").forEach((token) => {
 """
 
 
-def render_page(views: dict[str, list[ViewedRollout]], credit: dict[str, Any], seed: int) -> str:
+def render_page(views: dict[str, list[ViewedRollout]], specs: dict[str, dict], unweighted: list[str], seed: int) -> str:
     """The self-contained HTML page (no external resources: it opens from results/ and from Snakemake's report)."""
     sections = []
     for label, rollouts in views.items():
         body = "".join(rollout_block(rollout) for rollout in rollouts) or "<p>No non-empty rollouts.</p>"
         sections.append(f'<section data-label="{html.escape(label)}"><h2>{html.escape(label)}</h2>{body}</section>')
-    settings = html.escape(json.dumps(credit, sort_keys=True))
+    weighted = [name for name in specs if name not in unweighted]
+    legend = ", ".join(
+        f'<span style="background-color: rgba({r}, {g}, {b}, 0.6)">{html.escape(name)}</span>'
+        for name, (r, g, b) in zip(weighted, map(colour, range(len(weighted))), strict=True)
+    )
+    settings = html.escape(json.dumps({name: specs[name] for name in weighted}, sort_keys=True))
+    others = (
+        f" Methods without per-token weights (TRL's sequence advantage on every token): "
+        f"{html.escape(', '.join(unweighted))}."
+        if unweighted
+        else ""
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Token weights</title><style>{PAGE_STYLE}</style></head>
 <body>
 <h1>Token weights</h1>
 <p>Evaluation rollouts per run and checkpoint (correct and wrong, chosen with seed {seed}), each token coloured by
-its weight: <span style="background-color: rgba(214, 39, 40, 0.6)">GRAIL</span> and
-<span style="background-color: rgba(31, 119, 180, 0.6)">OAR-G</span>. A stronger colour is a higher weight (log
-scale, from the rollout's lowest to its highest weight); the <span class="token boxed">boxed answer</span> is
-outlined. Hover a token for its weights, its GRAIL saliency and the rollout's advantage. Weights are computed on
-the checkpoint's model by the trainer's own functions with settings <code>{settings}</code>.</p>
+its weight under each credit method: {legend or "none of the study's methods weights tokens"}.{others} A stronger
+colour is a higher weight (log scale, from the rollout's lowest to its highest weight); the
+<span class="token boxed">boxed answer</span> is outlined. Hover a token for its weight under every method and the
+rollout's advantage. Weights are computed on the checkpoint's model by the methods themselves, as in training,
+with settings <code>{settings}</code>.</p>
 {"".join(sections)}
 <div id="tooltip"></div>
 <script>{PAGE_SCRIPT}</script>
@@ -306,7 +328,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipeline.token_viewer", description=__doc__.splitlines()[0])
     add_checkpoint_arguments(parser, "--rollouts", "show")
     parser.add_argument("--analysis-spec", default="{}", help="token-analysis settings: prompt format, temperature")
-    parser.add_argument("--credit-spec", default="{}", help="GrailGRPOConfig credit options (grail_*, oar_g_*)")
+    parser.add_argument(
+        "--methods", default='{"grail": {"credit": "grail"}}', help="method name -> its credit options (JSON/YAML)"
+    )
     parser.add_argument("--per-outcome", type=int, default=2, help="correct and wrong rollouts shown each")
     parser.add_argument("--seed", type=int, default=0, help="chooses the rollouts and OAR-G's noise")
     parser.add_argument("--out", required=True, type=Path, help="the HTML page")
@@ -318,7 +342,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.per_outcome < 1:
         raise InputError(f"--per-outcome: must be >= 1, got {args.per_outcome}")
     analysis = dataclass_from_mapping(TokenAnalysisSpec, load_spec(args.analysis_spec), "token_analysis spec")
-    credit = credit_settings(load_spec(args.credit_spec))
+    specs = load_spec(args.methods)
+    methods, unweighted = credit_methods(specs, analysis.temperature, args.seed)
     problems = {row["id"]: row["problem"] for row in read_jsonl(args.benchmark)}
     views = {}
     for label, model_dir, samples in progress(args.rollouts, desc="token weights", unit="checkpoint"):
@@ -327,9 +352,9 @@ def main(argv: list[str] | None = None) -> None:
         if rollouts:
             tokenizer = load_tokenizer(model_dir)
             model = load_model(model_dir, dtype=torch.float32).eval()
-            compute_views(model, tokenizer, rollouts, analysis, credit, args.seed)
+            compute_views(model, tokenizer, rollouts, analysis, methods)
         views[label] = rollouts
-    atomic_write_text(args.out, render_page(views, credit, args.seed))
+    atomic_write_text(args.out, render_page(views, specs, unweighted, args.seed))
     print(f"{args.out}: {sum(map(len, views.values()))} rollouts from {len(views)} checkpoints")
 
 

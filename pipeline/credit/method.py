@@ -34,7 +34,16 @@ from torch import nn
 from pipeline.io import InputError
 from pipeline.specs import dataclass_from_mapping
 
-__all__ = ["CreditHost", "CreditInputs", "CreditMethod", "CreditResult", "Range", "full_sequence", "scaled"]
+__all__ = [
+    "CreditHost",
+    "CreditInputs",
+    "CreditMethod",
+    "CreditResult",
+    "OfflineHost",
+    "Range",
+    "full_sequence",
+    "scaled",
+]
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,33 @@ class CreditHost(Protocol):
 
     def credit_generator(self) -> torch.Generator:
         """The run's seeded generator for a method's noise (seed + process index; checkpointed with the run)."""
+
+
+@dataclass
+class OfflineHost:
+    """A ``CreditHost`` outside training (the token viewer): one process, the model as loaded, and no loss forward
+    to share (its ``CreditInputs`` have ``share_loss_forward=False``, so a method never asks for one)."""
+
+    args: Any  # the GrailGRPOConfig the method was built from
+    accelerator: Any  # an ``accelerate.Accelerator`` of the model's device: unwrap_model, autocast, num_processes
+    aux_loss_enabled: bool = False
+    _generator: torch.Generator | None = None
+
+    @property
+    def temperature(self) -> float:
+        return self.args.temperature
+
+    def loss_forward(self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> tuple:
+        raise RuntimeError("no loss forward outside training: build CreditInputs with share_loss_forward=False")
+
+    def memoise_loss_forward(self, outputs: tuple) -> None:
+        raise RuntimeError("no loss forward outside training: build CreditInputs with share_loss_forward=False")
+
+    def credit_generator(self) -> torch.Generator:
+        """Seeded with ``args.seed`` on first use, as the trainer's on process 0."""
+        if self._generator is None:
+            self._generator = torch.Generator(device=self.accelerator.device).manual_seed(self.args.seed)
+        return self._generator
 
 
 @dataclass

@@ -4,6 +4,8 @@ Chromium (Debian's ``chromium`` + ``chromium-driver``, driven by selenium): toke
 from __future__ import annotations
 
 import json
+import math
+import os
 import random
 import re
 import shutil
@@ -17,9 +19,18 @@ from hypothesis import strategies as st
 
 from pipeline.io import InputError
 from pipeline.tiny_model import TinyModelSpec, save_tiny_model
-from pipeline.token_viewer import choose_rollouts, credit_settings, group_advantages, opacity
+from pipeline.token_viewer import choose_rollouts, credit_methods, group_advantages, opacity
 
 REPO = Path(__file__).resolve().parents[2]
+# A study's methods as the Snakefile passes them: two that weight tokens, the out-of-tree example
+# (docs/examples/halfway.py, importable as examples.halfway with docs/ on the path) and GRPO, which does not.
+METHODS = {
+    "grail": {"credit": "grail", "grail_symmetry": "both"},
+    "oar_g": {"credit": "oar_g"},
+    "halfway": {"credit": "examples.halfway", "credit_options": {"late_weight": 3.0}},
+    "grpo": {"credit": "grpo"},
+}
+WEIGHTED = ["grail", "oar_g", "halfway"]
 PER_OUTCOME = 2
 # Completions with HTML metacharacters, spaces before punctuation and line breaks, so that escaping and
 # whitespace handling are exercised; each item has a correct and a wrong one (non-zero advantages).
@@ -69,11 +80,19 @@ def test_choice_is_reproducible_balanced_and_prefers_mixed_groups() -> None:
         choose_rollouts(samples, {}, PER_OUTCOME, random.Random(0), Path("s.jsonl"))
 
 
-def test_credit_settings_come_from_the_trainer_config() -> None:
-    settings = credit_settings({"grail_w_max": 3.0})
-    assert settings["grail_w_max"] == 3.0 and settings["oar_g_tau"] == 0.4 and settings["answer_span"] == "first"
-    with pytest.raises(InputError, match=r"unknown key\(s\) \['grail_wmax'\]"):
-        credit_settings({"grail_wmax": 3.0})
+def test_methods_are_built_from_the_registry_and_checked_by_name() -> None:
+    methods = {"grail": {"credit": "grail", "grail_w_max": 3.0}, "entropy": {"credit": "high_entropy"}}
+    weighting, others = credit_methods(methods, temperature=0.6, seed=4)
+    assert list(weighting) == ["grail"] and others == ["entropy"]
+    grail = weighting["grail"]
+    assert grail.opts.grail_w_max == 3.0 and grail.opts.grail_w_min == 0.5  # the trainer config's default
+    assert grail.args.temperature == 0.6 and grail.args.seed == 4
+    with pytest.raises(InputError, match=r"methods: grail: unknown key\(s\) \['grail_wmax'\]"):
+        credit_methods({"grail": {"credit": "grail", "grail_wmax": 3.0}}, 0.6, 0)
+    with pytest.raises(InputError, match=r"credit grail: grail_w_max must be > 0, got -1"):
+        credit_methods({"grail": {"credit": "grail", "grail_w_max": -1.0}}, 0.6, 0)
+    with pytest.raises(InputError, match=r"credit must be one of .* got 'graal'"):
+        credit_methods({"g": {"credit": "graal"}}, 0.6, 0)
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +113,11 @@ def viewer_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[di
                 *("--rollouts", "tiny/grail/seed0/final", str(model), str(root / "samples.jsonl")),
                 *("--rollouts", "tiny/grpo/seed0/final", str(model), str(root / "samples.jsonl")),
                 *("--benchmark", str(root / "bench.jsonl")),
-                *("--credit-spec", json.dumps({"grail_symmetry": "both"})),
+                *("--methods", json.dumps(METHODS)),
                 *("--per-outcome", str(PER_OUTCOME), "--seed", "5", "--out", str(page)),
             ],
             cwd=REPO,
+            env={**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'docs'}"},
             stdout=log,
             stderr=subprocess.STDOUT,
             check=True,
@@ -151,7 +171,7 @@ def test_page_in_a_real_browser(viewer_page, browser) -> None:
     for rollout in rollouts:
         completion = completions[(rollout.get_attribute("data-id"), int(rollout.get_attribute("data-sample")))]
         rows = rollout.find_elements(By.CSS_SELECTOR, ".weights")
-        assert [row.get_attribute("data-method") for row in rows] == ["GRAIL", "OAR-G"]
+        assert [row.get_attribute("data-method") for row in rows] == WEIGHTED
         for row in rows:
             tokens = row.find_elements(By.CSS_SELECTOR, ".token")
             assert "".join(token.get_attribute("textContent") for token in tokens) == completion
@@ -166,9 +186,11 @@ def test_page_in_a_real_browser(viewer_page, browser) -> None:
             if by_weight[0][0] < by_weight[-1][0]:
                 assert by_weight[0][1] < by_weight[-1][1]
                 orderings_checked += 1
-        grail_row = rows[0].find_elements(By.CSS_SELECTOR, ".token")
-        content = [float(t.get_attribute("data-grail")) for t in grail_row if "boxed" in t.get_attribute("class")]
+        grail_row, _, halfway_row = (row.find_elements(By.CSS_SELECTOR, ".token") for row in rows)
+        content = [float(t.get_attribute("data-weight")) for t in grail_row if "boxed" in t.get_attribute("class")]
         assert content[len("\\boxed{")] == 5.0  # GRAIL's answer-content override (w_max), as the trainer applies
+        late = [float(token.get_attribute("data-weight")) for token in halfway_row]
+        assert late[0] == 1.0 and late[-1] == 3.0 and set(late) == {1.0, 3.0}  # the example's formula and option
     assert orderings_checked >= len(rollouts)  # every row had distinct weights, so the check was not vacuous
 
     token = rollouts[0].find_elements(By.CSS_SELECTOR, ".weights .token")[3]
@@ -177,9 +199,15 @@ def test_page_in_a_real_browser(viewer_page, browser) -> None:
     ActionChains(browser).move_to_element(token).perform()
     assert tooltip.is_displayed()
     text = tooltip.text
-    for name in ("grail", "oar-g", "saliency", "advantage"):
-        assert token.get_attribute(f"data-{name}") in text, (name, text)
-    assert f"GRAIL weight {token.get_attribute('data-grail')}" in text
+    weights = json.loads(rollouts[0].get_attribute("data-weights"))
+    assert list(weights) == WEIGHTED
+    for method in WEIGHTED:
+        assert f"{method} weight {weights[method][3]:g}" in text, (method, text)
+    assert f"advantage {rollouts[0].get_attribute('data-advantage')}" in text
+    first_row_weight = float(token.get_attribute("data-weight"))
+    assert math.isclose(first_row_weight, weights["grail"][3], rel_tol=1e-5)
+    intro = browser.find_element(By.TAG_NAME, "p").text
+    assert "Methods without per-token weights (TRL's sequence advantage on every token): grpo." in intro
 
 
 def test_report_links_the_page_and_requires_it(tmp_path: Path) -> None:
