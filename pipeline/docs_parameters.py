@@ -1,4 +1,5 @@
-"""The parameter reference page (docs/parameters.md), generated from configs/schema.yaml.
+"""The parameter reference page (docs/parameters.md), generated from configs/schema.yaml and the credit-method
+registry.
 
     python -m pipeline.docs_parameters                 # rewrite docs/parameters.md
     python -m pipeline.docs_parameters --check         # exit 1 when docs/parameters.md is out of date
@@ -12,6 +13,7 @@ documented where it is used.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator, Mapping
@@ -111,8 +113,40 @@ def rows(path: str, node: Mapping[str, Any], root: Mapping[str, Any]) -> Iterato
         yield from rows(f"{path}.<name>", named, root)
 
 
+METHODS_INTRO = """## Credit methods
+
+The built-in methods of `methods.<name>.credit`, from the registry (`pipeline/credit/methods/`, one file each;
+[Add a credit method](credit-methods.md)). Each logs its statistics as `<name>/<statistic>` in a run's
+`metrics.jsonl` ([Logged metrics](output.md#logged-metrics)); the training-curve figure leads with its headline
+ones. A method's options are keys of `methods.<name>` (the GRAIL and OAR-G ones, also in the table above) or of
+its `credit_options` mapping.
+"""
+
+
+def option_text(option: dataclasses.Field) -> str:
+    """``name`` (default): help, for one field of a method's options dataclass."""
+    return f"`{option.name}` ({value_text(option.default)}): {option.metadata.get('help', '').rstrip('.')}"
+
+
+def methods_section() -> list[str]:
+    """The registry's methods: model pass, per-token advantages, headline statistics, options."""
+    from pipeline.credit.method import built_in_methods
+
+    lines = [
+        METHODS_INTRO,
+        "| credit | model pass | per-token | headline statistics | options |",
+        "|---|---|---|---|---|",
+    ]
+    for method in built_in_methods():
+        headline = ", ".join(f"`{method.name}/{stat}`" for stat in method.headline) or "none"
+        options = "; ".join(option_text(option) for option in dataclasses.fields(method.options)) or "none"
+        flags = ("yes" if method.needs_model else "no", "yes" if method.per_token else "no (TRL's loss)")
+        lines.append(f"| `{method.name}` | {flags[0]} | {flags[1]} | {headline} | {cell(options)} |")
+    return [*lines, ""]
+
+
 def render(schema: Mapping[str, Any]) -> str:
-    """The whole page: the schema's own description, then one table per top-level key."""
+    """The whole page: the schema's own description, one table per top-level key, then the credit methods."""
     lines = [HEADER, cell(schema.get("description", "")), ""]
     for name, node in schema["properties"].items():
         lines += [f"## `{name}`", "", "| key | type / values | default | description |", "|---|---|---|---|"]
@@ -121,7 +155,7 @@ def render(schema: Mapping[str, Any]) -> str:
             for key, kind, default, text in rows(name, node, schema)
         ]
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join([*lines, *methods_section()])
 
 
 def main(argv: list[str] | None = None) -> int:
