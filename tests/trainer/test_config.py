@@ -65,3 +65,13 @@ def test_every_oar_g_variant_has_a_weight_function():
     from pipeline.grpo_config import credit_choices
 
     assert set(OAR_G_VARIANTS) == set(credit_choices()["oar_g_variant"])
+
+
+@pytest.mark.parametrize(
+    ("credit", "owner"), [("grail", "grail"), ("grail_shuffled", "grail_shuffled"), ("grpo", "grail")]
+)
+def test_an_option_error_names_the_configured_method_when_it_owns_the_option(tmp_path, credit, owner):
+    """grail_shuffled shares GRAIL's options: its error names it, not GRAIL (nor, for another credit, the later
+    of the two in the registry)."""
+    with pytest.raises(InputError, match=rf"^credit {owner}: grail_w_max must be > 0, got -1\.0$"):
+        config(tmp_path, credit=credit, grail_w_max=-1.0)
