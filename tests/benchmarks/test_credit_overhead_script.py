@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,16 +24,18 @@ def test_measures_the_given_model_directory_and_writes_ratios_over_grpo(tmp_path
     model_dir = save_tiny_model(spec, tmp_path / "model")
     out = tmp_path / "overhead.json"
     command = [sys.executable, str(REPO / "benchmarks" / "credit_overhead.py"), "--model", str(model_dir)]
-    command += ["--methods", "grpo", "grail", "--repeats", "1", "--warmup-rounds", "1", "--rounds", "1"]
+    command += ["--methods", "grpo", "grail", "examples.halfway"]  # the out-of-tree example by import path
+    command += ["--repeats", "1", "--warmup-rounds", "1", "--rounds", "1"]
     command += ["--prompts-per-round", "1", "--completion-length", "24", "--json", str(out)]
-    subprocess.run(command, check=True, cwd=tmp_path, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "docs")])}
+    subprocess.run(command, check=True, cwd=tmp_path, capture_output=True, text=True, env=env)
 
     result = json.loads(out.read_text())
     settings, methods = result["settings"], result["methods"]
     assert settings["model"] == str(model_dir)
     parameters = sum(p.numel() for p in build_model(spec, build_tokenizer()).parameters())
     assert settings["model_shape"] == {"parameters": parameters, "vocab_size": 100, "layers": 3, "hidden_size": 128}
-    assert list(methods) == ["grpo", "grail"]
+    assert list(methods) == ["grpo", "grail", "examples.halfway"]
     for row in methods.values():
         assert all(math.isfinite(row[key]) and row[key] > 0 for key in (*MEASURES, *RATIOS))
     assert [methods["grpo"][ratio] for ratio in RATIOS] == [1.0, 1.0, 1.0]
