@@ -1,4 +1,5 @@
-"""The real DAG end to end on the CI study (every rule), then caching and determinism.
+"""The real DAG end to end on the CI study (every rule, every built-in method of ci.yaml and an out-of-tree one by
+import path), then caching and determinism.
 
 Slow (minutes on two CPU cores): run with ``python -m pytest tests/pipeline -m slow``.
 """
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -26,13 +28,24 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 CI_CONFIG = Path(__file__).resolve().parent / "configs" / "ci.yaml"
+PLUGIN_CONFIG = CI_CONFIG.with_name("ci_plugin.yaml")  # adds docs/examples/halfway.py as `examples.halfway`
+CONFIG_FILES = ("--configfile", str(CI_CONFIG), str(PLUGIN_CONFIG))
+EXAMPLES_DIR = REPO / "docs"
+
+
+def with_examples(*paths: Path) -> dict[str, str]:
+    """The environment with ``paths`` and docs/ (where ``examples.halfway`` lives) on PYTHONPATH."""
+    entries = [*map(str, paths), str(EXAMPLES_DIR), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(entry for entry in entries if entry)}
+
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SIGNIFICANCE_KEYS = {"method_a", "method_b", "metric", "n", "statistic", "p_value", "alternative", "test"}
 
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
-    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=3600)
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=3600, env=with_examples())
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -43,8 +56,15 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def study() -> Study:
-    return Study.from_config(load_config(CI_CONFIG))
+def study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Study]:
+    """ci.yaml with ci_plugin.yaml's methods, as Snakemake merges the two config files."""
+    config = yaml.safe_load(CI_CONFIG.read_text())
+    config["methods"] |= yaml.safe_load(PLUGIN_CONFIG.read_text())["methods"]
+    merged = tmp_path_factory.mktemp("config") / "ci_with_plugin.yaml"
+    merged.write_text(yaml.safe_dump(config))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(EXAMPLES_DIR))
+        yield Study.from_config(load_config(merged))
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +72,7 @@ def workdir(study_directory: Path) -> Path:
     """A full run of the CI study (every rule)."""
     directory = study_directory
     started = time.monotonic()
-    result = snakemake(directory, "--cores", "2", "--configfile", str(CI_CONFIG))
+    result = snakemake(directory, "--cores", "2", *CONFIG_FILES)
     print(f"CI study: {time.monotonic() - started:.0f} s wall")
     assert result.returncode == 0, result.stderr[-5000:]
     return directory
@@ -121,6 +141,17 @@ def test_training_and_token_analysis_outputs(workdir: Path, study: Study) -> Non
         assert all(len(entry["bin_centres"]) == 20 for entry in summary["checkpoints"].values())
 
 
+def test_out_of_tree_method_trains_logs_and_is_viewed(workdir: Path) -> None:
+    """ci_plugin.yaml's method, named by import path: trained with its option, its statistics logged under its
+    own name, a row of its own in the token viewer."""
+    results = workdir / "results"
+    rows = [json.loads(line) for line in (results / "runs/tiny/halfway/seed0/metrics.jsonl").open()]
+    means = [row["halfway/weight_mean"] for row in rows if "halfway/weight_mean" in row]
+    assert means and all(1.0 < mean < 2.0 for mean in means)  # late_weight 2 on the second half of each row
+    page = (results / "token_weights.html").read_text()
+    assert page.count('data-method="halfway"') == page.count('data-method="grail"') > 0
+
+
 def test_training_curves_reach_tensorboard(workdir: Path, study: Study) -> None:
     """ci.yaml sets `tracking.report_to: tensorboard`: every run has its event files under its own name."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -155,7 +186,7 @@ def test_report_gathers_everything(workdir: Path, study: Study) -> None:
 
 def test_snakemake_html_report(workdir: Path, tmp_path: Path) -> None:
     html = tmp_path / "report.html"
-    result = snakemake(workdir, "--configfile", str(CI_CONFIG), "--report", str(html))
+    result = snakemake(workdir, *CONFIG_FILES, "--report", str(html))
     assert result.returncode == 0, result.stderr[-3000:]
     text = html.read_text(errors="replace")
     assert text.lstrip().lower().startswith("<!doctype html") and "GRAIL_positional" in text
@@ -163,7 +194,7 @@ def test_snakemake_html_report(workdir: Path, tmp_path: Path) -> None:
 
 
 def test_second_run_does_nothing(workdir: Path) -> None:
-    result = snakemake(workdir, "-n", "--configfile", str(CI_CONFIG))
+    result = snakemake(workdir, "-n", *CONFIG_FILES)
     assert result.returncode == 0, result.stderr[-3000:]
     reasons = sorted(set(re.findall(r"reason: (.*)", result.stdout)))
     assert "Nothing to be done" in result.stdout + result.stderr, reasons
@@ -174,7 +205,7 @@ def test_evaluation_change_reruns_no_training(workdir: Path, study: Study, tmp_p
     config["evaluation"]["temperature"] = 0.9
     changed = tmp_path / "changed.yaml"
     changed.write_text(yaml.safe_dump(config))
-    result = snakemake(workdir, "-n", "--configfile", str(changed))
+    result = snakemake(workdir, "-n", "--configfile", str(changed), str(PLUGIN_CONFIG))
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
     assert counts.get("evaluate") == len(study.evaluations())
@@ -200,7 +231,7 @@ def plan_with(code: Path, workdir: Path) -> tuple[dict[str, int], str]:
     """``snakemake -n`` of the CI study in ``workdir`` by the code copy ``code``: planned jobs per rule (but the
     target rule ``all``), and the output."""
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(code / "Snakefile"), "--directory", str(workdir)]
-    result = subprocess.run([*command, "-n", "--configfile", str(CI_CONFIG)], capture_output=True, text=True)
+    result = subprocess.run([*command, "-n", *CONFIG_FILES], capture_output=True, text=True, env=with_examples())
     assert result.returncode == 0, result.stderr[-3000:]
     counts = {rule: count for rule, count in job_counts(result.stdout).items() if rule != "all"}
     return counts, result.stdout + result.stderr
@@ -208,9 +239,8 @@ def plan_with(code: Path, workdir: Path) -> tuple[dict[str, int], str]:
 
 def why_rerun(code: Path, workdir: Path, *args: str) -> str:
     """``python -m pipeline.why_rerun`` of the code copy (its own package and Snakefile) over ``workdir``."""
-    command = [sys.executable, "-m", "pipeline.why_rerun", "--directory", str(workdir), "--configfile", str(CI_CONFIG)]
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    result = subprocess.run([*command, *args], capture_output=True, text=True, cwd=code, env=env)
+    command = [sys.executable, "-m", "pipeline.why_rerun", "--directory", str(workdir), *CONFIG_FILES]
+    result = subprocess.run([*command, *args], capture_output=True, text=True, cwd=code, env=with_examples(code))
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout + result.stderr
 
@@ -273,7 +303,9 @@ def test_accepted_code_change_reruns_nothing_and_shows_in_the_report(workdir: Pa
         "--directory",
         str(study_copy),
     ]
-    result = subprocess.run([*command, "--cores", "1", "--configfile", str(CI_CONFIG)], capture_output=True, text=True)
+    result = subprocess.run(
+        [*command, "--cores", "1", *CONFIG_FILES], capture_output=True, text=True, env=with_examples()
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = (study_copy / "results" / "report.md").read_text()
     assert "2 jobs' outputs were made by an older code digest" in report  # the report itself is remade
