@@ -146,9 +146,11 @@ def token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
     return texts
 
 
-def method_weights(method: CreditMethod, model: Any, tokenizer: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def method_weights(
+    method: CreditMethod, model: Any, tokenizer: Any, batch: dict[str, torch.Tensor]
+) -> torch.Tensor | None:
     """(B, T) weights of ``method`` on ``batch`` (prompt/completion ids and masks, advantages), computed by the
-    method as in training, with a fresh ``OfflineHost``; an error if it weights no tokens (an additive method)."""
+    method as in training, with a fresh ``OfflineHost``; None for a per-token method without weights (additive)."""
     from accelerate import Accelerator
 
     args = method.args
@@ -159,9 +161,7 @@ def method_weights(method: CreditMethod, model: Any, tokenizer: Any, batch: dict
     host = OfflineHost(args, Accelerator(cpu=next(model.parameters()).device.type == "cpu"))
     with torch.enable_grad():
         result = method.advantages(CreditInputs(batch, spans, model, host, share_loss_forward=False))
-    if result.weights is None:
-        raise InputError(f"methods: credit {method.name} returns no per-token weights; the viewer shows weights")
-    return result.weights.detach()
+    return None if result.weights is None else result.weights.detach()
 
 
 def compute_views(
@@ -170,8 +170,9 @@ def compute_views(
     rollouts: list[ViewedRollout],
     analysis: TokenAnalysisSpec,
     methods: dict[str, CreditMethod],
-) -> None:
-    """Fill in the tokens, every method's weights and the boxed span of ``rollouts`` (one batch)."""
+) -> list[str]:
+    """Fill in the tokens, every method's weights and the boxed span of ``rollouts`` (one batch); return the
+    methods that gave no weights."""
     sampled = [
         Rollout(
             prompt_ids(tokenizer, rollout.problem, analysis),
@@ -189,7 +190,8 @@ def compute_views(
         "completion_mask": completion_mask,
         "advantages": torch.tensor([rollout.advantage for rollout in rollouts]),
     }
-    weights = {name: method_weights(method, model, tokenizer, batch) for name, method in methods.items()}
+    computed = {name: method_weights(method, model, tokenizer, batch) for name, method in methods.items()}
+    weights = {name: values for name, values in computed.items() if values is not None}
     spans = find_boxed_spans(tokenizer, completion_ids, completion_mask, which="first")
     for row, (rollout, tokens) in enumerate(zip(rollouts, sampled, strict=True)):
         length = len(tokens.completion_ids)
@@ -197,6 +199,7 @@ def compute_views(
         rollout.weights = {name: values[row, :length].tolist() for name, values in weights.items()}
         start, _, end = (int(value) for value in spans[row])
         rollout.boxed = (start, end) if start >= 0 else None
+    return [name for name, values in computed.items() if values is None]
 
 
 # ----------------------------------------------------------------------------------------------- page
@@ -299,7 +302,8 @@ def render_page(views: dict[str, list[ViewedRollout]], specs: dict[str, dict], u
     )
     settings = html.escape(json.dumps({name: specs[name] for name in weighted}, sort_keys=True))
     others = (
-        f" Methods without per-token weights (TRL's sequence advantage on every token): "
+        f" Methods that weight no tokens (TRL's sequence advantage, or per-token advantages not of the form "
+        f"A<sub>i</sub> · w<sub>i,t</sub>): "
         f"{html.escape(', '.join(unweighted))}."
         if unweighted
         else ""
@@ -352,7 +356,8 @@ def main(argv: list[str] | None = None) -> None:
         if rollouts:
             tokenizer = load_tokenizer(model_dir)
             model = load_model(model_dir, dtype=torch.float32).eval()
-            compute_views(model, tokenizer, rollouts, analysis, methods)
+            additive = compute_views(model, tokenizer, rollouts, analysis, methods)
+            unweighted += [name for name in additive if name not in unweighted]
         views[label] = rollouts
     atomic_write_text(args.out, render_page(views, specs, unweighted, args.seed))
     print(f"{args.out}: {sum(map(len, views.values()))} rollouts from {len(views)} checkpoints")

@@ -17,9 +17,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.credit.method import CreditInputs, CreditMethod, CreditResult
+from pipeline.credit.methods.grpo import GrpoOptions
 from pipeline.io import InputError
-from pipeline.tiny_model import TinyModelSpec, save_tiny_model
-from pipeline.token_viewer import choose_rollouts, credit_methods, group_advantages, opacity
+from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer, save_tiny_model
+from pipeline.token_analysis import TokenAnalysisSpec
+from pipeline.token_viewer import (
+    choose_rollouts,
+    compute_views,
+    credit_methods,
+    group_advantages,
+    opacity,
+    render_page,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 # A study's methods as the Snakefile passes them: two that weight tokens, the out-of-tree example
@@ -93,6 +103,33 @@ def test_methods_are_built_from_the_registry_and_checked_by_name() -> None:
         credit_methods({"grail": {"credit": "grail", "grail_w_max": -1.0}}, 0.6, 0)
     with pytest.raises(InputError, match=r"credit must be one of .* got 'graal'"):
         credit_methods({"g": {"credit": "graal"}}, 0.6, 0)
+
+
+class HalfAdvantage(CreditMethod):
+    """An additive per-token method: Â = A_i / 2 on every valid token, no weights."""
+
+    name = "half_advantage"
+    options = GrpoOptions
+    needs_spans = False
+
+    def advantages(self, inputs: CreditInputs) -> CreditResult:
+        batch = inputs.batch
+        return CreditResult(batch["advantages"][:, None] / 2 * batch["completion_mask"], None, {})
+
+
+def test_a_method_without_weights_is_named_not_drawn() -> None:
+    tokenizer = build_tokenizer()
+    model = build_model(TinyModelSpec(seed=1), tokenizer).eval()
+    built, _ = credit_methods({"grail": {"credit": "grail", "grail_symmetry": "both"}}, 0.6, 0)
+    methods = {"grail": built["grail"], "half": HalfAdvantage(GrpoOptions(), built["grail"].args)}
+    benchmark, samples = samples_rows(2)
+    problems = {row["id"]: row["problem"] for row in benchmark}
+    rollouts = choose_rollouts(samples, problems, 1, random.Random(0), Path("s.jsonl"))
+    assert compute_views(model, tokenizer, rollouts, TokenAnalysisSpec(), methods) == ["half"]
+    assert all(list(rollout.weights) == ["grail"] and rollout.weights["grail"] for rollout in rollouts)
+    page = render_page({"tiny": rollouts}, {"grail": {"credit": "grail"}, "half": {"credit": "x.half"}}, ["half"], 0)
+    assert 'data-method="grail"' in page and 'data-method="half"' not in page
+    assert "A<sub>i</sub> · w<sub>i,t</sub>): half." in page
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +244,8 @@ def test_page_in_a_real_browser(viewer_page, browser) -> None:
     first_row_weight = float(token.get_attribute("data-weight"))
     assert math.isclose(first_row_weight, weights["grail"][3], rel_tol=1e-5)
     intro = browser.find_element(By.TAG_NAME, "p").text
-    assert "Methods without per-token weights (TRL's sequence advantage on every token): grpo." in intro
+    assert "Methods that weight no tokens (TRL's sequence advantage, or per-token advantages" in intro
+    assert "): grpo." in intro
 
 
 def test_report_links_the_page_and_requires_it(tmp_path: Path) -> None:
