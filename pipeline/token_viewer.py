@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from pipeline.credit import find_boxed_spans
-from pipeline.credit.method import CreditInputs, CreditMethod, OfflineHost
+from pipeline.credit.method import CreditInputs, CreditMethod, OfflineHost, credit_method
 from pipeline.io import InputError, atomic_write_text, load_spec, read_jsonl, run_cli
 from pipeline.loading import load_model, load_tokenizer
 from pipeline.progress import progress
@@ -71,8 +71,7 @@ def credit_methods(specs: Any, temperature: float, seed: int) -> tuple[dict[str,
     """The methods of METHODS that may weight tokens (per-token ones), by study name, each built from its options
     as the trainer builds it (``GrailGRPOConfig``, whose validation names the method and the key), at the saliency
     ``temperature`` with ``seed`` for its noise; and the names of the others, whose advantages stay TRL's."""
-    from pipeline.credit.method import credit_method
-    from pipeline.grpo_config import GrailGRPOConfig, credit_fields
+    from pipeline.grpo_config import GrailGRPOConfig, credit_fields  # imports TRL: only when the stage runs
 
     if not isinstance(specs, dict) or not all(isinstance(spec, dict) for spec in specs.values()):
         raise InputError(f"methods: expected a mapping of method names to credit options, got {specs!r}")
@@ -192,7 +191,9 @@ def compute_views(
     }
     computed = {name: method_weights(method, model, tokenizer, batch) for name, method in methods.items()}
     weights = {name: values for name, values in computed.items() if values is not None}
-    spans = find_boxed_spans(tokenizer, completion_ids, completion_mask, which="first")
+    # the outline marks the answer of the first weighting method (one outline per rollout, whatever the others use)
+    which = next(iter(methods.values())).args.answer_span if methods else "first"
+    spans = find_boxed_spans(tokenizer, completion_ids, completion_mask, which=which)
     for row, (rollout, tokens) in enumerate(zip(rollouts, sampled, strict=True)):
         length = len(tokens.completion_ids)
         rollout.tokens = token_texts(tokenizer, tokens.completion_ids)
@@ -302,8 +303,8 @@ def render_page(views: dict[str, list[ViewedRollout]], specs: dict[str, dict], u
     )
     settings = html.escape(json.dumps({name: specs[name] for name in weighted}, sort_keys=True))
     others = (
-        f" Methods that weight no tokens (TRL's sequence advantage, or per-token advantages not of the form "
-        f"A<sub>i</sub> · w<sub>i,t</sub>): "
+        " Methods that weight no tokens (TRL's sequence advantage, or per-token advantages not of the form "
+        "A<sub>i</sub> · w<sub>i,t</sub>): "
         f"{html.escape(', '.join(unweighted))}."
         if unweighted
         else ""
