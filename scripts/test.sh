@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# Run the test suite: lint (ruff, snakefmt, snakemake --lint), then pytest. Starts the services the cluster tests use first — a single-node Slurm
-# on localhost (Debian packages, needs root) — so that those tests run against the real scheduler.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"`.
+# Run the test suite: lint (ruff, snakefmt, snakemake --lint), then pytest on two workers (pytest-xdist). Starts the
+# services the cluster tests use — a single-node Slurm on localhost (Debian packages, needs root), set up while the
+# linters run — so that those tests run against the real scheduler.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"`; the fast inner loop is `-m fast`
+# (docs/contributing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+slurm_setup=""
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  if ! WITH_DBD=1 bash scripts/slurm-single-node.sh >/tmp/grail-slurm-setup.log 2>&1; then
-    echo "Slurm could not be started (log: /tmp/grail-slurm-setup.log)" >&2
-    tail -n 20 /tmp/grail-slurm-setup.log >&2
-    # Under CI the Slurm tests are part of the acceptance: do not let them silently skip.
-    [ "${CI:-}" = true ] && exit 1
-  fi
+  WITH_DBD=1 bash scripts/slurm-single-node.sh >/tmp/grail-slurm-setup.log 2>&1 &
+  slurm_setup=$!
 fi
 # The suite writes about 13 GB at its peak (the reduced SmolLM2 study 8.6 GiB, the CPU image 2.4 GB): say so up front
 # rather than leave a full disk to show up as a cascade of unrelated setup errors.
@@ -31,5 +30,13 @@ rm -rf "$lint_dir"
 site_dir="$(mktemp -d)"
 NO_MKDOCS_2_WARNING=1 PYTHONPATH="$PWD" mkdocs build --strict --quiet --site-dir "$site_dir"
 rm -rf "$site_dir"
-# the slowest tests in the log, to see where the suite's time goes
-python3 -m pytest -ra --durations=40 "$@"
+if [ -n "$slurm_setup" ] && ! wait "$slurm_setup"; then
+  echo "Slurm could not be started (log: /tmp/grail-slurm-setup.log)" >&2
+  tail -n 20 /tmp/grail-slurm-setup.log >&2
+  # Under CI the Slurm tests are part of the acceptance: do not let them silently skip.
+  [ "${CI:-}" = true ] && exit 1
+fi
+# Two workers: much of the suite waits (Slurm polling, engine start-up, subprocess studies) and overlaps well; the
+# work units and their order are tests/conftest.py's (the Slurm tests on one worker, the long poles first).
+# The slowest tests in the log, to see where the suite's time goes.
+python3 -m pytest -n 2 --dist loadgroup --no-loadscope-reorder -ra --durations=60 "$@"
