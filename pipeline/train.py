@@ -35,25 +35,45 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pipeline.io import InputError, load_spec
 from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
 
 # Run as a stage, record the signals before importing torch, transformers and TRL (seconds): Slurm's warning
 # arriving meanwhile would otherwise kill the job (status 138) instead of stopping it (status 75).
 STARTUP_SIGNALS = PreemptionSignals().install() if __name__ == "__main__" else None
 
+
+def hide_vllm_unless_used(argv: list[str]) -> bool:
+    """Hide an installed vLLM from a run whose specs do not turn ``use_vllm`` on; True when hidden.
+
+    TRL imports vLLM whenever it is installed (``trl.generation.vllm_generation``), about 40 % of this stage's
+    start-up CPU time, paid by every training job on a machine with vLLM. ``sys.modules["vllm"] = None`` makes
+    ``importlib.util.find_spec("vllm")``, which TRL's ``is_vllm_available`` asks, answer None. A spec that cannot be
+    read here is left, with vLLM visible, to the stage's own validation (which names the problem)."""
+    specs = argparse.ArgumentParser(add_help=False)
+    for option in ("--training-spec", "--method-spec"):
+        specs.add_argument(option, default="{}")
+    known, _ = specs.parse_known_args(argv)
+    try:
+        loaded = [load_spec(known.training_spec), load_spec(known.method_spec)]
+    except InputError:
+        return False
+    if any(not isinstance(spec, dict) for spec in loaded) or "vllm" in sys.modules:
+        return False
+    if {**loaded[0], **loaded[1]}.get("use_vllm"):
+        return False
+    sys.modules["vllm"] = None
+    return True
+
+
+if __name__ == "__main__":
+    hide_vllm_unless_used(sys.argv[1:])
+
 from datasets import Dataset
 from transformers import ProgressCallback
 
 from pipeline.grpo_config import GrailGRPOConfig, merge_specs, split_options
-from pipeline.io import (
-    InputError,
-    atomic_write_text,
-    export_model,
-    load_spec,
-    publish_directory,
-    read_jsonl,
-    run_cli,
-)
+from pipeline.io import atomic_write_text, export_model, publish_directory, read_jsonl, run_cli
 from pipeline.layout import (
     CHECKPOINTS_DIR,
     EXPORTS_DIR,
