@@ -2,10 +2,17 @@
 # Run the test suite: lint (ruff, snakefmt, snakemake --lint), then pytest on two workers (pytest-xdist). Starts the
 # services the cluster tests use — a single-node Slurm on localhost (Debian packages, needs root), set up while the
 # linters run — so that those tests run against the real scheduler.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"`; the fast inner loop is `-m fast`
-# (docs/contributing.md).
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"`.
+# `bash scripts/test.sh --quick [pytest args]`: the contributor's inner loop (docs/contributing.md) — the unit and
+# property tests of the math, the grader, the config and the credit methods; no linters, no services, no studies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --quick ]; then
+  shift
+  exec python3 -m pytest -n 2 -m "not slow and not slurm and not vllm" \
+    tests/credit tests/trainer tests/stats tests/core/test_grading_corpus.py tests/core/test_grading_modes.py \
+    tests/core/test_rewards.py tests/pipeline/test_study_config.py tests/pipeline/test_plugin_config.py "$@"
+fi
 slurm_setup=""
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   WITH_DBD=1 bash scripts/slurm-single-node.sh >/tmp/grail-slurm-setup.log 2>&1 &

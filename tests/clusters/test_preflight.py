@@ -131,7 +131,7 @@ def slurm_up() -> str | None:
 def run_preflight(config: Path, tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     report = tmp_path / "preflight.json"
     command = [sys.executable, "-m", "pipeline.preflight", "--profile", "profiles/slurm", "--configfile", str(config)]
-    result = run_command([*command, "--json", str(report), *options], cwd=tmp_path, timeout=120, env=preflight_env())
+    result = run_command([*command, "--json", str(report), *options], cwd=tmp_path, timeout=600, env=preflight_env())
     return result, json.loads(report.read_text())
 
 
