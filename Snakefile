@@ -90,6 +90,12 @@ SAMPLES_PROVENANCE = f"{R}/{layout.SAMPLES_PROVENANCE}"
 CODE_CHANGES = f"{R}/{layout.CODE_CHANGES}"
 # library_changes: rerun makes the versions a param of training and evaluation (pipeline.provenance)
 LIBRARIES = canonical_json(library_versions()) if STUDY.library_changes == "rerun" else ""
+# ... and part of a training run's fingerprint (what its checkpoints may be resumed by: pipeline.run_state). Neither
+# this nor what is done with stale checkpoints is a param: they decide how a run resumes, not what it trains.
+TRAIN_STATE_FLAGS = shlex.join(
+    ["--stale-checkpoints", STUDY.stale_checkpoints]
+    + (["--fingerprint-libraries"] if STUDY.library_changes == "rerun" else [])
+)
 TABLES = [f"{R}/{layout.TABLES_DIR}/{name}" for name in layout.TABLE_FILES]
 FIGURES = [
     f"{R}/{layout.FIGURES_DIR}/{name}"
@@ -350,7 +356,8 @@ rule train:
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
         " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
         " --out {params.run_dir:q} --export-steps {params.export_steps} --tracking {params.tracking:q}"
-        " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} > {log:q} 2>&1"
+        " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} {TRAIN_STATE_FLAGS}"
+        " > {log:q} 2>&1"
 
 
 def evaluate_inputs(wildcards):
