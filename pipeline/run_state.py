@@ -19,8 +19,9 @@ moved aside whole, to ``RUN_DIR/set_aside/<UTC time>/`` with a ``why.json`` nami
 (or deleted, ``--stale-checkpoints delete``), and the run starts from scratch.
 
 Lock: ``RUN_DIR/train.lock`` (host, pid, Slurm job id, start time) is created exclusively while the run trains. A
-second writer is refused, naming the holder; a lock whose holder is gone (a dead pid on this host, a Slurm job that
-is no longer running, or an earlier incarnation of this very Slurm job after a requeue) is broken with a log line.
+second writer is refused, naming the holder; a lock whose holder is gone (a dead pid on this host, a Slurm job on
+another host that Slurm no longer runs, or an earlier run of this very Slurm job, requeued) is broken with a log line.
+A holder on another host outside Slurm cannot be checked: its lock stays until it is removed by hand.
 No third-party imports.
 """
 
@@ -284,10 +285,10 @@ def why_stale(holder: Holder | None, me: Holder) -> str | None:
         return "its lock file is unreadable"
     if holder.slurm_job_id and holder.slurm_job_id == me.slurm_job_id:
         return f"it is an earlier run of this Slurm job {me.slurm_job_id} (requeued)"
+    if holder.host == me.host:  # the process table says more than the scheduler
+        return None if pid_alive(holder.pid) else f"pid {holder.pid} is not running on {holder.host}"
     if holder.slurm_job_id and slurm_job_running(holder.slurm_job_id) is False:
         return f"Slurm job {holder.slurm_job_id} is no longer running"
-    if holder.host == me.host and not pid_alive(holder.pid):
-        return f"pid {holder.pid} is not running on {holder.host}"
     return None
 
 
