@@ -26,9 +26,11 @@ from pipeline.run_state import (
     SET_ASIDE_DIR,
     WHY_FILE,
     continuable,
+    fingerprint_components,
     fingerprint_record,
     prepare_working_dir,
     run_lock,
+    write_fingerprint,
 )
 from tests.hold_stage import pseudo_random_reward_env
 
@@ -111,22 +113,6 @@ def test_only_a_schedule_independent_of_max_steps_is_continuable(setting, expect
 
 
 @pytest.mark.slow
-def test_changed_setting_trains_afresh_not_the_old_checkpoint(model_dir, train_jsonl, tmp_path) -> None:
-    """The bug: a finished run rerun with another learning rate republished its old final checkpoint."""
-    run_dir = tmp_path / "run"
-    train(model_dir, train_jsonl, run_dir, LINEAR)
-    old = weights(run_dir)
-    changed = {**LINEAR, "learning_rate": LINEAR["learning_rate"] / 3}
-    rerun = train(model_dir, train_jsonl, run_dir, changed)
-    reference = tmp_path / "reference"
-    train(model_dir, train_jsonl, reference, changed)
-    assert same(weights(run_dir), weights(reference)) and not same(weights(run_dir), old)
-    (moved,) = (run_dir / SET_ASIDE_DIR).iterdir()
-    assert f"to {moved}: training starts from scratch" in rerun.stderr
-    assert "spec (learning_rate)" in rerun.stderr and same(load_file(moved / "final" / "model.safetensors"), old)
-
-
-@pytest.mark.slow
 def test_larger_max_steps_continues_a_constant_schedule_and_restarts_a_decaying_one(
     model_dir, train_jsonl, tmp_path
 ) -> None:
@@ -142,11 +128,23 @@ def test_larger_max_steps_continues_a_constant_schedule_and_restarts_a_decaying_
     steps = [json.loads(line)["step"] for line in (continued / "metrics.jsonl").open()]
     assert steps == [json.loads(line)["step"] for line in (fresh / "metrics.jsonl").open()]
 
-    decaying = tmp_path / "decaying"
-    train(model_dir, train_jsonl, decaying, {**LINEAR, "max_steps": 2})
-    result = train(model_dir, train_jsonl, decaying, LINEAR)
-    assert "spec (max_steps)" in result.stderr and "training starts from scratch" in result.stderr
-    assert "resuming from" not in result.stderr
+
+def test_max_steps_is_in_the_fingerprint_unless_the_schedule_is_continuable(tmp_path, caplog) -> None:
+    """A decaying schedule's rate at step 1 depends on max_steps: a larger max_steps sets the old run aside."""
+    common = {"seed": 0, "data_digest": "d", "model": {"content": "m"}, "code": {}, "libraries": None}
+    short, long = ({**LINEAR, "max_steps": steps} for steps in (2, 4))
+    decaying = [fingerprint_record(fingerprint_components(spec, continues=False, **common)) for spec in (short, long)]
+    constant = [fingerprint_record(fingerprint_components(spec, continues=True, **common)) for spec in (short, long)]
+    assert decaying[0] != decaying[1] and constant[0] == constant[1]
+    working = tmp_path / "checkpoints"
+    prepare_working_dir(working, decaying[0], max_steps=2)
+    assert prepare_working_dir(working, decaying[1], max_steps=4) is not None and "spec (max_steps)" in caplog.text
+    # a constant-schedule run whose max_steps was lowered below its newest checkpoint starts over too
+    prepare_working_dir(working, constant[1], max_steps=4)
+    (working / "checkpoint-4").mkdir()
+    write_fingerprint(working / "checkpoint-4", constant[1])
+    assert prepare_working_dir(working, constant[0], max_steps=2) is not None
+    assert "checkpoints past max_steps 2: checkpoint-4" in caplog.text
 
 
 # ----------------------------------------------------------------------------------------------- the lock
