@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
-from snakemake_interface_executor_plugins.settings import DeploymentMethod
+from snakemake_interface_executor_plugins.settings import DeploymentMethod, ExecMode
 
 min_version("9.0")
 
@@ -43,9 +43,24 @@ from pipeline.io import InputError
 from pipeline.provenance import library_versions
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
+DEFAULT_CONFIG = os.path.join(workflow.basedir, "configs", "default.yaml")
 if not workflow.overwrite_configfiles:
 
-    configfile: os.path.join(workflow.basedir, "configs", "default.yaml")
+    configfile: DEFAULT_CONFIG
+
+
+# A cluster job re-reads the config files: it must find what the controller planned (pipeline/cluster.py).
+CONFIG_FILES = list(workflow.overwrite_configfiles) or [DEFAULT_CONFIG]
+if workflow.exec_mode == ExecMode.DEFAULT:
+    os.environ[cluster.PLANNED_CONFIG_VARIABLE] = cluster.config_file_digests(CONFIG_FILES)
+elif cluster.PLANNED_CONFIG_VARIABLE in os.environ:
+    if changed := cluster.changed_config_files(os.environ[cluster.PLANNED_CONFIG_VARIABLE]):
+        print(
+            f"config file changed since the study was planned: {', '.join(changed)}; this job refuses to run"
+            " with settings the controller did not record (restore the file, or restart the study)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
 
 
 SCHEMA = os.path.join(workflow.basedir, "configs", "schema.yaml")
