@@ -8,6 +8,7 @@ Fingerprint: the components that decide a run's trajectory, each recorded in eve
                which checkpoints are kept (``NOT_TRAJECTORY``) and, for a schedule that does not depend on it
                (``continuable``), without ``max_steps``
     seed       the run's seed
+    processes  the number of training processes (each samples its own share of a step's batch)
     data       file_digest of the training rows
     model      the start model by content (pipeline.file_digest.model_identity)
     code       the train rule's module digests (pipeline.code_digest: train, launch and the credit method's module)
@@ -79,6 +80,7 @@ def fingerprint_components(
     *,
     continues: bool,
     seed: int,
+    processes: int,
     data_digest: str,
     model: Mapping[str, str],
     code: Mapping[str, str],
@@ -89,6 +91,7 @@ def fingerprint_components(
     components: dict[str, Any] = {
         "spec": {key: value for key, value in sorted(spec.items()) if key not in left_out},
         "seed": seed,
+        "processes": processes,
         "data": data_digest,
         "model": dict(model),
         "code": dict(sorted(code.items())),
@@ -156,7 +159,7 @@ def foreign_state(
     ``max_steps`` count as foreign (a continuable run whose max_steps was lowered); so do ``published`` outputs
     that exist without any working state (they cannot be this run's)."""
     if not working.is_dir() or not any(working.iterdir()):
-        leftover = [path.name for path in published if path.exists()]
+        leftover = [path.name for path in published if holds_something(path)]
         return ([f"published outputs without working state: {', '.join(leftover)}"], []) if leftover else None
     checkpoints = sorted(
         (path for path in working.iterdir() if path.is_dir() and path.name.startswith("checkpoint-")),
@@ -173,6 +176,11 @@ def foreign_state(
     if not reasons and past:
         reasons = [f"checkpoints past max_steps {max_steps}: {', '.join(past)}"]
     return (reasons, checkpoints) if reasons else None
+
+
+def holds_something(path: Path) -> bool:
+    """A file, or a directory with anything in it (Snakemake makes the empty parents of a job's outputs)."""
+    return path.is_file() or (path.is_dir() and any(path.iterdir()))
 
 
 def prepare_working_dir(
@@ -192,7 +200,7 @@ def prepare_working_dir(
         reasons, checkpoints = found
         names = ", ".join(path.name for path in checkpoints) or "no checkpoint"
         why = "; ".join(reasons)
-        stale_paths = [path for path in [working, *published] if path.exists()]
+        stale_paths = [path for path in [working, *published] if holds_something(path)]
         if stale == "delete":
             for path in stale_paths:
                 shutil.rmtree(path) if path.is_dir() else path.unlink()

@@ -17,7 +17,7 @@ Resume: a rerun finds the newest valid checkpoint in ``RUN_DIR/checkpoints`` (pa
 with a warning) and continues from it with the model, optimizer, scheduler, RNG states, data position, TRL's
 micro-step counter and generation buffer restored, so an interrupted run follows the uninterrupted one. Only state
 made by this run's settings is resumed (pipeline.run_state): working files whose fingerprint (specs, seed, data and
-start model by content, code, libraries with ``--fingerprint-libraries``) differs are set aside to
+start model by content, process count, code, libraries with ``--fingerprint-libraries``) differs are set aside to
 ``RUN_DIR/set_aside/<time>/`` (``--stale-checkpoints delete``: deleted), named in the log, and training starts from
 scratch. A larger ``max_steps`` continues a finished run only under a constant learning-rate schedule (docs/reruns.md).
 
@@ -271,6 +271,7 @@ def run_fingerprint(args: argparse.Namespace, merged: dict[str, Any], config: Gr
         merged,
         continues=continuable(schedule),
         seed=args.seed,
+        processes=int(os.environ.get("WORLD_SIZE", "1")),  # set by the launcher for every process of a run
         data_digest=file_digest(args.data),
         model=model_identity(args.model, args.model_revision),
         code=module_digests("pipeline.train", "pipeline.launch", credit_module_name(config.credit)),

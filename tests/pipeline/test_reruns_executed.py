@@ -121,10 +121,11 @@ def assert_retrained(study_dir: Path, old: dict[str, torch.Tensor], reference: P
         "checkpoint-2",
         "checkpoint-4",
     ]
-    assert f"(checkpoint-2, checkpoint-4) made under other settings ({reason}" in log
-    assert f"to {moved.relative_to(study_dir)}: training starts from scratch" in log
+    (line,) = [line for line in log.splitlines() if "made under other settings" in line]
+    assert "(checkpoint-2, checkpoint-4)" in line and reason in line
+    assert f"to {moved.relative_to(study_dir)}: training starts from scratch" in line
     assert "training finished at" not in log and "resuming from" not in log
-    assert json.loads((moved / WHY_FILE).read_text())["reasons"][0].startswith(reason)
+    assert any(found.startswith(reason) for found in json.loads((moved / WHY_FILE).read_text())["reasons"])
 
 
 @pytest.mark.parametrize(

@@ -69,6 +69,7 @@ def test_state_of_other_settings_is_set_aside_with_its_published_outputs_and_why
     (working / "checkpoint-2").mkdir()
     (working / "checkpoint-2" / FINGERPRINT_FILE).write_text(json.dumps(old))
     final.mkdir()
+    (final / "model.safetensors").write_bytes(b"old")
     moved = prepare_working_dir(working, new, max_steps=4, published=[final, tmp_path / "metrics.jsonl"])
     assert moved is not None and moved.parent == tmp_path / SET_ASIDE_DIR
     assert (moved / "checkpoints" / "checkpoint-2").is_dir() and (moved / "final").is_dir() and not final.exists()
@@ -79,6 +80,14 @@ def test_state_of_other_settings_is_set_aside_with_its_published_outputs_and_why
     )
     # the run's own state stays where it is
     assert prepare_working_dir(working, new, max_steps=4) is None and (working / FINGERPRINT_FILE).is_file()
+
+
+def test_empty_output_parents_made_by_snakemake_are_not_stale_state(tmp_path) -> None:
+    (tmp_path / "exports").mkdir()  # the parent of the exports/step-N outputs, made before the job runs
+    assert prepare_working_dir(tmp_path / "checkpoints", record(), 4, published=[tmp_path / "exports"]) is None
+    (tmp_path / "exports" / "step-2").mkdir()  # an export without the state it came from
+    moved = prepare_working_dir(tmp_path / "checkpoints2", record(), 4, published=[tmp_path / "exports"])
+    assert moved is not None and (moved / "exports" / "step-2").is_dir()
 
 
 def test_a_checkpoint_without_a_fingerprint_is_not_resumed_and_delete_deletes(tmp_path, caplog) -> None:
@@ -131,7 +140,7 @@ def test_larger_max_steps_continues_a_constant_schedule_and_restarts_a_decaying_
 
 def test_max_steps_is_in_the_fingerprint_unless_the_schedule_is_continuable(tmp_path, caplog) -> None:
     """A decaying schedule's rate at step 1 depends on max_steps: a larger max_steps sets the old run aside."""
-    common = {"seed": 0, "data_digest": "d", "model": {"content": "m"}, "code": {}, "libraries": None}
+    common = {"seed": 0, "processes": 1, "data_digest": "d", "model": {"content": "m"}, "code": {}, "libraries": None}
     short, long = ({**LINEAR, "max_steps": steps} for steps in (2, 4))
     decaying = [fingerprint_record(fingerprint_components(spec, continues=False, **common)) for spec in (short, long)]
     constant = [fingerprint_record(fingerprint_components(spec, continues=True, **common)) for spec in (short, long)]
