@@ -93,15 +93,16 @@ def rerun_beside_reference(
         text=True,
     )
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(code / "Snakefile"), "--directory", str(study_dir)]
+    # the target first: --configfile takes every argument after it
     command += [
+        str(FINAL),
         "--cores",
         "1",
+        "--allowed-rules",
+        *allowed,
         "--configfile",
         str(config),
         str(PLUGIN_CONFIG),
-        str(FINAL),
-        "--allowed-rules",
-        *allowed,
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env)
     _, reference_errors = started.communicate(timeout=1200)
