@@ -84,10 +84,13 @@ def rerun_beside_reference(
     rules; meanwhile the reference run of the training stage. Returns the reference's run dir and the job's log."""
     env = environment(code)
     reference = tmp_path / "reference"
+    # the job's thread count: Snakemake exports OMP_NUM_THREADS (and its BLAS cousins) = the job's threads, and
+    # another count sums in another order (the weights then differ in the last bits from step 3 on)
+    threads = {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
     started = subprocess.Popen(
         reference_command(study_dir, config, reference),
         cwd=code,
-        env=env,
+        env={**env, **threads},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
