@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
-from snakemake_interface_executor_plugins.settings import DeploymentMethod
+from snakemake_interface_executor_plugins.settings import DeploymentMethod, ExecMode
 
 min_version("9.0")
 
@@ -43,9 +43,24 @@ from pipeline.io import InputError
 from pipeline.provenance import library_versions
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
+DEFAULT_CONFIG = os.path.join(workflow.basedir, "configs", "default.yaml")
 if not workflow.overwrite_configfiles:
 
-    configfile: os.path.join(workflow.basedir, "configs", "default.yaml")
+    configfile: DEFAULT_CONFIG
+
+
+# A cluster job re-reads the config files: it must find what the controller planned (pipeline/cluster.py).
+CONFIG_FILES = list(workflow.overwrite_configfiles) or [DEFAULT_CONFIG]
+if workflow.exec_mode == ExecMode.DEFAULT:
+    os.environ[cluster.PLANNED_CONFIG_VARIABLE] = cluster.config_file_digests(CONFIG_FILES)
+elif cluster.PLANNED_CONFIG_VARIABLE in os.environ:
+    if changed := cluster.changed_config_files(os.environ[cluster.PLANNED_CONFIG_VARIABLE]):
+        print(
+            f"config file changed since the study was planned: {', '.join(changed)}; this job refuses to run"
+            " with settings the controller did not record (restore the file, or restart the study)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
 
 
 SCHEMA = os.path.join(workflow.basedir, "configs", "schema.yaml")
@@ -90,6 +105,12 @@ SAMPLES_PROVENANCE = f"{R}/{layout.SAMPLES_PROVENANCE}"
 CODE_CHANGES = f"{R}/{layout.CODE_CHANGES}"
 # library_changes: rerun makes the versions a param of training and evaluation (pipeline.provenance)
 LIBRARIES = canonical_json(library_versions()) if STUDY.library_changes == "rerun" else ""
+# ... and part of a training run's fingerprint (what its checkpoints may be resumed by: pipeline.run_state). Neither
+# this nor what is done with stale checkpoints is a param: they decide how a run resumes, not what it trains.
+TRAIN_STATE_FLAGS = shlex.join(
+    ["--stale-checkpoints", STUDY.stale_checkpoints]
+    + (["--fingerprint-libraries"] if STUDY.library_changes == "rerun" else [])
+)
 TABLES = [f"{R}/{layout.TABLES_DIR}/{name}" for name in layout.TABLE_FILES]
 FIGURES = [
     f"{R}/{layout.FIGURES_DIR}/{name}"
@@ -350,7 +371,8 @@ rule train:
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
         " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
         " --out {params.run_dir:q} --export-steps {params.export_steps} --tracking {params.tracking:q}"
-        " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} > {log:q} 2>&1"
+        " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} {TRAIN_STATE_FLAGS}"
+        " > {log:q} 2>&1"
 
 
 def evaluate_inputs(wildcards):

@@ -27,6 +27,7 @@ from pipeline.tracking import TrackingConfig, run_name
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LibraryChanges = Literal["warn", "rerun"]  # config key `library_changes` (docs/reruns.md)
+StaleCheckpoints = Literal["set_aside", "delete"]  # config key `stale_checkpoints` (pipeline.run_state)
 SCHEMA_PATH = PACKAGE_DIR.parent / "configs" / "schema.yaml"
 
 RESOURCE_KEYS = ("cpus", "mem_mb", "runtime", "gpus", "nodes", "gpu_model", "slurm_extra")
@@ -287,7 +288,8 @@ class MethodConfig:
     def credit_module(self) -> str:
         """The module of its credit method, a root of the train rule's code digest: a built-in method's file
         (pipeline/credit/methods/<name>.py, loaded by name at run time, so no import of ``pipeline.train`` leads to
-        it) or an out-of-tree method's import path (its own package's imports covered too)."""
+        it) or an out-of-tree method's import path (its own package's imports covered too). The same name as
+        pipeline.credit.method.credit_module_name, which the Snakefile cannot import (torch)."""
         return self.credit if "." in self.credit else f"pipeline.credit.methods.{self.credit}"
 
     @property
@@ -356,6 +358,7 @@ class Study:
     token_viewer: TokenViewerConfig
     resource_table: dict[str, dict[str, Any]] = field(repr=False)
     library_changes: LibraryChanges = "warn"
+    stale_checkpoints: StaleCheckpoints = "set_aside"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Study:
@@ -407,6 +410,7 @@ class Study:
             ),
             resource_table=config["resources"],
             library_changes=config["library_changes"],
+            stale_checkpoints=config["stale_checkpoints"],
         )
 
     # ----- specs passed to the stages

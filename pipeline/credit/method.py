@@ -234,6 +234,12 @@ def built_in_names() -> list[str]:
     return sorted(info.name for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_"))
 
 
+def credit_module_name(credit: str) -> str:
+    """The module of a config's ``credit``: a built-in method's ``pipeline.credit.methods.<name>``, or the import
+    path itself (a name with a dot)."""
+    return credit if "." in credit else f"{METHODS_PACKAGE}.{credit}"
+
+
 def credit_method(credit: str) -> type[CreditMethod]:
     """The method a config's ``credit`` names: a built-in name, or the import path of a module (a name with a dot)
     that defines ``METHOD``, a ``CreditMethod`` subclass; loaded and registered on first use."""
@@ -241,7 +247,7 @@ def credit_method(credit: str) -> type[CreditMethod]:
         return _LOADED[credit]
     if not isinstance(credit, str) or (credit not in built_in_names() and "." not in credit):
         raise InputError(f"credit must be one of {built_in_names()} or a module's import path, got {credit!r}")
-    module_name = credit if "." in credit else f"{METHODS_PACKAGE}.{credit}"
+    module_name = credit_module_name(credit)
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
