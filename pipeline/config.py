@@ -288,7 +288,9 @@ class MethodConfig:
         """The module of its credit method, a root of the train rule's code digest: a built-in method's file
         (pipeline/credit/methods/<name>.py, loaded by name at run time, so no import of ``pipeline.train`` leads to
         it) or an out-of-tree method's import path (its own package's imports covered too)."""
-        return self.credit if "." in self.credit else f"pipeline.credit.methods.{self.credit}"
+        from pipeline.credit.method import credit_module
+
+        return credit_module(self.credit)
 
     @property
     def grpo_overrides(self) -> dict[str, Any]:
