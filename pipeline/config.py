@@ -491,6 +491,10 @@ class Study:
             for name, method in self.methods.items()
         }
 
+    def credits(self) -> list[str]:
+        """The study's credit methods as its config names them (built-in names, import paths), each once, sorted."""
+        return sorted({method.credit for method in self.methods.values()})
+
     def credit_modules(self) -> list[str]:
         """The modules of the study's credit methods (``MethodConfig.credit_module``), each once, sorted."""
         return sorted({method.credit_module for method in self.methods.values()})
