@@ -374,6 +374,19 @@ def test_command_line_override_that_is_no_number_is_refused_by_name(text: str) -
         check_config_schema(config)
 
 
+def test_credit_options_on_the_command_line_take_their_options_dataclass_types(monkeypatch) -> None:
+    """`--config 'methods={mine: {credit: examples.halfway, credit_options: {late_weight: 3.0}}}'`
+    (docs/credit-methods.md): the schema leaves credit_options untyped, the method's options dataclass types them."""
+    monkeypatch.syspath_prepend(str(REPO / "docs"))
+    overrides = {"methods": {"mine": {"credit": "examples.halfway", "credit_options": {"late_weight": "3.0"}}}}
+    config = override(raw("quick"), overrides)
+    assert config["methods"]["mine"]["credit_options"] == {"late_weight": 3.0}
+    assert Study.from_config(filled(config)).credits() == ["examples.halfway", "grpo"]
+    overrides["methods"]["mine"]["credit_options"]["late_weight"] = "3.0x"  # spells no number: refused by name
+    with pytest.raises(InputError, match=r"credit_options\.late_weight: expected float, got str '3\.0x'"):
+        Study.from_config(filled(override(raw("quick"), overrides)))
+
+
 def test_config_file_values_are_not_coerced() -> None:
     config = raw("default")
     config["evaluation"]["temperature"] = "0.7"
