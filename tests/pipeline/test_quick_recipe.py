@@ -3,7 +3,8 @@ alone, not the example file: `late_tokens` in a package of its own on PYTHONPATH
 option on the command line, through the real Snakemake with configs/quick.yaml. Sizes are cut further by
 `--config` overrides, as the page's `--config` allows, to keep the test's CI time small.
 
-Slow: about a minute and a half on two idle CPU cores (one Snakemake study of 12 jobs)."""
+Slow: one Snakemake study of 12 jobs, about 2 min of CPU in all (measured: 118 s, Snakemake and its jobs), so
+about 60-80 s on two idle CPU cores."""
 
 from __future__ import annotations
 
