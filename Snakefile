@@ -432,10 +432,13 @@ rule aggregate:
     params:
         tables_dir=lambda wildcards, output: os.path.dirname(output.tables[0]),
         figures_dir=lambda wildcards, output: os.path.dirname(output.figures[0]),
-        code=source_digest("pipeline.aggregate"),
+        credits=shlex.join(STUDY.credits()),
+        # the credit methods' modules declare the headline statistics the training curves lead with
+        code=source_digest("pipeline.aggregate", *STUDY.credit_modules()),
     shell:
         "python -m pipeline.aggregate --samples {input.samples:q} --train-metrics {input.metrics:q}"
-        " --out-dir {params.tables_dir:q} --figures-dir {params.figures_dir:q} > {log:q} 2>&1"
+        " --out-dir {params.tables_dir:q} --figures-dir {params.figures_dir:q} --credit-methods {params.credits}"
+        " > {log:q} 2>&1"
 
 
 def significance_samples(wildcards):

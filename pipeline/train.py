@@ -81,7 +81,7 @@ from datasets import Dataset
 from transformers import ProgressCallback
 
 from pipeline.code_digest import module_digests
-from pipeline.credit.method import credit_module_name
+from pipeline.credit.method import credit_module
 from pipeline.file_digest import file_digest, model_identity
 from pipeline.grpo_config import GrailGRPOConfig, merge_specs, split_options
 from pipeline.io import atomic_write_text, export_model, publish_directory, read_jsonl, run_cli
@@ -294,7 +294,7 @@ def run_fingerprint(args: argparse.Namespace, merged: dict[str, Any], config: Gr
         processes=int(os.environ.get("WORLD_SIZE", "1")),  # set by the launcher for every process of a run
         data_digest=file_digest(args.data),
         model=model_identity(args.model, args.model_revision),
-        code=module_digests("pipeline.train", "pipeline.launch", credit_module_name(config.credit)),
+        code=module_digests("pipeline.train", "pipeline.launch", credit_module(config.credit)),
         libraries=library_versions() if args.fingerprint_libraries else None,
     )
     return fingerprint_record(components)

@@ -27,9 +27,9 @@ fi
 ruff check .
 ruff format --check .
 snakefmt --check .
-# Snakemake's linter on the default, the paper's and the SmolLM2 study, from a scratch directory (it writes .snakemake/ there).
+# Snakemake's linter on the default, paper, SmolLM2, ablations and quick studies, from a scratch directory (it writes .snakemake/ there).
 lint_dir="$(mktemp -d)"
-for study in configs/default.yaml configs/paper.yaml configs/smol.yaml configs/ablations.yaml; do
+for study in configs/default.yaml configs/paper.yaml configs/smol.yaml configs/ablations.yaml configs/quick.yaml; do
   PYTHONPATH="$PWD" snakemake --snakefile "$PWD/Snakefile" --directory "$lint_dir" --configfile "$PWD/$study" --lint
 done
 rm -rf "$lint_dir"
