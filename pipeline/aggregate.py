@@ -12,6 +12,9 @@ Outputs (each written atomically):
 - ``summary.csv`` / ``summary.xlsx`` (sheet "summary": numbers; sheet "formatted": text cells) / ``summary.md``:
   one row per (model, method, checkpoint), the baseline ``base``/``start`` first; per benchmark acc@n and pass@n
   (n = the largest k with a pass@k), mean and std over seeds;
+- ``variance.csv`` / ``variance.md``: per (model, method, checkpoint, benchmark) the variance components of
+  per-sample correctness, between training seeds, between items, seed x item and sampling
+  (``pipeline.variance``);
 - figures ``scores_by_benchmark.png``, ``training_curves.png`` (reward and each credit method's headline
   statistics) and ``training_diagnostics.png`` (reward and the methods' other statistics).
 """
@@ -47,7 +50,8 @@ from pipeline.layout import (
     TRAINING_CURVES_FIGURE,
     TRAINING_DIAGNOSTICS_FIGURE,
 )
-from pipeline.metrics import score_benchmark
+from pipeline.metrics import group_by_item, score_items
+from pipeline.variance import VARIANCE_NOTE, ItemCounts, variance_markdown, variance_table
 
 SCORE_COLUMNS = ["model", "method", "seed", "checkpoint", "benchmark", "metric", "value"]
 AVERAGE_BENCHMARKS = ("average", "weighted_average")
@@ -106,22 +110,26 @@ def parse_run_path(path: str | Path) -> RunKey:
     return RunKey(parts[-4], parts[-3], _seed(parts[-2], path, RUN_LAYOUT))
 
 
-def score_files(paths: list[str]) -> pd.DataFrame:
-    """Long-format scores (SCORE_COLUMNS) of every samples file; a repeated key is refused."""
+def score_files(paths: list[str]) -> tuple[pd.DataFrame, list[tuple[SamplesKey, ItemCounts]]]:
+    """Long-format scores (SCORE_COLUMNS) of every samples file, and each file's per-item counts (the variance
+    table's input); a repeated key is refused."""
     rows: list[dict[str, Any]] = []
+    counts: list[tuple[SamplesKey, ItemCounts]] = []
     seen: dict[SamplesKey, str] = {}
     for path in tqdm(paths, desc="scoring", unit="file", file=sys.stderr):
         key = parse_samples_path(path)
         if key in seen:
             raise InputError(f"{path}: same model/method/seed/checkpoint/benchmark as {seen[key]}")
         seen[key] = path
-        scores = score_benchmark(read_jsonl(path), source=str(path))
+        items = group_by_item(read_jsonl(path), source=str(path))
+        scores = score_items(items)
+        counts.append((key, ItemCounts.from_items(items)))
         if scores["samples"] != scores["items"] * _label_n(scores):
             print(
                 f"warning: {path}: items have different sample counts; pass@k only up to the smallest", file=sys.stderr
             )
         rows.extend({**key._asdict(), "metric": metric, "value": float(value)} for metric, value in scores.items())
-    return pd.DataFrame(rows, columns=SCORE_COLUMNS)
+    return pd.DataFrame(rows, columns=SCORE_COLUMNS), counts
 
 
 def _label_n(scores: dict[str, float | int]) -> int:
@@ -409,11 +417,21 @@ def plot_training_curves(curves: dict[RunKey, pd.DataFrame], path: Path, diagnos
     _save_figure(training_curves_figure(curves, ["reward", *rest]), diagnostics_path)
 
 
-def write_outputs(scores: pd.DataFrame, curves: dict[RunKey, pd.DataFrame], out_dir: Path, figures_dir: Path) -> None:
-    """scores.csv, summary.{csv,md,xlsx} under ``out_dir``; the two PNG figures under ``figures_dir``."""
+def write_outputs(
+    scores: pd.DataFrame,
+    variance: pd.DataFrame,
+    curves: dict[RunKey, pd.DataFrame],
+    out_dir: Path,
+    figures_dir: Path,
+) -> None:
+    """scores.csv, summary.{csv,md,xlsx} and variance.{csv,md} under ``out_dir``; the PNG figures under
+    ``figures_dir``."""
     table = summary_table(scores)
     with atomic_path(out_dir / "scores.csv") as temporary:
         scores.to_csv(temporary, index=False)
+    with atomic_path(out_dir / "variance.csv") as temporary:
+        variance.to_csv(temporary, index=False)
+    atomic_write_text(out_dir / "variance.md", VARIANCE_NOTE + "\n\n" + variance_markdown(variance))
     with atomic_path(out_dir / "summary.csv") as temporary:
         _flat_columns(table).to_csv(temporary, index=False)
     atomic_write_text(out_dir / "summary.md", summary_markdown(table))
@@ -431,8 +449,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out-dir", type=Path, required=True, help="directory for scores.csv and summary.*")
     parser.add_argument("--figures-dir", type=Path, required=True, help="directory for the PNG figures")
     args = parser.parse_args(argv)
-    scores = add_averages(score_files(args.samples))
-    write_outputs(scores, load_training_curves(args.train_metrics), args.out_dir, args.figures_dir)
+    scores, counts = score_files(args.samples)
+    curves = load_training_curves(args.train_metrics)
+    write_outputs(add_averages(scores), variance_table(counts), curves, args.out_dir, args.figures_dir)
 
 
 if __name__ == "__main__":

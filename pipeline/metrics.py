@@ -81,7 +81,13 @@ def _run_accuracies(correct_by_item: list[list[bool]]) -> list[float]:
 
 
 def score_benchmark(samples: list[dict[str, Any]], source: str = "samples") -> dict[str, float | int]:
-    """Metrics of one benchmark from its per-sample rows (``source`` names the input in error messages).
+    """Metrics of one benchmark from its per-sample rows (``source`` names the input in error messages):
+    ``score_items`` of ``group_by_item``."""
+    return score_items(group_by_item(samples, source))
+
+
+def score_items(items: dict[str, list[dict[str, Any]]]) -> dict[str, float | int]:
+    """Metrics of one benchmark from its validated rows grouped by item (``group_by_item``).
 
     With items i = 1..m, n_i samples and c_i correct ones, n = min_i n_i:
     - ``acc@n`` = (1/m) sum_i c_i / n_i  (mean over items of the item's mean correctness; each item uses all
@@ -96,7 +102,6 @@ def score_benchmark(samples: list[dict[str, Any]], source: str = "samples") -> d
     - ``run_acc_mean`` / ``run_acc_std`` = mean and population std (ddof 0) of the per-run accuracies
       (run j = j-th sample of every item with at least j+1 samples; spec 6.4, docs/spec.md).
     """
-    items = group_by_item(samples, source)
     correct_by_item = [[bool(row["correct"]) for row in rows] for rows in items.values()]
     n = min(len(c) for c in correct_by_item)
     m = len(correct_by_item)
