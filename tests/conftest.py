@@ -1,8 +1,11 @@
 """Suite-wide settings: skips fail under CI (below); Hypothesis without its per-example deadline (a loaded
 2-core CI machine runs some examples past 200 ms, which says nothing about correctness), and derandomized under
-CI so that a CI run is reproducible; the session's one converted SmolLM2 model. Tests marked ``vllm`` run a real
-vLLM engine: without vllm they skip, which under ``CI=true`` is a failure (CI installs it with
-``scripts/install.sh --dev --vllm``)."""
+CI so that a CI run is reproducible; the session's one converted SmolLM2 model; the one finished CI study that every
+test reading a finished study shares. Tests marked ``vllm`` run a real vLLM engine: without vllm they skip, which
+under ``CI=true`` is a failure (CI installs it with ``scripts/install.sh --dev --vllm``).
+
+The suite runs under pytest-xdist (``scripts/test.sh``): what several tests read is built once per test run, not once
+per worker (tests/shared_studies.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
+
+from tests.shared_studies import RUN_DIR_VARIABLE, run_ci_study, shared_artifact
 
 settings.register_profile("local", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True)
@@ -63,3 +68,37 @@ def study_directory(request: pytest.FixtureRequest) -> Iterator[Path]:
     directory = Path(tempfile.mkdtemp(prefix=f"grail_{request.module.__name__.rpartition('.')[2]}_"))
     yield directory
     shutil.rmtree(directory, ignore_errors=True)
+
+
+_owned_run_dir = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller (or a run without xdist) makes the run's shared directory; workers inherit it."""
+    if not hasattr(config, "workerinput") and RUN_DIR_VARIABLE not in os.environ:
+        os.environ[RUN_DIR_VARIABLE] = tempfile.mkdtemp(prefix="grail_test_run_")
+        config.stash[_owned_run_dir] = Path(os.environ[RUN_DIR_VARIABLE])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Shared studies take hundreds of MB: remove the run's directory whether the run passed or failed."""
+    owned = config.stash.get(_owned_run_dir, None)
+    if owned is not None:
+        shutil.rmtree(owned, ignore_errors=True)
+        os.environ.pop(RUN_DIR_VARIABLE, None)
+
+
+@pytest.fixture(scope="session")
+def finished_ci_study() -> Path:
+    """The working directory of a finished CI study, run once per test run and shared by every test that only
+    reads a finished study (the end-to-end checks, the comparison with the Slurm run, the rerun plans). Read only:
+    a test that reruns or edits anything works on ``ci_study_copy``."""
+    return shared_artifact("ci_study", run_ci_study)
+
+
+@pytest.fixture
+def ci_study_copy(finished_ci_study: Path, tmp_path: Path) -> Path:
+    """A private copy of the finished CI study (tens of MB: a second or two) that a test may rerun or mutate."""
+    copy = tmp_path / "study"
+    shutil.copytree(finished_ci_study, copy, symlinks=True)
+    return copy

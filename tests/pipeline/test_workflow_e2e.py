@@ -9,12 +9,10 @@ from __future__ import annotations
 import ast
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,21 +21,11 @@ import pytest
 import yaml
 
 from pipeline.config import Study, canonical_json, load_config
+from tests.shared_studies import CI_CONFIG, CI_CONFIG_FILES, EXAMPLES_DIR, PLUGIN_CONFIG, REPO, with_examples
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-CI_CONFIG = Path(__file__).resolve().parent / "configs" / "ci.yaml"
-PLUGIN_CONFIG = CI_CONFIG.with_name("ci_plugin.yaml")  # adds docs/examples/halfway.py as `examples.halfway`
-CONFIG_FILES = ("--configfile", str(CI_CONFIG), str(PLUGIN_CONFIG))
-EXAMPLES_DIR = REPO / "docs"
-
-
-def with_examples(*paths: Path) -> dict[str, str]:
-    """The environment with ``paths`` and docs/ (where ``examples.halfway`` lives) on PYTHONPATH."""
-    entries = [*map(str, paths), str(EXAMPLES_DIR), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(entry for entry in entries if entry)}
-
+CONFIG_FILES = CI_CONFIG_FILES
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SIGNIFICANCE_KEYS = {"method_a", "method_b", "metric", "n", "statistic", "p_value", "alternative", "test"}
@@ -67,15 +55,10 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Study]:
         yield Study.from_config(load_config(merged))
 
 
-@pytest.fixture(scope="module")
-def workdir(study_directory: Path) -> Path:
-    """A full run of the CI study (every rule)."""
-    directory = study_directory
-    started = time.monotonic()
-    result = snakemake(directory, "--cores", "2", *CONFIG_FILES)
-    print(f"CI study: {time.monotonic() - started:.0f} s wall")
-    assert result.returncode == 0, result.stderr[-5000:]
-    return directory
+@pytest.fixture
+def workdir(finished_ci_study: Path) -> Path:
+    """The CI study, finished (every rule): read only."""
+    return finished_ci_study
 
 
 def test_every_rule_ran(workdir: Path, study: Study) -> None:
@@ -282,10 +265,9 @@ def test_grader_change_reruns_training_and_evaluation_not_data(workdir: Path, st
     assert not {"prepare_data", "warmup"} & set(counts), counts
 
 
-def test_accepted_code_change_reruns_nothing_and_shows_in_the_report(workdir: Path, tmp_path: Path) -> None:
+def test_accepted_code_change_reruns_nothing_and_shows_in_the_report(ci_study_copy: Path, tmp_path: Path) -> None:
     """On a copy of the finished study: --accept re-records the digests; only the report reruns, and says so."""
-    study_copy = tmp_path / "study"
-    shutil.copytree(workdir, study_copy, symlinks=True)
+    study_copy = ci_study_copy
     code = code_copy(tmp_path, {"pipeline/metrics.py": "\nREVIEWED = 1\n"})
     output = why_rerun(code, study_copy, "--accept")
     assert "accepted the code change of 3 jobs" in output  # aggregate, significance, report
