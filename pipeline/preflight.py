@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from pipeline import cluster, cost
+from pipeline import cluster, cost, power
 from pipeline.benchmarks import SOURCE_FORMATS
 from pipeline.config import Study, check_config_schema
 from pipeline.io import InputError, atomic_write_json, run_cli
@@ -45,6 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCHEMA = REPO / "configs" / "schema.yaml"
 DEEPMATH_DEFAULTS = {"hub_id": "trl-lib/DeepMath-103K", "revision": "main"}  # pipeline.prepare_data's defaults
 COMPUTE_JOB_SECONDS = 40
+PREFLIGHT_REPLICATIONS = 1000  # simulated studies for the power summary line (pipeline.power)
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,11 @@ def parse_plan(dry_run: str) -> list[cost.PlannedJob]:
     return [job for job in jobs if job.rule != "all"]
 
 
-def plan(profile: Path, configfile: Path, extra: list[str]) -> list[cost.PlannedJob]:
-    """Every job of the study with the profile applied (a dry run in an empty directory)."""
+def plan(profile: Path | None, configfile: Path, extra: list[str]) -> list[cost.PlannedJob]:
+    """Every job of the study with the profile applied, if any (a dry run in an empty directory)."""
     with tempfile.TemporaryDirectory(prefix="grail-preflight-") as empty:
-        command = ["snakemake", "-n", "--profile", str(profile.resolve()), "--configfile", str(configfile.resolve())]
+        command = ["snakemake", "-n", "--configfile", str(configfile.resolve())]
+        command += ["--profile", str(profile.resolve())] if profile else []
         command += ["--snakefile", str(REPO / "Snakefile"), "--directory", empty, *extra]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
     if result.returncode != 0:
@@ -589,11 +591,22 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{'':<9}fix: {check.fix}")
     print()
     print(cost_table(estimate_))
+    design, _, _ = power.configured_design(args.configfile)
+    assessment = power.assess(
+        design, power.default_variance(), power.PAPER_EFFECT, PREFLIGHT_REPLICATIONS, 0, estimate_["gpu_hours"]
+    )
+    print(power.summary_line(assessment, power.PAPER_EFFECT, "documented defaults"))
     failed = [check.name for check in checks if check.status == "fail"]
     print(f"\npreflight: {len(failed)} failed of {len(checks)} checks in {time.monotonic() - start:.0f} s")
     if args.json:
         atomic_write_json(
-            args.json, {"checks": [asdict(check) for check in checks], "cost": estimate_, "ok": not failed}
+            args.json,
+            {
+                "checks": [asdict(check) for check in checks],
+                "cost": estimate_,
+                "power": {key: value for key, value in asdict(assessment).items() if key != "design"},
+                "ok": not failed,
+            },
         )
     if failed:
         raise SystemExit(1)
