@@ -384,7 +384,8 @@ def table_lines(assessments: list[Assessment], effect: float) -> list[str]:
     lines.append(
         f"One-sided tests at alpha = {ALPHA}. false positives: the rate at which each test rejects when the "
         f"methods do not differ (nominal {ALPHA}); power: for an effect of {100 * effect:+.1f} points; MDE: the "
-        f"smallest effect with {100 * TARGET_POWER:.0f} % power ("never": not even {100 * MAX_EFFECT:.0f} points, the test cannot reach alpha with this design). paper: the exact Wilcoxon over (model, benchmark) "
+        f"smallest effect with {100 * TARGET_POWER:.0f} % power ('never': not even {100 * MAX_EFFECT:.0f} points, "
+        "the test cannot reach alpha with this design). paper: the exact Wilcoxon over (model, benchmark) "
         "cells; seed-aware: the permutation test over runs within models. A test whose false-positive rate is "
         "above alpha buys its power with false positives."
     )
