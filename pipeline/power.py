@@ -53,7 +53,7 @@ from pipeline.aggregate import parse_samples_path
 from pipeline.io import InputError, read_jsonl, run_cli
 from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT
 from pipeline.metrics import group_by_item
-from pipeline.seed_aware import split_weights, stratified_permutation_pvalues
+from pipeline.seed_aware import stratified_permutation_pvalues
 from pipeline.variance import ItemCounts, variance_table
 
 ALPHA = 0.05
@@ -172,12 +172,9 @@ def seed_aware_pvalues(runs: np.ndarray, effect: float, seed: int) -> np.ndarray
     """Per simulated study, the one-sided permutation p over runs within models of the average d over cells."""
     shifted = _with_effect(runs, effect)
     seeds, cells = runs.shape[-1], runs.shape[1] * runs.shape[2]
-    weights = split_weights(seeds, seeds)  # (labellings, 2 seeds): A's runs first
-    summed = shifted.sum(axis=2).reshape(len(runs), runs.shape[1], 2 * seeds)  # over benchmarks
-    contributions = [summed[:, k] @ weights.T / cells for k in range(runs.shape[1])]
-    p_values, _ = stratified_permutation_pvalues(
-        contributions, "greater", PERMUTATION_DRAWS, np.random.default_rng(seed)
-    )
+    summed = shifted.sum(axis=2).reshape(len(runs), runs.shape[1], 2 * seeds) / cells  # over benchmarks, A first
+    strata = [(summed[:, model], seeds) for model in range(runs.shape[1])]
+    p_values, _ = stratified_permutation_pvalues(strata, "greater", PERMUTATION_DRAWS, np.random.default_rng(seed))
     return p_values
 
 

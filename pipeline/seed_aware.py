@@ -41,6 +41,7 @@ import numpy as np
 from scipy import stats
 
 from pipeline.io import InputError
+from pipeline.variance import run_item_variance
 
 SEED_BOOTSTRAP_TEST = "seed_bootstrap"
 SEED_PERMUTATION_TEST = "seed_permutation"
@@ -127,58 +128,73 @@ def _item_weights(index: np.ndarray, items: int) -> np.ndarray:
     return np.bincount(flat, minlength=batch * items).reshape(batch, items) / items
 
 
-def _run_scores(cells: Sequence[Cell], seeds: dict, items: dict, batch: int) -> tuple[list, list]:
-    """Per cell, the resampled run scores of A and B, each (batch, runs): runs drawn by ``seeds[(model, side)]``,
-    items by ``items[benchmark]`` (identity where absent)."""
-    weights = {benchmark: _item_weights(index, index.shape[1]) for benchmark, index in items.items()}
-    scores_a, scores_b = [], []
-    for cell in cells:
-        for side, runs, out in (("a", cell.a, scores_a), ("b", cell.b, scores_b)):
-            if cell.benchmark in weights:
-                per_run = weights[cell.benchmark] @ runs.accuracy.T  # (batch, runs)
-            else:
-                per_run = np.repeat(runs.scores[None, :], batch, axis=0)
-            seed_index = seeds.get((cell.model, side))
-            out.append(per_run if seed_index is None else np.take_along_axis(per_run, seed_index, axis=1))
-    return scores_a, scores_b
+def inflated(scores: np.ndarray) -> np.ndarray:
+    """mean + sqrt(S / (S - 1)) (scores - mean): runs whose resampled mean has the unbiased variance s^2 / S (the
+    plain bootstrap's is (S - 1) / S of it, half of it with 2 runs); unchanged with one run."""
+    if len(scores) < 2:
+        return scores
+    return scores.mean() + math.sqrt(len(scores) / (len(scores) - 1)) * (scores - scores.mean())
+
+
+def item_term(cell: Cell) -> tuple[np.ndarray, float]:
+    """(lambda (delta_i - mean delta), lambda): the per-item differences of the run means, shrunk to the part that
+    does not come from the runs' own item noise (module docstring)."""
+    delta = cell.a.accuracy.mean(axis=0) - cell.b.accuracy.mean(axis=0)
+    spread = float(delta.var(ddof=1)) if len(delta) > 1 else 0.0
+    noise = sum(run_item_variance(runs.accuracy) / len(runs.seeds) for runs in (cell.a, cell.b) if len(runs.seeds) > 1)
+    shrink = math.sqrt(max(0.0, 1.0 - noise / spread)) if spread > 0 else 0.0
+    return shrink * (delta - delta.mean()), shrink
 
 
 def hierarchical_bootstrap(
     cells: Sequence[Cell], resamples: int, confidence: float, seed: int | list[int]
 ) -> BootstrapResult:
     """The stratified bootstrap of the module docstring over runs and items, for every cell and the study."""
-    strata_seeds = sorted(
-        {(cell.model, side): len(getattr(cell, side).seeds) for cell in cells for side in "ab"}.items()
-    )
-    seed_keys = [key for key, count in strata_seeds if count > 1]
+    strata = sorted({(cell.model, side): len(getattr(cell, side).seeds) for cell in cells for side in "ab"}.items())
+    seed_keys = [key for key, count in strata if count > 1]
     item_counts = dict(sorted({cell.benchmark: len(cell.a.items) for cell in cells}.items()))
     item_keys = [benchmark for benchmark, count in item_counts.items() if count > 1]
-    data = [np.arange(count) for key, count in strata_seeds if count > 1]
+    data = [np.arange(count) for _, count in strata if count > 1]
     data += [np.arange(item_counts[benchmark]) for benchmark in item_keys]
-    largest = max(len(getattr(cell, side).seeds) * len(cell.a.items) for cell in cells for side in "ab")
+    if not data:
+        raise InputError("no run or item to resample")
+    residuals = [item_term(cell)[0] for cell in cells]
+    run_scores = [(inflated(cell.a.scores), inflated(cell.b.scores)) for cell in cells]
+    largest = max(item_counts.values())
 
     def statistic(*indices: np.ndarray, axis: int = -1) -> np.ndarray:
         shape = indices[0].shape[:-1]
         flat = [index.reshape(-1, index.shape[-1]) for index in indices]
         batch = flat[0].shape[0]
         seeds = dict(zip(seed_keys, flat[: len(seed_keys)], strict=True))
-        items = dict(zip(item_keys, flat[len(seed_keys) :], strict=True))
-        scores_a, scores_b = _run_scores(cells, seeds, items, batch)
-        differences = np.stack([a.mean(axis=1) - b.mean(axis=1) for a, b in zip(scores_a, scores_b, strict=True)])
-        improvement = np.stack([probability_of_improvement(a, b) for a, b in zip(scores_a, scores_b, strict=True)])
+        weights = {
+            key: _item_weights(index, item_counts[key])
+            for key, index in zip(item_keys, flat[len(seed_keys) :], strict=True)
+        }
+        differences, improvements = [], []
+        for cell, residual, pair in zip(cells, residuals, run_scores, strict=True):
+            shift = weights[cell.benchmark] @ residual if cell.benchmark in weights else np.zeros(batch)
+            scores = []
+            for side, values in zip("ab", pair, strict=True):
+                runs = np.broadcast_to(values, (batch, len(values)))
+                index = seeds.get((cell.model, side))
+                scores.append(runs if index is None else np.take_along_axis(runs, index, axis=1))
+            a, b = scores[0] + shift[:, None], scores[1]
+            differences.append(a.mean(axis=1) - b.mean(axis=1))
+            improvements.append(probability_of_improvement(a, b))
+        differences, improvements = np.stack(differences), np.stack(improvements)
         out = np.concatenate(
-            [differences, differences.mean(axis=0, keepdims=True), improvement, improvement.mean(0, keepdims=True)]
+            [differences, differences.mean(0, keepdims=True), improvements, improvements.mean(0, keepdims=True)]
         )
         return out.reshape(out.shape[0], *shape)
 
-    if not data:
-        raise InputError("no run or item to resample")
     observed = statistic(*data)
+    point = _point_estimates(cells)  # P(A > B) of the runs' own scores (the inflated ones may order differently)
     result = stats.bootstrap(
         data,
         statistic,
         n_resamples=resamples,
-        batch=max(1, BOOTSTRAP_BATCH_CELLS // largest),
+        batch=max(1, BOOTSTRAP_BATCH_CELLS // (largest * len(cells))),
         vectorized=True,
         paired=False,
         confidence_level=confidence,
@@ -190,9 +206,8 @@ def hierarchical_bootstrap(
     centred = np.abs(distribution[:half] - observed[:half, None])
     extreme = (centred >= np.abs(observed[:half, None]) - 1e-12).sum(axis=1)
     low, high = result.confidence_interval
-    point = _point_estimates(cells)  # the same values, without the float round-off of the weighted sums
     return BootstrapResult(
-        difference=point.difference,
+        difference=observed[:half],
         ci_low=low[:half],
         ci_high=high[:half],
         p_value=(1 + extreme) / (resamples + 1),
@@ -217,13 +232,22 @@ def cell_permutation_pvalue(x: np.ndarray, y: np.ndarray) -> float:
 def split_weights(runs_a: int, runs_b: int) -> np.ndarray:
     """Every labelling of runs_a + runs_b runs as A or B (rows; the observed one, A first, is row 0): weight
     1/runs_a for a run labelled A and -1/runs_b for one labelled B, so weights @ scores = mean_A - mean_B."""
-    total = runs_a + runs_b
-    rows = []
-    for chosen in itertools.combinations(range(total), runs_a):
-        row = np.full(total, -1.0 / runs_b)
-        row[list(chosen)] = 1.0 / runs_a
-        rows.append(row)
+    rows = [_labelling(runs_a, runs_b, chosen) for chosen in itertools.combinations(range(runs_a + runs_b), runs_a)]
     return np.array(rows)
+
+
+def _labelling(runs_a: int, runs_b: int, chosen: Iterable[int]) -> np.ndarray:
+    row = np.full(runs_a + runs_b, -1.0 / runs_b)
+    row[list(chosen)] = 1.0 / runs_a
+    return row
+
+
+def random_split_weights(runs_a: int, runs_b: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """``draws`` labellings drawn uniformly (each a random set of runs_a runs labelled A), as ``split_weights``."""
+    chosen = rng.random((draws, runs_a + runs_b)).argsort(axis=1)[:, :runs_a]
+    weights = np.full((draws, runs_a + runs_b), -1.0 / runs_b)
+    np.put_along_axis(weights, chosen, 1.0 / runs_a, axis=1)
+    return weights
 
 
 def arrangements(runs: Iterable[tuple[int, int]]) -> int:
@@ -232,38 +256,33 @@ def arrangements(runs: Iterable[tuple[int, int]]) -> int:
 
 
 def stratified_permutation_pvalues(
-    contributions: Sequence[np.ndarray], alternative: str, draws: int, rng: np.random.Generator
+    strata: Sequence[tuple[np.ndarray, int]], alternative: str, draws: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, bool]:
-    """p-values of T = sum_k contributions[k][..., 0] against its distribution when each stratum k independently
-    takes any of its labellings (the columns of contributions[k], shape (replications, labellings_k)).
+    """p-values of T = sum_k (mean of stratum k's A runs - mean of its B runs) against T's distribution over the
+    labellings of the runs within each stratum; a stratum is (scores, runs_a): scores (replications, runs), the
+    runs_a runs of A first.
 
-    Exact when prod_k labellings_k <= EXACT_ARRANGEMENTS (then returns exact=True), else ``draws`` random
-    labellings: p = (1 + #{T* as or more extreme}) / (draws + 1). greater: P(T* >= T); less: P(T* <= T);
-    two-sided: min(1, 2 min(greater, less)).
+    Exact over every labelling when there are at most EXACT_ARRANGEMENTS (then exact=True), else over ``draws``
+    labellings drawn uniformly: p = (1 + #{T* as or more extreme}) / (draws + 1). greater: P(T* >= T); less:
+    P(T* <= T); two-sided: min(1, 2 min(greater, less)).
     """
-    observed = sum(c[:, 0] for c in contributions)
+    weights = [(_labelling(a, s.shape[1] - a, range(a)), a, s.shape[1] - a) for s, a in strata]
+    observed = sum(s @ w for (s, _), (w, _, _) in zip(strata, weights, strict=True))
     tolerance = 1e-12 * max(1.0, float(np.abs(observed).max()))
-    total = math.prod(c.shape[1] for c in contributions)
-    exact = total <= EXACT_ARRANGEMENTS
-    greater = np.empty(len(observed))
-    less = np.empty(len(observed))
-    chunk = max(1, 4_000_000 // (total if exact else draws))
-    for start in range(0, len(observed), chunk):
-        rows = slice(start, start + chunk)
-        if exact:
-            null = np.zeros((len(observed[rows]), 1))
-            for c in contributions:
-                null = (null[:, :, None] + c[rows][:, None, :]).reshape(len(null), -1)
-            count = null.shape[1]
-            offset = 0
-        else:
-            null = sum(
-                np.take_along_axis(c[rows], rng.integers(0, c.shape[1], size=(len(c[rows]), draws)), axis=1)
-                for c in contributions
-            )
-            count, offset = draws, 1
-        greater[rows] = ((null >= observed[rows, None] - tolerance).sum(axis=1) + offset) / (count + offset)
-        less[rows] = ((null <= observed[rows, None] + tolerance).sum(axis=1) + offset) / (count + offset)
+    exact = arrangements((a, b) for _, a, b in weights) <= EXACT_ARRANGEMENTS
+    if exact:
+        null = np.zeros((len(observed), 1))
+        for (scores, _), (_, a, b) in zip(strata, weights, strict=True):
+            null = (null[:, :, None] + (scores @ split_weights(a, b).T)[:, None, :]).reshape(len(null), -1)
+        count, offset = null.shape[1], 0
+    else:
+        null = sum(
+            scores @ random_split_weights(a, b, draws, rng).T
+            for (scores, _), (_, a, b) in zip(strata, weights, strict=True)
+        )
+        count, offset = draws, 1
+    greater = ((null >= observed[:, None] - tolerance).sum(axis=1) + offset) / (count + offset)
+    less = ((null <= observed[:, None] + tolerance).sum(axis=1) + offset) / (count + offset)
     if alternative == "greater":
         return greater, exact
     if alternative == "less":
@@ -271,16 +290,15 @@ def stratified_permutation_pvalues(
     return np.minimum(1.0, 2 * np.minimum(greater, less)), exact
 
 
-def study_permutation_contributions(cells: Sequence[Cell]) -> list[np.ndarray]:
-    """Per model, each labelling's contribution to the average of d over all cells, shape (1, labellings)."""
-    contributions = []
+def study_permutation_strata(cells: Sequence[Cell]) -> list[tuple[np.ndarray, int]]:
+    """Per model, its runs' scores summed over its benchmarks and divided by the number of cells (A's runs first),
+    shape (1, runs): the strata whose T is the average of d over all cells."""
+    strata = []
     for model in dict.fromkeys(cell.model for cell in cells):
         mine = [cell for cell in cells if cell.model == model]
-        runs_a, runs_b = len(mine[0].a.seeds), len(mine[0].b.seeds)
-        # each run's scores summed over this model's benchmarks, A's runs first
         summed = sum(np.concatenate([cell.a.scores, cell.b.scores]) for cell in mine)
-        contributions.append((split_weights(runs_a, runs_b) @ summed)[None, :] / len(cells))
-    return contributions
+        strata.append((summed[None, :] / len(cells), len(mine[0].a.seeds)))
+    return strata
 
 
 def comparison_seed(seed: int, *names: str) -> list[int]:
@@ -394,8 +412,8 @@ def seed_aware_rows(
         count = arrangements((len(cell.a.seeds), len(cell.b.seeds)) for cell in first_cells)
         if count > 1:
             rng = np.random.default_rng(comparison_seed(seed, SEED_PERMUTATION_TEST, method_a, method_b))
-            contributions = study_permutation_contributions(cells)
-            p_values, exact = stratified_permutation_pvalues(contributions, "two-sided", resamples, rng)
+            strata = study_permutation_strata(cells)
+            p_values, exact = stratified_permutation_pvalues(strata, "two-sided", resamples, rng)
             rows.append(
                 {
                     **study,

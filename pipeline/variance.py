@@ -131,8 +131,7 @@ def components(correct: np.ndarray, samples: np.ndarray) -> Components:
     if seeds == 1:
         return Components(math.nan, positive((ms_item - floor) / n), math.nan, within, seeds, items, n)
     ms_seed = items * n * float(((seed_means - grand) ** 2).sum()) / (seeds - 1)
-    residual = cells - seed_means[:, None] - item_means[None, :] + grand
-    ms_inter = n * float((residual**2).sum()) / ((seeds - 1) * (items - 1))
+    ms_inter = n * run_item_variance(cells)
     return Components(
         seed=positive((ms_seed - ms_inter) / (items * n)),
         item=positive((ms_item - ms_inter) / (seeds * n)),
@@ -142,6 +141,15 @@ def components(correct: np.ndarray, samples: np.ndarray) -> Components:
         items=items,
         samples=n,
     )
+
+
+def run_item_variance(cells: np.ndarray) -> float:
+    """MS_inter / n of the (seeds x items) per-item accuracies: sum_si (p_si - p_s. - p_.i + p..)^2 / ((S - 1)
+    (m - 1)), an unbiased estimate of var_seed_item + var_sampling / n, the noise of one run's accuracy on one
+    item around the item's and the run's levels."""
+    seeds, items = cells.shape
+    residual = cells - cells.mean(axis=1, keepdims=True) - cells.mean(axis=0, keepdims=True) + cells.mean()
+    return float((residual**2).sum()) / ((seeds - 1) * (items - 1))
 
 
 def stack_seeds(by_seed: Mapping[int, ItemCounts], source: str) -> tuple[np.ndarray, np.ndarray]:
