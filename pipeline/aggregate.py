@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 import zlib
 from collections import defaultdict
@@ -50,7 +49,7 @@ from pipeline.layout import (
     TRAINING_CURVES_FIGURE,
     TRAINING_DIAGNOSTICS_FIGURE,
 )
-from pipeline.metrics import group_by_item, score_items
+from pipeline.metrics import SamplesKey, group_by_item, parse_samples_path, parse_seed, score_items
 from pipeline.variance import VARIANCE_NOTE, ItemCounts, variance_markdown, variance_table
 
 SCORE_COLUMNS = ["model", "method", "seed", "checkpoint", "benchmark", "metric", "value"]
@@ -65,17 +64,7 @@ SUMMARY_NOTE = (
     "`weighted_average` weights each benchmark by its item count."
 )
 METHOD_COLORS = {"base": "C7", "grpo": "C0", "oar_g": "C2", "grail": "C3"}
-SEED_PATTERN = re.compile(r"seed(-?\d+)")
-SAMPLES_LAYOUT = ".../MODEL/METHOD/seedS/CHECKPOINT/BENCHMARK.jsonl"
 RUN_LAYOUT = ".../MODEL/METHOD/seedS/metrics.jsonl"
-
-
-class SamplesKey(NamedTuple):
-    model: str
-    method: str
-    seed: int
-    checkpoint: str
-    benchmark: str
 
 
 class RunKey(NamedTuple):
@@ -84,30 +73,13 @@ class RunKey(NamedTuple):
     seed: int
 
 
-def _seed(component: str, path: Path, layout: str) -> int:
-    match = SEED_PATTERN.fullmatch(component)
-    if match is None:
-        raise InputError(f"{path}: path component '{component}' is not 'seed<integer>' (layout: {layout})")
-    return int(match.group(1))
-
-
-def parse_samples_path(path: str | Path) -> SamplesKey:
-    """(model, method, seed, checkpoint, benchmark) from ``.../MODEL/METHOD/seedS/CKPT/BENCHMARK.jsonl``."""
-    path = Path(path)
-    parts = path.parts
-    if len(parts) < 5 or path.suffix != ".jsonl":
-        raise InputError(f"{path}: samples path does not follow the layout {SAMPLES_LAYOUT}")
-    model, method, seed, checkpoint = parts[-5:-1]
-    return SamplesKey(model, method, _seed(seed, path, SAMPLES_LAYOUT), checkpoint, path.stem)
-
-
 def parse_run_path(path: str | Path) -> RunKey:
     """(model, method, seed) from ``.../MODEL/METHOD/seedS/metrics.jsonl``."""
     path = Path(path)
     parts = path.parts
     if len(parts) < 4 or path.name != METRICS_FILE:
         raise InputError(f"{path}: training metrics path does not follow the layout {RUN_LAYOUT}")
-    return RunKey(parts[-4], parts[-3], _seed(parts[-2], path, RUN_LAYOUT))
+    return RunKey(parts[-4], parts[-3], parse_seed(parts[-2], path, RUN_LAYOUT))
 
 
 def score_files(paths: list[str]) -> tuple[pd.DataFrame, list[tuple[SamplesKey, ItemCounts]]]:

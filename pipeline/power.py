@@ -49,10 +49,10 @@ import pandas as pd
 from scipy import stats
 
 from pipeline import cost
-from pipeline.aggregate import parse_samples_path
+from pipeline.config import Study, load_config
 from pipeline.io import InputError, read_jsonl, run_cli
 from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT
-from pipeline.metrics import group_by_item
+from pipeline.metrics import group_by_item, parse_samples_path
 from pipeline.seed_aware import stratified_permutation_pvalues
 from pipeline.variance import ItemCounts, variance_table
 
@@ -338,18 +338,18 @@ def seed_correlation(counts: list[tuple], table: pd.DataFrame) -> float | None:
 # --------------------------------------------------------------------------------------------- the CLI
 
 
-def configured_design(configfile: Path) -> tuple[Design, list[str], object]:
-    """The design of a config (its methods too) and its Study."""
-    from pipeline.preflight import benchmark_items, load_study
+def configured_design(configfile: Path) -> tuple[Design, list[str]]:
+    """The design of a config, and its methods."""
+    from pipeline.preflight import benchmark_items
 
-    _, study = load_study(configfile)
+    study = Study.from_config(load_config(configfile))
     items = {name: benchmark_items(name, spec) for name, spec in study.benchmarks.items()}
     unknown = [name for name, count in items.items() if not count]
     if unknown:
         raise InputError(f"{configfile}: the item count of benchmark(s) {', '.join(unknown)} is not known")
     samples = int(study.evaluation.spec["n_samples"])
     design = Design("configured", len(study.models), items, dict.fromkeys(items, samples), len(study.seeds))
-    return design, list(study.methods), study
+    return design, list(study.methods)
 
 
 def compared_pair(methods: list[str]) -> tuple[str, str]:
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.replications < 100:
         raise InputError("--replications: at least 100")
-    configured, methods, _ = configured_design(args.configfile)
+    configured, methods = configured_design(args.configfile)
     method_a, method_b = compared_pair(methods)
     variance = variance_model(args)
     jobs = None

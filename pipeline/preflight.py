@@ -591,7 +591,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{'':<9}fix: {check.fix}")
     print()
     print(cost_table(estimate_))
-    design, _, _ = power.configured_design(args.configfile)
+    design, _ = power.configured_design(args.configfile)
     assessment = power.assess(
         design, power.default_variance(), power.PAPER_EFFECT, PREFLIGHT_REPLICATIONS, 0, estimate_["gpu_hours"]
     )

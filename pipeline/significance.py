@@ -58,10 +58,10 @@ import pandas as pd
 from scipy import stats
 from tqdm import tqdm
 
-from pipeline.aggregate import AVERAGE_BENCHMARKS, parse_samples_path
+from pipeline.aggregate import AVERAGE_BENCHMARKS
 from pipeline.io import InputError, atomic_write_json, atomic_write_text, read_jsonl, run_cli
 from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT
-from pipeline.metrics import group_by_item
+from pipeline.metrics import group_by_item, parse_samples_path
 from pipeline.seed_aware import (
     ALL_MODELS,
     SEED_BOOTSTRAP_TEST,
