@@ -526,8 +526,13 @@ def seed_aware_key_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any
     return entries
 
 
+def _signed(value: float, digits: int = 1) -> str:
+    """+x.y, with 0 as +0.0 (never -0.0)."""
+    return f"{round(value, digits) + 0.0:+.{digits}f}"
+
+
 def _interval(low: float | None, high: float | None, scale: float = 100, digits: int = 1) -> str:
-    return "–" if low is None else f"[{scale * low:+.{digits}f}, {scale * high:+.{digits}f}]"
+    return "–" if low is None else f"[{_signed(scale * low, digits)}, {_signed(scale * high, digits)}]"
 
 
 def seed_aware_table(entries: list[dict[str, Any]]) -> str:
@@ -547,7 +552,7 @@ def seed_aware_table(entries: list[dict[str, Any]]) -> str:
             permutation = f"{_number(e['p_permutation'])} (min {_number(e['min_p'])})"
         lines.append(
             f"| {e['model']} | {e['benchmark']} | {e['comparison']} | {e['metric']} | {e['runs']} | "
-            f"{100 * e['difference']:+.1f} | {_interval(e['ci_low'], e['ci_high'])} | {improvement} | "
+            f"{_signed(100 * e['difference'])} | {_interval(e['ci_low'], e['ci_high'])} | {improvement} | "
             f"{permutation} | {_interval(e['items_ci_low'], e['items_ci_high'])} | {_number(e['p_items_holm'])} |"
         )
     return "\n".join(lines)
@@ -560,7 +565,7 @@ def seed_aware_sentence(entries: list[dict[str, Any]]) -> str | None:
         return None
     text = (
         f"**GRAIL vs GRPO, with training as random** ({study['metric']}, average over {study['items']} "
-        f"(model, benchmark) cells, {study['runs']} runs per model): {100 * study['difference']:+.1f} points"
+        f"(model, benchmark) cells, {study['runs']} runs per model): {_signed(100 * study['difference'])} points"
     )
     if study["ci_low"] is None:
         text += (
