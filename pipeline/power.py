@@ -392,12 +392,16 @@ def table_lines(assessments: list[Assessment], effect: float) -> list[str]:
 def summary_line(assessment: Assessment, effect: float, source: str) -> str:
     """The preflight's one line: both analyses' false-positive rate, power and minimum detectable effect for the
     configured design."""
+
+    def needed(mde: float | None) -> str:
+        return "no effect (p <= alpha is out of reach)" if mde is None else f"{100 * mde:.1f} points"
+
     return (
         f"power ({source}): for {100 * effect:+.1f} points, {assessment.power_paper:.2f} with the paper's "
         f"Wilcoxon (false positives {assessment.size_paper:.2f} at alpha {ALPHA}), {assessment.power_seed_aware:.2f} "
         f"with the seed-aware test ({assessment.size_seed_aware:.2f}); {100 * TARGET_POWER:.0f} % power needs "
-        f"{_points(assessment.mde_paper)} / {_points(assessment.mde_seed_aware)} points "
-        "(python -m pipeline.power for alternatives)"
+        f"{needed(assessment.mde_paper)} and {needed(assessment.mde_seed_aware)}; python -m pipeline.power for "
+        "alternatives"
     )
 
 

@@ -13,7 +13,9 @@ compute node writes a token into the results directory that this side reads back
 model and dataset revision is in the Hugging Face cache (jobs run with HF_HUB_OFFLINE=1 on offline nodes); the
 disk holds the study's checkpoints and samples. Kubernetes: the profile's image is the one containers/build.sh
 pushes, the namespace exists and some node offers the GPU resource (via the current kubectl context), the
-storage prefix is set. docs/cluster.md describes each check.
+storage prefix is set. docs/cluster.md describes each check. Under the cost estimate it prints the planner's one
+line (``pipeline.power``, documented defaults): the power of the paper's test and of the seed-aware one for GRAIL's
+claimed effect under this design, their false-positive rates and minimum detectable effects.
 """
 
 from __future__ import annotations

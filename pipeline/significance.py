@@ -1,4 +1,5 @@
-"""Stage `significance`: Wilcoxon signed-rank tests between methods, paired bootstrap CIs per benchmark, Holm.
+"""Stage `significance`: Wilcoxon signed-rank tests between methods, paired bootstrap CIs per benchmark, seed-aware
+comparisons between trained methods, Holm.
 
     python -m pipeline.significance --scores SCORES.csv --out OUT.json [--samples FILE...] [--markdown OUT.md]
                                     [--checkpoint final] [--metrics acc@3 pass@3] [--resamples 10000] [--seed 0]
@@ -27,7 +28,8 @@ Wilcoxon (one row per method pair, metric, test, zero handling and alternative):
 Paired tests over items (``--samples``), per model and benchmark, for every trained method against the baseline
 ``base`` (its ``start`` samples; method_a = the method, method_b = base) and every unordered pair of trained
 methods (method_a sorting first). Per item, acc = mean correctness over its samples and the seeds; d_i = acc_a -
-acc_b. Two rows per comparison:
+acc_b. They hold the runs fixed: between trained methods they are conditional on these trained runs. Two rows per
+comparison:
 - ``test`` = "paired_bootstrap": items resampled with replacement; the statistic is mean(d);
   ``ci_low``/``ci_high`` the percentile interval; ``p_value`` the two-sided bootstrap
   p = (1 + #{|delta*_b - delta| >= |delta|}) / (B + 1). Each row draws from its own generator seeded by (--seed,
@@ -37,9 +39,16 @@ acc_b. Two rows per comparison:
   method beats base) against base, two-sided between trained methods.
 Holm families as above: (test, alternative, zero_method).
 
-``key_comparisons`` picks the rows that answer "did RL help, and did GRAIL beat GRPO" for the report; the
-Markdown summary leads with them and with the paper's test (exact one-sided Wilcoxon, GRAIL > GRPO, over
-(model, benchmark) cells), then gives the full grid.
+Between trained methods, with the training runs as random (``pipeline.seed_aware``, docs/output.md "The
+seed-aware rows"): per (model, benchmark) and for the study (model ``all``, benchmark ``average``: the mean over
+cells), a ``seed_bootstrap`` row (stratified bootstrap over runs and items: interval, two-sided p, probability of
+improvement) and ``seed_permutation`` rows (exact permutation test over runs: per cell with 3 or more runs of each
+method; for the study, within models). Holm families as above.
+
+``seed_aware_key_comparisons`` and ``key_comparisons`` pick the rows that answer "did RL help, and did GRAIL beat
+GRPO" for the report: between trained methods the seed-aware result first, with the item-level one beside it
+(conditional on these runs); each method against base over items. The Markdown summary leads with the paper's
+test (exact one-sided Wilcoxon, GRAIL > GRPO, over (model, benchmark) cells) and them, then gives the full grid.
 """
 
 from __future__ import annotations
