@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -149,11 +150,11 @@ def test_a_difference_carried_by_one_seed_gets_no_interval_that_excludes_zero(tm
         for seed, level in enumerate(levels):
             q = np.clip(difficulty + (level - difficulty.mean()), 0, 1)
             correct = rng.random((items, 4)) < q[:, None]
-            samples.append(
-                write_samples(
-                    "m", method, seed, "final", "b", {i: list(map(bool, c)) for i, c in zip(ids, correct, strict=True)}
-                )
-            )
+            rows = {i: list(map(bool, c)) for i, c in zip(ids, correct, strict=True)}
+            samples.append(write_samples("m", method, seed, "final", "b", rows))
+            # a second benchmark, so that the study row (the mean over cells) is not the one cell
+            other = {f"r{i}": list(map(bool, rng.random(4) < 0.3 + 0.1 * seed)) for i in range(60)}
+            samples.append(write_samples("m", method, seed, "final", "c", other))
     paths = [*map(str, samples)]
     aggregate(["--samples", *paths, "--out-dir", str(tmp_path / "tables"), "--figures-dir", str(tmp_path / "figures")])
     out = tmp_path / "significance.json"
@@ -166,3 +167,11 @@ def test_a_difference_carried_by_one_seed_gets_no_interval_that_excludes_zero(tm
     assert pooled["statistic"] == pytest.approx(aware["statistic"])  # both: mean over runs and items
     assert 0.015 < pooled["statistic"] < 0.04 and pooled["ci_low"] > 0  # GRPO ahead, "resolved" over items
     assert aware["ci_low"] < 0 < aware["ci_high"] and aware["runs_resampled"]
+    # every seed-aware difference follows from scores.csv: the difference of the methods' seed means of acc@4
+    scores = pd.read_csv(scores).query("metric == 'acc@4' and checkpoint == 'final'")
+    means = scores.groupby(["benchmark", "method"])["value"].mean()
+    cells = [r for r in rows if r["test"] == "seed_bootstrap" and r["model"] == "m"]
+    for row in cells:
+        assert row["statistic"] == pytest.approx(means[row["benchmark"], "grpo"] - means[row["benchmark"], "oar_g"])
+    study = next(r for r in rows if r["test"] == "seed_bootstrap" and r["model"] == "all")
+    assert len(cells) == 2 and study["statistic"] == pytest.approx(np.mean([r["statistic"] for r in cells]))
