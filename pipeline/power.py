@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -340,7 +339,7 @@ def seed_correlation(counts: list[tuple], table: pd.DataFrame) -> float | None:
 
 def configured_design(configfile: Path) -> tuple[Design, list[str]]:
     """The design of a config, and its methods."""
-    from pipeline.preflight import benchmark_items
+    from pipeline.preflight import benchmark_items  # here: the preflight imports this module for its summary line
 
     study = Study.from_config(load_config(configfile))
     items = {name: benchmark_items(name, spec) for name, spec in study.benchmarks.items()}
@@ -441,15 +440,14 @@ def main(argv: list[str] | None = None) -> None:
     variance = variance_model(args)
     jobs = None
     if args.cost:
-        from pipeline.preflight import plan
+        from pipeline.preflight import plan  # here: the preflight imports this module for its summary line
 
         jobs = plan(None, args.configfile, [])
     print(
         f"{args.configfile}: {method_a} vs {method_b}, {configured.models} models x {len(configured.items)} "
         f"benchmarks ({', '.join(f'{name} {count}' for name, count in configured.items.items())} items), "
         f"{configured.seeds} seed(s), {next(iter(configured.samples.values()))} samples per item; "
-        f"{args.replications} simulated studies per design",
-        file=sys.stdout,
+        f"{args.replications} simulated studies per design"
     )
     print("variance components:")
     print("\n".join(variance.lines()))

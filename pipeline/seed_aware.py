@@ -50,7 +50,7 @@ ALL_BENCHMARKS = "average"
 # Per-cell permutation tests need 3 runs of each method: with 2 + 2 runs the smallest two-sided p is 1/3.
 MIN_CELL_PERMUTATION_SEEDS = 3
 EXACT_ARRANGEMENTS = 50_000
-# Bound the (runs x resamples x items) gather of one vectorised bootstrap batch.
+# Bound the (resamples x items) item weights, over all cells, of one vectorised bootstrap batch.
 BOOTSTRAP_BATCH_CELLS = 4_000_000
 
 
