@@ -13,6 +13,9 @@ Outputs (each written atomically):
 - ``summary.csv`` / ``summary.xlsx`` (sheet "summary": numbers; sheet "formatted": text cells) / ``summary.md``:
   one row per (model, method, checkpoint), the baseline ``base``/``start`` first; per benchmark acc@n and pass@n
   (n = the largest k with a pass@k), mean and std over seeds;
+- ``variance.csv`` / ``variance.md``: per (model, method, checkpoint, benchmark) the variance components of
+  per-sample correctness, between training seeds, between items, seed x item and sampling
+  (``pipeline.variance``);
 - figures ``scores_by_benchmark.png``, ``training_curves.png`` (reward and each credit method's headline
   statistics) and ``training_diagnostics.png`` (reward and the methods' other statistics); the credit methods
   are those ``--credit-methods`` names (the study's ``credit`` values), each read from the registry.
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 import zlib
 from collections import defaultdict
@@ -49,7 +51,8 @@ from pipeline.layout import (
     TRAINING_CURVES_FIGURE,
     TRAINING_DIAGNOSTICS_FIGURE,
 )
-from pipeline.metrics import score_benchmark
+from pipeline.metrics import SamplesKey, group_by_item, parse_samples_path, parse_seed, score_items
+from pipeline.variance import VARIANCE_NOTE, ItemCounts, variance_markdown, variance_table
 
 SCORE_COLUMNS = ["model", "method", "seed", "checkpoint", "benchmark", "metric", "value"]
 AVERAGE_BENCHMARKS = ("average", "weighted_average")
@@ -63,17 +66,7 @@ SUMMARY_NOTE = (
     "`weighted_average` weights each benchmark by its item count."
 )
 METHOD_COLORS = {"base": "C7", "grpo": "C0", "oar_g": "C2", "grail": "C3"}
-SEED_PATTERN = re.compile(r"seed(-?\d+)")
-SAMPLES_LAYOUT = ".../MODEL/METHOD/seedS/CHECKPOINT/BENCHMARK.jsonl"
 RUN_LAYOUT = ".../MODEL/METHOD/seedS/metrics.jsonl"
-
-
-class SamplesKey(NamedTuple):
-    model: str
-    method: str
-    seed: int
-    checkpoint: str
-    benchmark: str
 
 
 class RunKey(NamedTuple):
@@ -82,48 +75,35 @@ class RunKey(NamedTuple):
     seed: int
 
 
-def _seed(component: str, path: Path, layout: str) -> int:
-    match = SEED_PATTERN.fullmatch(component)
-    if match is None:
-        raise InputError(f"{path}: path component '{component}' is not 'seed<integer>' (layout: {layout})")
-    return int(match.group(1))
-
-
-def parse_samples_path(path: str | Path) -> SamplesKey:
-    """(model, method, seed, checkpoint, benchmark) from ``.../MODEL/METHOD/seedS/CKPT/BENCHMARK.jsonl``."""
-    path = Path(path)
-    parts = path.parts
-    if len(parts) < 5 or path.suffix != ".jsonl":
-        raise InputError(f"{path}: samples path does not follow the layout {SAMPLES_LAYOUT}")
-    model, method, seed, checkpoint = parts[-5:-1]
-    return SamplesKey(model, method, _seed(seed, path, SAMPLES_LAYOUT), checkpoint, path.stem)
-
-
 def parse_run_path(path: str | Path) -> RunKey:
     """(model, method, seed) from ``.../MODEL/METHOD/seedS/metrics.jsonl``."""
     path = Path(path)
     parts = path.parts
     if len(parts) < 4 or path.name != METRICS_FILE:
         raise InputError(f"{path}: training metrics path does not follow the layout {RUN_LAYOUT}")
-    return RunKey(parts[-4], parts[-3], _seed(parts[-2], path, RUN_LAYOUT))
+    return RunKey(parts[-4], parts[-3], parse_seed(parts[-2], path, RUN_LAYOUT))
 
 
-def score_files(paths: list[str]) -> pd.DataFrame:
-    """Long-format scores (SCORE_COLUMNS) of every samples file; a repeated key is refused."""
+def score_files(paths: list[str]) -> tuple[pd.DataFrame, list[tuple[SamplesKey, ItemCounts]]]:
+    """Long-format scores (SCORE_COLUMNS) of every samples file, and each file's per-item counts (the variance
+    table's input); a repeated key is refused."""
     rows: list[dict[str, Any]] = []
+    counts: list[tuple[SamplesKey, ItemCounts]] = []
     seen: dict[SamplesKey, str] = {}
     for path in tqdm(paths, desc="scoring", unit="file", file=sys.stderr):
         key = parse_samples_path(path)
         if key in seen:
             raise InputError(f"{path}: same model/method/seed/checkpoint/benchmark as {seen[key]}")
         seen[key] = path
-        scores = score_benchmark(read_jsonl(path), source=str(path))
+        items = group_by_item(read_jsonl(path), source=str(path))
+        scores = score_items(items)
+        counts.append((key, ItemCounts.from_items(items)))
         if scores["samples"] != scores["items"] * _label_n(scores):
             print(
                 f"warning: {path}: items have different sample counts; pass@k only up to the smallest", file=sys.stderr
             )
         rows.extend({**key._asdict(), "metric": metric, "value": float(value)} for metric, value in scores.items())
-    return pd.DataFrame(rows, columns=SCORE_COLUMNS)
+    return pd.DataFrame(rows, columns=SCORE_COLUMNS), counts
 
 
 def _label_n(scores: dict[str, float | int]) -> int:
@@ -418,18 +398,22 @@ def plot_training_curves(
 
 def write_outputs(
     scores: pd.DataFrame,
+    variance: pd.DataFrame,
     curves: dict[RunKey, pd.DataFrame],
     out_dir: Path,
     figures_dir: Path,
     credits: list[str] | None = None,
 ) -> None:
-    """scores.csv, summary.{csv,md,xlsx} under ``out_dir``; the three PNG figures under ``figures_dir`` (the
-    training curves' credit methods: ``credits``, as in ``training_curve_keys``, checked before anything is
-    written)."""
+    """scores.csv, summary.{csv,md,xlsx} and variance.{csv,md} under ``out_dir``; the PNG figures under
+    ``figures_dir`` (the training curves' credit methods: ``credits``, as in ``training_curve_keys``, checked before
+    anything is written)."""
     keys = training_curve_keys(curves, credits)
     table = summary_table(scores)
     with atomic_path(out_dir / "scores.csv") as temporary:
         scores.to_csv(temporary, index=False)
+    with atomic_path(out_dir / "variance.csv") as temporary:
+        variance.to_csv(temporary, index=False)
+    atomic_write_text(out_dir / "variance.md", VARIANCE_NOTE + "\n\n" + variance_markdown(variance))
     with atomic_path(out_dir / "summary.csv") as temporary:
         _flat_columns(table).to_csv(temporary, index=False)
     atomic_write_text(out_dir / "summary.md", summary_markdown(table))
@@ -453,9 +437,11 @@ def main(argv: list[str] | None = None) -> None:
         "the training-curve figures show, headline ones first; default every built-in method",
     )
     args = parser.parse_args(argv)
-    scores = add_averages(score_files(args.samples))
+    scores, counts = score_files(args.samples)
     curves = load_training_curves(args.train_metrics)
-    write_outputs(scores, curves, args.out_dir, args.figures_dir, args.credit_methods)
+    write_outputs(
+        add_averages(scores), variance_table(counts), curves, args.out_dir, args.figures_dir, args.credit_methods
+    )
 
 
 if __name__ == "__main__":

@@ -117,3 +117,32 @@ def samples_bytes(items: int, samples: int, max_tokens: int) -> int:
 def saves(max_steps: int, save_steps: int) -> int:
     """How many checkpoints a run writes: one every save_steps steps up to max_steps."""
     return math.floor(max_steps / save_steps) if save_steps else 0
+
+
+def scaled_gpu_hours(
+    jobs: Iterable[PlannedJob],
+    *,
+    seeds_factor: float,
+    generations: Mapping[str, int],
+    configured_generations: Mapping[str, int],
+    baseline: str,
+) -> float:
+    """The GPU-hour bound of the planned study with ``seeds_factor`` times its training seeds and ``generations``
+    (items x samples per item) per benchmark instead of ``configured_generations`` (the planner's alternatives).
+
+    A job of a trained run (a ``seed`` wildcard, method not ``baseline``: training, its evaluations, its token
+    analysis) counts seeds_factor times. Every evaluation job has the same time limit, sized for the largest
+    configured evaluation; a benchmark's limit grows only when its generations pass that one's:
+    hours x max(1, generations_b / max_b' configured_generations_b').
+    """
+    largest = max(configured_generations.values())
+    total = 0.0
+    for job in jobs:
+        hours = gpu_hours(job)
+        benchmark = job.wildcards.get("benchmark")
+        if job.rule == "evaluate" and benchmark in generations:
+            hours *= max(1.0, generations[benchmark] / largest)
+        if "seed" in job.wildcards and job.wildcards.get("method") != baseline:
+            hours *= seeds_factor
+        total += hours
+    return total

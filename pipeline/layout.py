@@ -28,7 +28,9 @@ RUN_DIR = "runs/{model}/{method}/seed{seed}"
 SAMPLES = "eval/{model}/{method}/seed{seed}/{checkpoint}/{benchmark}.jsonl"
 SAMPLES_PROVENANCE = "eval/{model}/{method}/seed{seed}/{checkpoint}/{benchmark}.provenance.json"
 TABLES_DIR = "tables"
-TABLE_FILES = ("scores.csv", "summary.csv", "summary.md", "summary.xlsx")
+TABLE_FILES = ("scores.csv", "summary.csv", "summary.md", "summary.xlsx", "variance.csv", "variance.md")
+# in TABLES_DIR: pipeline.variance's components per (model, method, checkpoint, benchmark)
+VARIANCE_TABLE = "variance.csv"
 FIGURES_DIR = "figures"
 SCORES_FIGURE = "scores_by_benchmark.png"
 TRAINING_CURVES_FIGURE = "training_curves.png"

@@ -1,4 +1,5 @@
-"""Scoring of per-sample evaluation rows: unbiased pass@k, acc@n and upstream's per-benchmark metrics.
+"""Scoring of per-sample evaluation rows: unbiased pass@k, acc@n and upstream's per-benchmark metrics; the keys
+of a samples file from its path.
 
 A benchmark's samples file holds one row per (item, sample) (ARCHITECTURE.md, "Evaluation samples"):
 ``{"id": str, "sample": int, "completion": str, "extracted": str|null, "correct": bool, "num_tokens": int}``.
@@ -7,8 +8,10 @@ A benchmark's samples file holds one row per (item, sample) (ARCHITECTURE.md, "E
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from pipeline.io import InputError
 
@@ -19,6 +22,36 @@ SAMPLE_FIELDS: dict[str, tuple[type, ...]] = {
     "correct": (bool,),
     "num_tokens": (int,),
 }
+
+
+SEED_PATTERN = re.compile(r"seed(-?\d+)")
+SAMPLES_LAYOUT = ".../MODEL/METHOD/seedS/CHECKPOINT/BENCHMARK.jsonl"
+
+
+class SamplesKey(NamedTuple):
+    model: str
+    method: str
+    seed: int
+    checkpoint: str
+    benchmark: str
+
+
+def parse_seed(component: str, path: Path, layout: str) -> int:
+    """S of a ``seedS`` path component; an InputError naming the path and its ``layout`` otherwise."""
+    match = SEED_PATTERN.fullmatch(component)
+    if match is None:
+        raise InputError(f"{path}: path component '{component}' is not 'seed<integer>' (layout: {layout})")
+    return int(match.group(1))
+
+
+def parse_samples_path(path: str | Path) -> SamplesKey:
+    """(model, method, seed, checkpoint, benchmark) from ``.../MODEL/METHOD/seedS/CKPT/BENCHMARK.jsonl``."""
+    path = Path(path)
+    parts = path.parts
+    if len(parts) < 5 or path.suffix != ".jsonl":
+        raise InputError(f"{path}: samples path does not follow the layout {SAMPLES_LAYOUT}")
+    model, method, seed, checkpoint = parts[-5:-1]
+    return SamplesKey(model, method, parse_seed(seed, path, SAMPLES_LAYOUT), checkpoint, path.stem)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -81,7 +114,13 @@ def _run_accuracies(correct_by_item: list[list[bool]]) -> list[float]:
 
 
 def score_benchmark(samples: list[dict[str, Any]], source: str = "samples") -> dict[str, float | int]:
-    """Metrics of one benchmark from its per-sample rows (``source`` names the input in error messages).
+    """Metrics of one benchmark from its per-sample rows (``source`` names the input in error messages):
+    ``score_items`` of ``group_by_item``."""
+    return score_items(group_by_item(samples, source))
+
+
+def score_items(items: dict[str, list[dict[str, Any]]]) -> dict[str, float | int]:
+    """Metrics of one benchmark from its validated rows grouped by item (``group_by_item``).
 
     With items i = 1..m, n_i samples and c_i correct ones, n = min_i n_i:
     - ``acc@n`` = (1/m) sum_i c_i / n_i  (mean over items of the item's mean correctness; each item uses all
@@ -96,7 +135,6 @@ def score_benchmark(samples: list[dict[str, Any]], source: str = "samples") -> d
     - ``run_acc_mean`` / ``run_acc_std`` = mean and population std (ddof 0) of the per-run accuracies
       (run j = j-th sample of every item with at least j+1 samples; spec 6.4, docs/spec.md).
     """
-    items = group_by_item(samples, source)
     correct_by_item = [[bool(row["correct"]) for row in rows] for rows in items.values()]
     n = min(len(c) for c in correct_by_item)
     m = len(correct_by_item)

@@ -13,7 +13,9 @@ compute node writes a token into the results directory that this side reads back
 model and dataset revision is in the Hugging Face cache (jobs run with HF_HUB_OFFLINE=1 on offline nodes); the
 disk holds the study's checkpoints and samples. Kubernetes: the profile's image is the one containers/build.sh
 pushes, the namespace exists and some node offers the GPU resource (via the current kubectl context), the
-storage prefix is set. docs/cluster.md describes each check.
+storage prefix is set. docs/cluster.md describes each check. Under the cost estimate it prints the planner's one
+line (``pipeline.power``, documented defaults): the power of the paper's test and of the seed-aware one for GRAIL's
+claimed effect under this design, their false-positive rates and minimum detectable effects.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from pipeline import cluster, cost
+from pipeline import cluster, cost, power
 from pipeline.benchmarks import SOURCE_FORMATS
 from pipeline.config import Study, check_config_schema
 from pipeline.io import InputError, atomic_write_json, run_cli
@@ -46,6 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCHEMA = REPO / "configs" / "schema.yaml"
 DEEPMATH_DEFAULTS = {"hub_id": "trl-lib/DeepMath-103K", "revision": "main"}  # pipeline.prepare_data's defaults
 COMPUTE_JOB_SECONDS = 40
+PREFLIGHT_REPLICATIONS = 1000  # simulated studies for the power summary line (pipeline.power)
 
 
 @dataclass(frozen=True)
@@ -85,10 +88,11 @@ def parse_plan(dry_run: str) -> list[cost.PlannedJob]:
     return [job for job in jobs if job.rule != "all"]
 
 
-def plan(profile: Path, configfile: Path, extra: list[str]) -> list[cost.PlannedJob]:
-    """Every job of the study with the profile applied (a dry run in an empty directory)."""
+def plan(profile: Path | None, configfile: Path, extra: list[str]) -> list[cost.PlannedJob]:
+    """Every job of the study with the profile applied, if any (a dry run in an empty directory)."""
     with tempfile.TemporaryDirectory(prefix="grail-preflight-") as empty:
-        command = ["snakemake", "-n", "--profile", str(profile.resolve()), "--configfile", str(configfile.resolve())]
+        command = ["snakemake", "-n", "--configfile", str(configfile.resolve())]
+        command += ["--profile", str(profile.resolve())] if profile else []
         command += ["--snakefile", str(REPO / "Snakefile"), "--directory", empty, *extra]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
     if result.returncode != 0:
@@ -598,11 +602,22 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{'':<9}fix: {check.fix}")
     print()
     print(cost_table(estimate_))
+    design, _ = power.configured_design(args.configfile)
+    assessment = power.assess(
+        design, power.default_variance(), power.PAPER_EFFECT, PREFLIGHT_REPLICATIONS, 0, estimate_["gpu_hours"]
+    )
+    print(power.summary_line(assessment, power.PAPER_EFFECT, "documented defaults"))
     failed = [check.name for check in checks if check.status == "fail"]
     print(f"\npreflight: {len(failed)} failed of {len(checks)} checks in {time.monotonic() - start:.0f} s")
     if args.json:
         atomic_write_json(
-            args.json, {"checks": [asdict(check) for check in checks], "cost": estimate_, "ok": not failed}
+            args.json,
+            {
+                "checks": [asdict(check) for check in checks],
+                "cost": estimate_,
+                "power": {key: value for key, value in asdict(assessment).items() if key != "design"},
+                "ok": not failed,
+            },
         )
     if failed:
         raise SystemExit(1)

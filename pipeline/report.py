@@ -17,8 +17,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from pipeline.gold_audit import clean_only_warning
 from pipeline.io import InputError, atomic_write_text, load_spec, run_cli
+from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, VARIANCE_TABLE, checkpoint_label
 from pipeline.provenance import (
     mixed_versions,
     package_versions,
@@ -26,7 +29,8 @@ from pipeline.provenance import (
     read_libraries,
     standing_code_changes,
 )
-from pipeline.significance import key_comparisons, key_comparisons_table, paper_test, paper_test_sentence
+from pipeline.significance import key_sections, paper_test, paper_test_sentence
+from pipeline.variance import VARIANCE_NOTE, variance_markdown
 
 REPO_DIR = Path(__file__).resolve().parents[1]
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
@@ -133,7 +137,9 @@ def markdown_table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
 
 
 def significance_section(path: Path) -> str:
-    """The paper's test first, then the comparisons that answer "did RL help, did GRAIL beat GRPO".
+    """The paper's test first, then the comparisons that answer "did RL help, did GRAIL beat GRPO": between
+    trained methods with training runs as random (and the item-level results beside them, conditional on these
+    runs), each method against base over items.
 
     The full grid (both zero methods, both directions, three test variants, every pair) stays in the
     significance stage's JSON and Markdown under results/stats/.
@@ -141,18 +147,31 @@ def significance_section(path: Path) -> str:
     rows = json.loads(path.read_text())
     if not isinstance(rows, list):
         raise InputError(f"{path}: expected a JSON list of test results")
-    parts = [paper_test_sentence(paper_test(rows))]
-    entries = key_comparisons(rows)
-    if entries:
-        parts += [
-            "Paired over benchmark items (acc per item = mean over samples and seeds; base = the warmed-up model "
-            "before RL). Wilcoxon: exact signed-rank test over items, one-sided (method > base) against base, "
-            "two-sided between methods; 95 % paired-bootstrap interval of the difference.",
-            key_comparisons_table(entries),
-        ]
+    parts = [paper_test_sentence(paper_test(rows)), *key_sections(rows, "###")]
     parts.append(
         f"Every test (all pairs, zero handlings, variants): `{path.name}` and `{path.stem}.md` in {path.parent}."
     )
+    return "\n\n".join(parts)
+
+
+def variance_section(path: Path, checkpoint: str) -> str:
+    """The variance components of ``path`` (the aggregate stage's variance.csv) at the compared checkpoint and of
+    base, and what one seed leaves unknown."""
+    if not path.is_file():
+        return f"No variance table ({path} not found)."
+    table = pd.read_csv(path, dtype={"checkpoint": str})
+    shown = table[table["checkpoint"].isin([checkpoint, START_CHECKPOINT])]
+    parts = [VARIANCE_NOTE, variance_markdown(shown).rstrip("\n")]
+    trained = shown[shown["method"] != BASELINE_METHOD]
+    if (trained["seeds"] == 1).any():
+        parts.append(
+            "**One training seed.** With one run per method, the variance between training seeds cannot be "
+            "estimated (`–` above), and the item columns hold the seed x item part too. What follows: no interval "
+            "or test in this report counts the training seed, so a difference between two trained methods may be "
+            "one seed's luck however small its item-level p; the summary table has no std; and the planner "
+            "(`python -m pipeline.power`) can only use documented defaults for the seed terms. Two or more seeds "
+            "per method give the estimate, three or more an exact permutation test per cell."
+        )
     return "\n\n".join(parts)
 
 
@@ -283,6 +302,11 @@ def build_report(args: argparse.Namespace) -> str:
         *[f"![{figure.stem}]({os.path.relpath(figure, report_dir)})" for figure in figures],
         "## Significance",
         significance_section(args.significance),
+        "## Where the variance comes from",
+        variance_section(
+            args.tables_dir / VARIANCE_TABLE,
+            checkpoint_label(config.get("significance", {}).get("checkpoint", FINAL_CHECKPOINT)),
+        ),
         "## Data card",
         "```json\n" + json.dumps(card, indent=2) + "\n```",
         "## Gold audit",

@@ -1,4 +1,5 @@
-"""Stage `significance`: Wilcoxon signed-rank tests between methods, paired bootstrap CIs per benchmark, Holm.
+"""Stage `significance`: Wilcoxon signed-rank tests between methods, paired bootstrap CIs per benchmark, seed-aware
+comparisons between trained methods, Holm.
 
     python -m pipeline.significance --scores SCORES.csv --out OUT.json [--samples FILE...] [--markdown OUT.md]
                                     [--checkpoint final] [--metrics acc@3 pass@3] [--resamples 10000] [--seed 0]
@@ -27,7 +28,8 @@ Wilcoxon (one row per method pair, metric, test, zero handling and alternative):
 Paired tests over items (``--samples``), per model and benchmark, for every trained method against the baseline
 ``base`` (its ``start`` samples; method_a = the method, method_b = base) and every unordered pair of trained
 methods (method_a sorting first). Per item, acc = mean correctness over its samples and the seeds; d_i = acc_a -
-acc_b. Two rows per comparison:
+acc_b. They hold the runs fixed: between trained methods they are conditional on these trained runs. Two rows per
+comparison:
 - ``test`` = "paired_bootstrap": items resampled with replacement; the statistic is mean(d);
   ``ci_low``/``ci_high`` the percentile interval; ``p_value`` the two-sided bootstrap
   p = (1 + #{|delta*_b - delta| >= |delta|}) / (B + 1). Each row draws from its own generator seeded by (--seed,
@@ -37,9 +39,16 @@ acc_b. Two rows per comparison:
   method beats base) against base, two-sided between trained methods.
 Holm families as above: (test, alternative, zero_method).
 
-``key_comparisons`` picks the rows that answer "did RL help, and did GRAIL beat GRPO" for the report; the
-Markdown summary leads with them and with the paper's test (exact one-sided Wilcoxon, GRAIL > GRPO, over
-(model, benchmark) cells), then gives the full grid.
+Between trained methods, with the training runs as random (``pipeline.seed_aware``, docs/output.md "The
+seed-aware rows"): per (model, benchmark) and for the study (model ``all``, benchmark ``average``: the mean over
+cells), a ``seed_bootstrap`` row (stratified bootstrap over runs and items: interval, two-sided p, probability of
+improvement) and ``seed_permutation`` rows (exact permutation test over runs: per cell with 3 or more runs of each
+method; for the study, within models). Holm families as above.
+
+``seed_aware_key_comparisons`` and ``key_comparisons`` pick the rows that answer "did RL help, and did GRAIL beat
+GRPO" for the report: between trained methods the seed-aware result first, with the item-level one beside it
+(conditional on these runs); each method against base over items. The Markdown summary leads with the paper's
+test (exact one-sided Wilcoxon, GRAIL > GRPO, over (model, benchmark) cells) and them, then gives the full grid.
 """
 
 from __future__ import annotations
@@ -49,7 +58,6 @@ import itertools
 import math
 import sys
 import warnings
-import zlib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -59,10 +67,19 @@ import pandas as pd
 from scipy import stats
 from tqdm import tqdm
 
-from pipeline.aggregate import AVERAGE_BENCHMARKS, parse_samples_path
+from pipeline.aggregate import AVERAGE_BENCHMARKS
 from pipeline.io import InputError, atomic_write_json, atomic_write_text, read_jsonl, run_cli
 from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT
-from pipeline.metrics import group_by_item
+from pipeline.metrics import group_by_item, parse_samples_path
+from pipeline.seed_aware import (
+    ALL_MODELS,
+    SEED_BOOTSTRAP_TEST,
+    SEED_PERMUTATION_TEST,
+    Runs,
+    comparison_seed,
+    seed_aware_rows,
+)
+from pipeline.variance import ItemCounts, stack_seeds
 
 REQUIRED_COLUMNS = ("model", "method", "seed", "benchmark", "metric", "value")
 DIFFERENCE_DECIMALS = 10
@@ -242,29 +259,23 @@ def wilcoxon_comparisons(scores: pd.DataFrame, metrics: list[str]) -> list[dict[
     return rows
 
 
-def item_accuracies(paths: list[str], checkpoint: str) -> dict[tuple[str, str], dict[str, tuple[pd.Series, int]]]:
-    """{(model, benchmark): {method: (per-item acc, n)}} from the samples files at ``checkpoint``, with the
-    baseline ``base`` at its ``start`` checkpoint.
-
-    Per-item acc = mean over seeds of (mean correctness over the item's samples); n = the fewest samples of any
-    item in any seed (the acc@n label).
-    """
-    per_seed: dict[tuple[str, str, str], list[tuple[pd.Series, int]]] = defaultdict(list)
+def read_runs(paths: list[str], checkpoint: str) -> dict[tuple[str, str], dict[str, Runs]]:
+    """{(model, benchmark): {method: Runs}} from the samples files at ``checkpoint``, with the baseline ``base`` at
+    its ``start`` checkpoint: per run (seed) and item, acc = mean correctness over the item's samples; the runs'
+    ``samples`` = the fewest samples of any item in any seed (the acc@n label)."""
+    per_seed: dict[tuple[str, str, str], dict[int, ItemCounts]] = defaultdict(dict)
     for path in tqdm(paths, desc="reading samples", unit="file", file=sys.stderr):
         key = parse_samples_path(path)
         wanted = START_CHECKPOINT if key.method == BASELINE_METHOD else checkpoint
         if key.checkpoint != wanted:
             continue
         items = group_by_item(read_jsonl(path), source=str(path))
-        accuracy = pd.Series({item: np.mean([row["correct"] for row in rows]) for item, rows in items.items()})
-        per_seed[key.model, key.benchmark, key.method].append((accuracy, min(map(len, items.values()))))
-    result: dict[tuple[str, str], dict[str, tuple[pd.Series, int]]] = defaultdict(dict)
-    for (model, benchmark, method), seeds in per_seed.items():
-        ids = set(seeds[0][0].index)
-        if any(set(accuracy.index) != ids for accuracy, _ in seeds):
-            raise InputError(f"{model}/{method}/{benchmark}: the seeds' samples files hold different item ids")
-        mean = pd.concat([accuracy for accuracy, _ in seeds], axis=1).mean(axis=1).sort_index()
-        result[model, benchmark][method] = (mean, min(n for _, n in seeds))
+        per_seed[key.model, key.benchmark, key.method][key.seed] = ItemCounts.from_items(items)
+    result: dict[tuple[str, str], dict[str, Runs]] = defaultdict(dict)
+    for (model, benchmark, method), by_seed in per_seed.items():
+        correct, samples = stack_seeds(by_seed, f"{model}/{method}/{benchmark}")
+        ids = by_seed[min(by_seed)].ids
+        result[model, benchmark][method] = Runs(tuple(sorted(by_seed)), ids, correct / samples, int(samples.min()))
     return result
 
 
@@ -298,26 +309,25 @@ def compared_pairs(methods: set[str]) -> list[tuple[str, str]]:
 
 
 def item_comparisons(
-    accuracies: dict[tuple[str, str], dict[str, tuple[pd.Series, int]]], resamples: int, confidence: float, seed: int
+    runs: dict[tuple[str, str], dict[str, Runs]], resamples: int, confidence: float, seed: int
 ) -> list[dict[str, Any]]:
     """A paired_bootstrap and a wilcoxon_items row per (model, benchmark) and compared pair (module docstring)."""
     rows = []
-    for (model, benchmark), by_method in sorted(accuracies.items()):
+    for (model, benchmark), by_method in sorted(runs.items()):
         for method_a, method_b in compared_pairs(set(by_method)):
-            (acc_a, n_a), (acc_b, n_b) = by_method[method_a], by_method[method_b]
-            if set(acc_a.index) != set(acc_b.index):
+            a, b = by_method[method_a], by_method[method_b]
+            if a.items != b.items:
                 raise InputError(f"{model}/{benchmark}: {method_a} and {method_b} were scored on different items")
-            d = np.round((acc_a - acc_b.reindex(acc_a.index)).to_numpy(dtype=float), DIFFERENCE_DECIMALS)
+            d = np.round(a.accuracy.mean(axis=0) - b.accuracy.mean(axis=0), DIFFERENCE_DECIMALS)
             common = {
                 "method_a": method_a,
                 "method_b": method_b,
-                "metric": f"acc@{min(n_a, n_b)}",
+                "metric": f"acc@{min(a.samples, b.samples)}",
                 "n": len(d),
                 "model": model,
                 "benchmark": benchmark,
             }
-            # A seed per comparison, so a row's result does not depend on which other rows exist.
-            row_seed = [seed, zlib.crc32(f"{model}/{benchmark}/{method_a}/{method_b}".encode())]
+            row_seed = comparison_seed(seed, model, benchmark, method_a, method_b)
             low, high, p = paired_bootstrap(d, resamples, confidence, row_seed)
             rows.append(
                 {
@@ -431,19 +441,20 @@ def key_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def paper_test_sentence(row: dict[str, Any] | None) -> str:
-    """One line stating the paper's test result (or why it is absent)."""
+    """One line stating the paper's test result (or why it is absent), and what it does not account for."""
     if row is None:
         return "The paper's test (exact one-sided Wilcoxon, GRAIL > GRPO) was not run: one of the two is missing."
     return (
         f"**The paper's test** (exact one-sided Wilcoxon signed-rank, GRAIL > GRPO, {row['metric']}, over "
         f"{row['n']} (model, benchmark) pairs of seed means): W+ = {row['w_plus']:g}, W- = {row['w_minus']:g}, "
         f"p = {_number(row['p_value'])}. With n = {row['n']} pairs the smallest possible p is "
-        f"{_number(0.5 ** row['n'])}."
+        f"{_number(0.5 ** row['n'])}. It takes the pairs as independent: it does not see that a model's pairs share "
+        "its training runs, nor how much another training seed would move them."
     )
 
 
 def key_comparisons_table(entries: list[dict[str, Any]]) -> str:
-    """Markdown table of ``key_comparisons``."""
+    """Markdown table of ``key_comparisons`` (paired over items)."""
     lines = [
         "| model | benchmark | comparison | metric | items | difference | 95 % CI | p (Wilcoxon) | p (Holm) "
         "| p (bootstrap) |",
@@ -459,21 +470,171 @@ def key_comparisons_table(entries: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _oriented(
+    low: float | None, high: float | None, sign: int, offset: float = 0.0
+) -> tuple[float | None, float | None]:
+    """The interval of offset + sign * x for x in [low, high] (None stays None)."""
+    if low is None or high is None:
+        return None, None
+    return tuple(sorted((offset + sign * low, offset + sign * high)))
+
+
+def seed_aware_key_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The comparisons between trained methods of ``key_comparisons`` with training runs as random: per pair the
+    study (model ``all``, benchmark ``average``) first, then per model and benchmark.
+
+    Each entry: model, benchmark, comparison, metric, items (cells for the study), runs ("S_A / S_B"), difference,
+    ci_low/ci_high (stratified bootstrap over runs and items; None when the runs cannot be resampled),
+    improvement (P(a > b)) and its interval, p_bootstrap, p_permutation (over runs; None without one) with
+    arrangements and min_p, and the item-level results conditional on these runs: items_ci_low/items_ci_high
+    (paired bootstrap) and p_items_holm (Wilcoxon over items, Holm). A pair tested as (reference, other) is shown
+    as "other vs reference": differences and intervals negated, P(a > b) -> 1 - P.
+    """
+
+    def keyed(test: str) -> dict[tuple[str, ...], dict[str, Any]]:
+        return {(r["model"], r["benchmark"], r["method_a"], r["method_b"]): r for r in rows if r["test"] == test}
+
+    permutation, items, wilcoxon = keyed(SEED_PERMUTATION_TEST), keyed(BOOTSTRAP_TEST), keyed(ITEM_WILCOXON_TEST)
+    entries = []
+    for row in (r for r in rows if r["test"] == SEED_BOOTSTRAP_TEST):
+        key = (row["model"], row["benchmark"], row["method_a"], row["method_b"])
+        shown = key_comparison_pair((row["method_a"], row["method_b"]))
+        if shown is None:
+            continue
+        pair, flipped = shown
+        sign = -1 if flipped else 1
+
+        tested = permutation.get(key)
+        item_row = items.get(key)
+        entry = {
+            "model": row["model"],
+            "benchmark": row["benchmark"],
+            "comparison": f"{pair[0]} vs {pair[1]}",
+            "metric": row["metric"],
+            "items": row["n"],
+            "runs": f"{row['seeds_b']} / {row['seeds_a']}" if flipped else f"{row['seeds_a']} / {row['seeds_b']}",
+            "difference": sign * row["statistic"],
+            "p_bootstrap": row["p_value"],
+            "improvement": 1 - row["prob_improvement"] if flipped else row["prob_improvement"],
+            "p_permutation": tested["p_value"] if tested else None,
+            "arrangements": tested["arrangements"] if tested else None,
+            "min_p": tested["min_p"] if tested else None,
+            "p_items_holm": wilcoxon[key].get("p_holm") if key in wilcoxon else None,
+        }
+        entry["ci_low"], entry["ci_high"] = _oriented(row["ci_low"], row["ci_high"], sign)
+        entry["improvement_low"], entry["improvement_high"] = (
+            _oriented(row["prob_improvement_low"], row["prob_improvement_high"], -1, 1.0)
+            if flipped
+            else (row["prob_improvement_low"], row["prob_improvement_high"])
+        )
+        entry["items_ci_low"], entry["items_ci_high"] = _oriented(
+            item_row["ci_low"] if item_row else None, item_row["ci_high"] if item_row else None, sign
+        )
+        entries.append(entry)
+    entries.sort(key=lambda e: (e["comparison"] != "grail vs grpo", e["comparison"], e["model"] != ALL_MODELS))
+    return entries
+
+
+def _signed(value: float, digits: int = 1) -> str:
+    """+x.y, with 0 as +0.0 (never -0.0)."""
+    return f"{round(value, digits) + 0.0:+.{digits}f}"
+
+
+def _interval(low: float | None, high: float | None, scale: float = 100, digits: int = 1) -> str:
+    return "–" if low is None else f"[{_signed(scale * low, digits)}, {_signed(scale * high, digits)}]"
+
+
+def seed_aware_table(entries: list[dict[str, Any]]) -> str:
+    """Markdown table of ``seed_aware_key_comparisons``: seed-aware columns first, then the item-level ones
+    (conditional on these trained runs); differences in points."""
+    lines = [
+        "| model | benchmark | comparison | metric | runs | difference (points) | 95 % CI, runs and items | "
+        "P(a > b) | p (permutation over runs) | 95 % CI, items only (these runs) | p (items, Holm) |",
+        "|" + "---|" * 11,
+    ]
+    for e in entries:
+        improvement = "–" if e["improvement"] is None else f"{e['improvement']:.2f}"
+        if e["improvement_low"] is not None:
+            improvement += f" [{e['improvement_low']:.2f}, {e['improvement_high']:.2f}]"
+        permutation = "–"
+        if e["p_permutation"] is not None:
+            permutation = f"{_number(e['p_permutation'])} (min {_number(e['min_p'])})"
+        lines.append(
+            f"| {e['model']} | {e['benchmark']} | {e['comparison']} | {e['metric']} | {e['runs']} | "
+            f"{_signed(100 * e['difference'])} | {_interval(e['ci_low'], e['ci_high'])} | {improvement} | "
+            f"{permutation} | {_interval(e['items_ci_low'], e['items_ci_high'])} | {_number(e['p_items_holm'])} |"
+        )
+    return "\n".join(lines)
+
+
+def seed_aware_sentence(entries: list[dict[str, Any]]) -> str | None:
+    """The study-wide GRAIL-vs-GRPO result with training runs as random, in one paragraph (None without it)."""
+    study = next((e for e in entries if e["comparison"] == "grail vs grpo" and e["model"] == ALL_MODELS), None)
+    if study is None:
+        return None
+    text = (
+        f"**GRAIL vs GRPO, with training as random** ({study['metric']}, average over {study['items']} "
+        f"(model, benchmark) cells, {study['runs']} runs per model): {_signed(100 * study['difference'])} points"
+    )
+    if study["ci_low"] is None:
+        text += (
+            "; with one run of a method in some model the runs cannot be resampled, so there is no interval that "
+            "counts the training seed: between-seed variance cannot be estimated, and the item-level intervals "
+            "below only say how these particular runs compare"
+        )
+    else:
+        text += (
+            f", 95 % interval {_interval(study['ci_low'], study['ci_high'])} (stratified bootstrap over runs and "
+            f"items), P(GRAIL > GRPO) = {study['improvement']:.2f} "
+            f"{_interval(study['improvement_low'], study['improvement_high'], scale=1, digits=2)}"
+        )
+    if study["p_permutation"] is not None:
+        text += (
+            f"; permutation test over runs within models: p = {_number(study['p_permutation'])} "
+            f"({study['arrangements']} labellings, smallest possible p {_number(study['min_p'])})"
+        )
+    return text + "."
+
+
+def key_sections(rows: list[dict[str, Any]], heading: str) -> list[str]:
+    """The answers to "did RL help, and did GRAIL beat GRPO": the seed-aware comparisons between trained
+    methods, then each method against base over items; ``heading`` prefixes the two sub-headings."""
+    parts = []
+    trained = seed_aware_key_comparisons(rows)
+    if trained:
+        sentence = seed_aware_sentence(trained)
+        parts += [
+            f"{heading} Between trained methods: training runs and items resampled",
+            *([sentence] if sentence else []),
+            "Difference = mean over runs and items of acc_a - acc_b, in points. The 95 % interval and P(a > b) "
+            "come from a stratified bootstrap that redraws the runs (training seeds) of each model and method and "
+            "the items of each benchmark (rliable's definitions, docs/output.md); the permutation test relabels "
+            "the runs (exact; with fewer than 3 runs of each method per cell only the study row has one). The "
+            "last two columns resample the items only: they are conditional on these trained runs and say "
+            "nothing about another training seed. With 2 runs per method the interval is too narrow (its "
+            "simulated coverage is in docs/output.md); `–`: not estimable from this design.",
+            seed_aware_table(trained),
+        ]
+    against_base = [e for e in key_comparisons(rows) if e["comparison"].endswith(f"vs {BASELINE_METHOD}")]
+    if against_base:
+        parts += [
+            f"{heading} Against base: paired over items",
+            "Per item, acc = mean correctness over samples and seeds; difference = mean over items of acc_a - acc_b"
+            " (base: the warmed-up model before RL, which has no training seed). Wilcoxon: exact signed-rank test "
+            "over items, one-sided (method > base), zero differences dropped, ties kept; Holm within its family; "
+            "95 % paired-bootstrap interval of the difference.",
+            key_comparisons_table(against_base),
+        ]
+    return parts
+
+
 def markdown_report(rows: list[dict[str, Any]], checkpoint: str) -> str:
     """The paper's test and the key comparisons first, then the full grid: Wilcoxon rows per metric, item rows."""
     lines = [f"# Significance (checkpoint `{checkpoint}`)", "", paper_test_sentence(paper_test(rows)), ""]
-    entries = key_comparisons(rows)
-    if entries:
-        lines += [
-            "## Did RL help, and did GRAIL beat GRPO (paired over items)",
-            "",
-            "Per item, acc = mean correctness over samples and seeds; difference = mean over items of acc_a - acc_b"
-            " (base: the warmed-up model before RL). Wilcoxon: exact signed-rank test over items, zero differences"
-            " dropped, ties kept; Holm within its family.",
-            "",
-            key_comparisons_table(entries),
-            "",
-        ]
+    sections = key_sections(rows, "###")
+    if sections:
+        lines += ["## Did RL help, and did GRAIL beat GRPO", ""]
+        lines += [line for part in sections for line in (part, "")]
     lines += [
         "## Full grid: Wilcoxon over (model, benchmark) pairs",
         "",
@@ -539,8 +700,11 @@ def main(argv: list[str] | None = None) -> None:
         raise InputError(f"{args.scores}: no scores for metric(s) {', '.join(unknown)}")
     rows = wilcoxon_comparisons(scores, metrics)
     if args.samples:
-        accuracies = item_accuracies(args.samples, args.checkpoint)
-        rows += item_comparisons(accuracies, args.resamples, args.confidence, args.seed)
+        runs = read_runs(args.samples, args.checkpoint)
+        rows += item_comparisons(runs, args.resamples, args.confidence, args.seed)
+        trained = sorted({method for by_method in runs.values() for method in by_method} - {BASELINE_METHOD})
+        pairs = list(itertools.combinations(trained, 2))
+        rows += seed_aware_rows(runs, pairs, args.resamples, args.confidence, args.seed)
     add_holm(rows)
     atomic_write_json(args.out, rows)
     if args.markdown:

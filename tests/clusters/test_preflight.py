@@ -183,6 +183,9 @@ def test_paper_study_fails_naming_the_gpus_the_stack_and_the_hub(tmp_path: Path)
     assert estimate["gpu_hours"] == pytest.approx(sum(row["gpu_hours"] for row in estimate["rules"].values()))
     assert estimate["concurrent_gpus"] == 32
     assert "GPU-h bound" in result.stdout  # the table
+    # the planner's line: one seed, so the seed-aware test is the sign flip over 5 models (false positives <= 1/32)
+    assert "power (documented defaults): for +3.6 points" in result.stdout
+    assert report["power"]["size_seed_aware"] <= 0.05 and report["power"]["gpu_hours"] == estimate["gpu_hours"]
 
 
 def test_kubernetes_profile_checks_the_image_and_the_bucket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import html
+import itertools
 import json
 import math
 import re
@@ -17,10 +18,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
+from pipeline import power
 from pipeline.config import Study, canonical_json, load_config
 from tests.shared_studies import CI_CONFIG, CI_CONFIG_FILES, EXAMPLES_DIR, PLUGIN_CONFIG, REPO, with_examples
 
@@ -170,6 +173,62 @@ def test_report_gathers_everything(workdir: Path, study: Study) -> None:
     assert (workdir / "results" / "token_weights.html").is_file()
     card = json.loads((workdir / "results" / "data" / "data_card.json").read_text())
     assert card["rows_written"] == study.data["generated"]["count"]
+
+
+def test_variance_and_seed_aware_rows_follow_from_the_tables(workdir: Path, study: Study) -> None:
+    """The report's variance section is tables/variance.csv; every seed-aware difference is the difference of the
+    methods' seed means of acc@n in tables/scores.csv (the study row: their mean over cells); one seed leaves the
+    seed terms and the seed-aware intervals empty, and the report says what follows."""
+    results = workdir / "results"
+    scores = pd.read_csv(results / "tables" / "scores.csv", dtype={"checkpoint": str})
+    variance = pd.read_csv(results / "tables" / "variance.csv", dtype={"checkpoint": str})
+    evaluated = {(e["model"], e["method"], e["checkpoint"], e["benchmark"]) for e in study.evaluations()}
+    assert set(variance[["model", "method", "checkpoint", "benchmark"]].itertuples(index=False, name=None)) == evaluated
+    for row in variance.itertuples(index=False):
+        selected = scores.query(
+            "model == @row.model and method == @row.method and checkpoint == @row.checkpoint"
+            " and benchmark == @row.benchmark and metric == @row.metric"
+        )
+        assert row.accuracy == pytest.approx(selected["value"].mean()), row
+        assert row.seeds == 1 and math.isnan(row.var_seed) and math.isnan(row.share_seed)
+    report = (results / "report.md").read_text()
+    section = report[report.index("## Where the variance comes from") : report.index("## Data card")]
+    shown = variance[variance["checkpoint"].isin(["final", "start"])]
+    assert section.count("\n| tiny |") == len(shown)
+    assert "**One training seed.**" in section
+    final = scores[(scores["checkpoint"] == "final") & scores["metric"].str.startswith("acc@")]
+    means = final.groupby(["model", "benchmark", "method"])["value"].mean()
+    rows = json.loads((results / "stats" / "significance.json").read_text())
+    bootstrap = [row for row in rows if row["test"] == "seed_bootstrap"]
+    assert {(r["method_a"], r["method_b"]) for r in bootstrap} == set(itertools.combinations(sorted(study.methods), 2))
+    for row in bootstrap:
+        if row["model"] == "all":
+            cells = [r for r in bootstrap if r["model"] != "all" and r["method_a"] == row["method_a"]]
+            cells = [r for r in cells if r["method_b"] == row["method_b"]]
+            assert row["statistic"] == pytest.approx(np.mean([r["statistic"] for r in cells]))
+        else:
+            difference = (
+                means[row["model"], row["benchmark"], row["method_a"]]
+                - means[row["model"], row["benchmark"], row["method_b"]]
+            )
+            assert row["statistic"] == pytest.approx(difference), row
+        assert not row["runs_resampled"] and row["ci_low"] is None and row["p_value"] is None
+    assert "with one run of a method in some model the runs cannot be resampled" in report
+
+
+def test_planner_reads_the_finished_study_as_its_pilot(workdir: Path, capsys) -> None:
+    """``python -m pipeline.power --pilot``: the sampling variance is the mean of the trained runs' final
+    estimates in tables/variance.csv; one seed leaves the seed terms at their documented defaults."""
+    variance = pd.read_csv(workdir / "results" / "tables" / "variance.csv", dtype={"checkpoint": str})
+    trained = variance[(variance["checkpoint"] == "final") & (variance["method"] != "base")]
+    pilot = power.pilot_variance(workdir / "results")
+    assert pilot.sampling.value == pytest.approx(trained["var_sampling"].mean())
+    assert pilot.seed_sd.value == power.DEFAULTS["seed_sd"].value
+    assert pilot.seed_sd.source.startswith("default, not estimable from the pilot")
+    configfile = str(REPO / "configs" / "paper.yaml")
+    power.main(["--configfile", configfile, "--pilot", str(workdir / "results"), "--replications", "100", "--no-cost"])
+    out = capsys.readouterr().out
+    assert f"(pilot {workdir / 'results'}: {len(trained)} (model, method, benchmark) cells, 1 seed(s))" in out
 
 
 def test_snakemake_html_report(workdir: Path, tmp_path: Path) -> None:
