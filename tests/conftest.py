@@ -109,13 +109,16 @@ def ci_study_copy(finished_ci_study: Path, tmp_path: Path) -> Path:
 # The long poles of the suite, in the order they start (measured durations: docs/contributing.md). Under pytest-xdist
 # (scripts/test.sh: `-n 2 --dist loadgroup`) each worker takes the next unit of work when it runs dry; starting the
 # longest units first lets the many short tests fill the gaps beside them instead of one long unit running alone at
-# the end.
+# the end. The end-to-end module goes first: it builds the shared CI study that later units read, so no worker waits
+# on its lock.
 LONG_POLES = (
+    "tests/pipeline/test_workflow_e2e.py",
     "tests/pipeline/test_smol_study.py",
     "slurm",
     "tests/clusters/test_containers.py::test_cpu_image_builds_with_podman_and_runs_a_stage_like_the_host",
-    "tests/pipeline/test_workflow_e2e.py",
+    "tests/pipeline/test_reruns_executed.py",
     "tests/faults/test_workflow_faults.py",
+    "tests/pipeline/test_quick_recipe.py",
 )
 # Modules whose tests are independent runs that share nothing costly at module scope: each test is its own unit of
 # work, so that they spread over the workers. Every other module is one unit (its module fixtures are built once).
