@@ -105,8 +105,9 @@ SAMPLES_PROVENANCE = f"{R}/{layout.SAMPLES_PROVENANCE}"
 CODE_CHANGES = f"{R}/{layout.CODE_CHANGES}"
 # library_changes: rerun makes the versions a param of training and evaluation (pipeline.provenance)
 LIBRARIES = canonical_json(library_versions()) if STUDY.library_changes == "rerun" else ""
-# ... and part of a training run's fingerprint (what its checkpoints may be resumed by: pipeline.run_state). Neither
-# this nor what is done with stale checkpoints is a param: they decide how a run resumes, not what it trains.
+# ... and part of a training run's fingerprint (what its checkpoints may be resumed by: pipeline.run_state). A change
+# of either flag reruns the train jobs, which find checkpoints of their own fingerprint (it leaves both flags out) at
+# max_steps and only republish them.
 TRAIN_STATE_FLAGS = shlex.join(
     ["--stale-checkpoints", STUDY.stale_checkpoints]
     + (["--fingerprint-libraries"] if STUDY.library_changes == "rerun" else [])
@@ -361,6 +362,7 @@ rule train:
         tracking=canonical_json(STUDY.tracking.__dict__),
         run_name=lambda wildcards: STUDY.run_name(wildcards),
         tracking_dir=TRACKING_DIR,
+        state_flags=TRAIN_STATE_FLAGS,
         libraries=LIBRARIES,
         # the job runs both, and the method's module (loaded by name, so no import leads to it)
         code=lambda wildcards: source_digest(
@@ -371,7 +373,7 @@ rule train:
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
         " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
         " --out {params.run_dir:q} --export-steps {params.export_steps} --tracking {params.tracking:q}"
-        " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} {TRAIN_STATE_FLAGS}"
+        " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} {params.state_flags}"
         " > {log:q} 2>&1"
 
 
