@@ -355,13 +355,14 @@ def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
     if signals.received is not None:  # during the imports: stop before the slow validation and loading
         stop_before_training(signals.received_name())
     tracking = load_tracking(args.tracking)
-    # The first process of a run holds its lock (the launcher stops the others when it exits).
-    with run_lock(args.out) if os.environ.get("RANK", "0") == "0" else contextlib.nullcontext():
-        trainer, control = build_trainer(args, signals, tracking)
-        if control.stop_requested():  # during validation or model loading
-            stop_before_training(signals.received_name())
-        with wandb_run(tracking, args.run_name, args.tracking_dir, trainer.accelerator.is_main_process):
-            train_and_publish(args, trainer, control)
+    trainer, control = build_trainer(args, signals, tracking)
+    if control.stop_requested():  # during validation or model loading
+        stop_before_training(signals.received_name())
+    # The first process of a run holds its lock while anything in the run directory changes (bad input is refused
+    # before: it leaves no trace there); the launcher stops the other processes when it exits.
+    lock = run_lock(args.out) if os.environ.get("RANK", "0") == "0" else contextlib.nullcontext()
+    with lock, wandb_run(tracking, args.run_name, args.tracking_dir, trainer.accelerator.is_main_process):
+        train_and_publish(args, trainer, control)
 
 
 def train_and_publish(
