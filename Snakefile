@@ -108,9 +108,8 @@ LIBRARIES = canonical_json(library_versions()) if STUDY.library_changes == "reru
 # ... and part of a training run's fingerprint (what its checkpoints may be resumed by: pipeline.run_state). A change
 # of either flag reruns the train jobs, which find checkpoints of their own fingerprint (it leaves both flags out) at
 # max_steps and only republish them.
-TRAIN_STATE_FLAGS = shlex.join(
-    ["--stale-checkpoints", STUDY.stale_checkpoints]
-    + (["--fingerprint-libraries"] if STUDY.library_changes == "rerun" else [])
+TRAIN_STATE_ARGS = ["--stale-checkpoints", STUDY.stale_checkpoints] + (
+    ["--fingerprint-libraries"] if STUDY.library_changes == "rerun" else []
 )
 TABLES = [f"{R}/{layout.TABLES_DIR}/{name}" for name in layout.TABLE_FILES]
 FIGURES = [
@@ -362,7 +361,7 @@ rule train:
         tracking=canonical_json(STUDY.tracking.__dict__),
         run_name=lambda wildcards: STUDY.run_name(wildcards),
         tracking_dir=TRACKING_DIR,
-        state_flags=TRAIN_STATE_FLAGS,
+        state_flags=shlex.join(TRAIN_STATE_ARGS),
         libraries=LIBRARIES,
         # the job runs both, and the method's module (loaded by name, so no import leads to it)
         code=lambda wildcards: source_digest(
