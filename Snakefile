@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
-from snakemake_interface_executor_plugins.settings import DeploymentMethod
+from snakemake_interface_executor_plugins.settings import DeploymentMethod, ExecMode
 
 min_version("9.0")
 
@@ -43,9 +43,24 @@ from pipeline.io import InputError
 from pipeline.provenance import library_versions
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
+DEFAULT_CONFIG = os.path.join(workflow.basedir, "configs", "default.yaml")
 if not workflow.overwrite_configfiles:
 
-    configfile: os.path.join(workflow.basedir, "configs", "default.yaml")
+    configfile: DEFAULT_CONFIG
+
+
+# A cluster job re-reads the config files: it must find what the controller planned (pipeline/cluster.py).
+CONFIG_FILES = list(workflow.overwrite_configfiles) or [DEFAULT_CONFIG]
+if workflow.exec_mode == ExecMode.DEFAULT:
+    os.environ[cluster.PLANNED_CONFIG_VARIABLE] = cluster.config_file_digests(CONFIG_FILES)
+elif cluster.PLANNED_CONFIG_VARIABLE in os.environ:
+    if changed := cluster.changed_config_files(os.environ[cluster.PLANNED_CONFIG_VARIABLE]):
+        print(
+            f"config file changed since the study was planned: {', '.join(changed)}; this job refuses to run"
+            " with settings the controller did not record (restore the file, or restart the study)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
 
 
 SCHEMA = os.path.join(workflow.basedir, "configs", "schema.yaml")
@@ -90,6 +105,12 @@ SAMPLES_PROVENANCE = f"{R}/{layout.SAMPLES_PROVENANCE}"
 CODE_CHANGES = f"{R}/{layout.CODE_CHANGES}"
 # library_changes: rerun makes the versions a param of training and evaluation (pipeline.provenance)
 LIBRARIES = canonical_json(library_versions()) if STUDY.library_changes == "rerun" else ""
+# ... and part of a training run's fingerprint (what its checkpoints may be resumed by: pipeline.run_state). A change
+# of either flag reruns the train jobs, which find checkpoints of their own fingerprint (it leaves both flags out) at
+# max_steps and only republish them.
+TRAIN_STATE_ARGS = ["--stale-checkpoints", STUDY.stale_checkpoints] + (
+    ["--fingerprint-libraries"] if STUDY.library_changes == "rerun" else []
+)
 TABLES = [f"{R}/{layout.TABLES_DIR}/{name}" for name in layout.TABLE_FILES]
 FIGURES = [
     f"{R}/{layout.FIGURES_DIR}/{name}"
@@ -340,6 +361,7 @@ rule train:
         tracking=canonical_json(STUDY.tracking.__dict__),
         run_name=lambda wildcards: STUDY.run_name(wildcards),
         tracking_dir=TRACKING_DIR,
+        state_flags=shlex.join(TRAIN_STATE_ARGS),
         libraries=LIBRARIES,
         # the job runs both, and the method's module (loaded by name, so no import leads to it)
         code=lambda wildcards: source_digest(
@@ -350,7 +372,8 @@ rule train:
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
         " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
         " --out {params.run_dir:q} --export-steps {params.export_steps} --tracking {params.tracking:q}"
-        " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} > {log:q} 2>&1"
+        " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} {params.state_flags}"
+        " > {log:q} 2>&1"
 
 
 def evaluate_inputs(wildcards):
@@ -410,10 +433,13 @@ rule aggregate:
     params:
         tables_dir=lambda wildcards, output: os.path.dirname(output.tables[0]),
         figures_dir=lambda wildcards, output: os.path.dirname(output.figures[0]),
-        code=source_digest("pipeline.aggregate"),
+        credits=shlex.join(STUDY.credits()),
+        # the credit methods' modules declare the headline statistics the training curves lead with
+        code=source_digest("pipeline.aggregate", *STUDY.credit_modules()),
     shell:
         "python -m pipeline.aggregate --samples {input.samples:q} --train-metrics {input.metrics:q}"
-        " --out-dir {params.tables_dir:q} --figures-dir {params.figures_dir:q} > {log:q} 2>&1"
+        " --out-dir {params.tables_dir:q} --figures-dir {params.figures_dir:q} --credit-methods {params.credits}"
+        " > {log:q} 2>&1"
 
 
 def significance_samples(wildcards):

@@ -47,9 +47,9 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from pipeline.arith import ArithmeticSpec, arithmetic_problems
-from pipeline.credit.method import built_in_names
+from pipeline.credit.method import built_in_names, credit_method
 from pipeline.generation import chat_prompt_ids
-from pipeline.io import atomic_write_json
+from pipeline.io import InputError, atomic_write_json
 from pipeline.loading import load_model, load_tokenizer
 from pipeline.prompts import build_prompt
 from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
@@ -66,9 +66,11 @@ def method_options(method: str) -> dict:
     """GrailGRPOConfig options of a benchmarked method: a row of METHODS, or an import path's method."""
     if method in METHODS:
         return METHODS[method]
-    if "." in method:
-        return {"credit": method}
-    raise SystemExit(f"--methods: {method!r} is not one of {list(METHODS)} nor a module's import path")
+    try:
+        credit_method(method)  # an import path, dotted or not (the registry's rule)
+    except InputError as error:
+        raise SystemExit(f"--methods: {method!r} is not one of {list(METHODS)}, and {error}") from None
+    return {"credit": method}
 
 
 NUM_GENERATIONS = 8

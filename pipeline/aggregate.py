@@ -1,6 +1,7 @@
 """Stage `aggregate`: per-sample evaluation files -> scores.csv, summary tables (CSV/MD/XLSX) and figures.
 
     python -m pipeline.aggregate --samples FILE... --train-metrics FILE... --out-dir DIR --figures-dir DIR
+        [--credit-methods CREDIT...]
 
 Keys come from paths: samples files are ``.../<model>/<method>/seed<seed>/<checkpoint>/<benchmark>.jsonl`` and
 training metrics ``.../<model>/<method>/seed<seed>/metrics.jsonl``.
@@ -16,7 +17,8 @@ Outputs (each written atomically):
   per-sample correctness, between training seeds, between items, seed x item and sampling
   (``pipeline.variance``);
 - figures ``scores_by_benchmark.png``, ``training_curves.png`` (reward and each credit method's headline
-  statistics) and ``training_diagnostics.png`` (reward and the methods' other statistics).
+  statistics) and ``training_diagnostics.png`` (reward and the methods' other statistics); the credit methods
+  are those ``--credit-methods`` names (the study's ``credit`` values), each read from the registry.
 """
 
 from __future__ import annotations
@@ -327,23 +329,26 @@ def seed_bands(curves: dict[RunKey, pd.DataFrame], key: str, window: int) -> dic
     return bands
 
 
-def training_curve_keys(curves: dict[RunKey, pd.DataFrame]) -> tuple[list[str], list[str]]:
-    """The panels of the two training-curve figures: ``reward`` and each credit method's headline statistics
-    (``CreditMethod.headline``, at most four, those logged), then the rest of the methods' logged statistics.
-    A credit method's prefix is a registered method's name, or any prefix that logged ``advantages_scale_ratio``
-    (the trainer logs it for every per-token method, an out-of-tree one too)."""
+def training_curve_keys(
+    curves: dict[RunKey, pd.DataFrame], credits: list[str] | None = None
+) -> tuple[list[str], list[str]]:
+    """The panels of the two training-curve figures: ``reward`` and the headline statistics
+    (``CreditMethod.headline``, at most four, those logged) of each method that ``credits`` names (a study config's
+    ``credit`` values: built-in names or import paths; default every built-in method), then the rest of those
+    methods' logged statistics. Built-in or out-of-tree, a method is read the same way: from the registry.
+
+    Statistics of a method that no credit names are refused rather than left out of both figures: the trainer
+    logs ``<name>/advantages_scale_ratio`` for every per-token method, so its name is known."""
     logged = {key for curve in curves.values() for key in curve.columns if "/" in key}
-    built_in = built_in_names()
-    prefixes = sorted(
-        {key.split("/")[0] for key in logged}
-        & ({*built_in} | {key.split("/")[0] for key in logged if key.endswith("/advantages_scale_ratio")})
-    )
-    headline = [
-        f"{prefix}/{name}"
-        for prefix in prefixes
-        for name in (credit_method(prefix).headline[:4] if prefix in built_in else ())
-        if f"{prefix}/{name}" in logged
-    ]
+    headlines = {method.name: method.headline[:4] for method in map(credit_method, credits or built_in_names())}
+    logged_methods = {key.split("/")[0] for key in logged if key.endswith("/advantages_scale_ratio")}
+    if unnamed := sorted(logged_methods - headlines.keys()):
+        raise InputError(
+            f"training metrics hold the statistics of credit method(s) {unnamed}, which no --credit-methods names "
+            f"(named: {sorted(headlines)}); name each study method's credit (built-in name or import path)"
+        )
+    prefixes = sorted(headlines.keys() & {key.split("/")[0] for key in logged})
+    headline = [f"{prefix}/{name}" for prefix in prefixes for name in headlines[prefix] if f"{prefix}/{name}" in logged]
     rest = sorted(key for key in logged if key.split("/")[0] in prefixes and key not in headline)
     return ["reward", *headline], rest
 
@@ -381,10 +386,12 @@ def training_curves_figure(
     return fig
 
 
-def plot_training_curves(curves: dict[RunKey, pd.DataFrame], path: Path, diagnostics_path: Path) -> None:
+def plot_training_curves(
+    curves: dict[RunKey, pd.DataFrame], keys: tuple[list[str], list[str]], path: Path, diagnostics_path: Path
+) -> None:
     """Write the headline training curves to ``path`` and the reward with every other diagnostic to
-    ``diagnostics_path`` (PNGs)."""
-    headline, rest = training_curve_keys(curves)
+    ``diagnostics_path`` (PNGs); ``keys``: the two panel lists of ``training_curve_keys``."""
+    headline, rest = keys
     _save_figure(training_curves_figure(curves, headline), path)
     _save_figure(training_curves_figure(curves, ["reward", *rest]), diagnostics_path)
 
@@ -395,9 +402,12 @@ def write_outputs(
     curves: dict[RunKey, pd.DataFrame],
     out_dir: Path,
     figures_dir: Path,
+    credits: list[str] | None = None,
 ) -> None:
     """scores.csv, summary.{csv,md,xlsx} and variance.{csv,md} under ``out_dir``; the PNG figures under
-    ``figures_dir``."""
+    ``figures_dir`` (the training curves' credit methods: ``credits``, as in ``training_curve_keys``, checked before
+    anything is written)."""
+    keys = training_curve_keys(curves, credits)
     table = summary_table(scores)
     with atomic_path(out_dir / "scores.csv") as temporary:
         scores.to_csv(temporary, index=False)
@@ -411,7 +421,7 @@ def write_outputs(
         _flat_columns(table).to_excel(excel, sheet_name="summary", index=False)
         formatted_summary(table).to_excel(excel, sheet_name="formatted", index=False)
     plot_scores(table, figures_dir / SCORES_FIGURE)
-    plot_training_curves(curves, figures_dir / TRAINING_CURVES_FIGURE, figures_dir / TRAINING_DIAGNOSTICS_FIGURE)
+    plot_training_curves(curves, keys, figures_dir / TRAINING_CURVES_FIGURE, figures_dir / TRAINING_DIAGNOSTICS_FIGURE)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -420,10 +430,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-metrics", nargs="*", default=[], help="training metrics.jsonl files")
     parser.add_argument("--out-dir", type=Path, required=True, help="directory for scores.csv and summary.*")
     parser.add_argument("--figures-dir", type=Path, required=True, help="directory for the PNG figures")
+    parser.add_argument(
+        "--credit-methods",
+        nargs="+",
+        help="the study's credit methods (its `credit` values: built-in names or import paths), whose statistics "
+        "the training-curve figures show, headline ones first; default every built-in method",
+    )
     args = parser.parse_args(argv)
     scores, counts = score_files(args.samples)
     curves = load_training_curves(args.train_metrics)
-    write_outputs(add_averages(scores), variance_table(counts), curves, args.out_dir, args.figures_dir)
+    write_outputs(
+        add_averages(scores), variance_table(counts), curves, args.out_dir, args.figures_dir, args.credit_methods
+    )
 
 
 if __name__ == "__main__":

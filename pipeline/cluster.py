@@ -1,10 +1,20 @@
-"""What a cluster run adds to the DAG: site flags composed with the study's, and the one image path.
+"""What a cluster run adds to the DAG: site flags composed with the study's, the one image path, and the check that
+a job runs the config its controller planned.
+
+Planned config: a cluster job starts Snakemake again, which reads the config files by path (Snakemake 9.27,
+snakemake/spawn_jobs.py: ``--configfiles``), so a file edited while the study runs would give later jobs settings
+the controller never recorded. The controller puts the content digest of each config file it read in the
+environment (``PLANNED_CONFIG_VARIABLE``; the Slurm executor submits with ``--export=ALL``); a job whose files now
+differ refuses (exit 2, naming them). A file the job cannot see is not checked (an executor without a shared file
+system deploys a copy of the sources made when the study started).
 
 No third-party imports: the Snakefile imports this module at parse time, on the login node and in every job.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shlex
 from urllib.parse import urlsplit
@@ -13,6 +23,7 @@ from urllib.parse import urlsplit
 # `container_image` default names it (tests/clusters/test_image_path.py holds the three together).
 SIF_IMAGE = "containers/grail.sif"
 SIF_BUILD_COMMAND = "containers/build.sh gpu && containers/build.sh apptainer"
+PLANNED_CONFIG_VARIABLE = "GRAIL_PLANNED_CONFIG"
 # Apptainer's flag that binds the host's NVIDIA driver and devices into the container.
 APPTAINER_GPU_FLAG = "--nv"
 
@@ -57,3 +68,21 @@ def missing_image_error(image: str) -> str | None:
 def with_gpu_flag(apptainer_args: str) -> str:
     """Apptainer's arguments with ``--nv`` added once: GPU jobs see the node's GPUs (a CPU node only warns)."""
     return join_flags(apptainer_args, APPTAINER_GPU_FLAG)
+
+
+def config_file_digests(paths: list[str]) -> str:
+    """The ``PLANNED_CONFIG_VARIABLE`` value: JSON ``{absolute path: SHA-256 of its bytes}`` of each config file."""
+    digests = {}
+    for path in paths:
+        with open(path, "rb") as handle:
+            digests[os.path.abspath(path)] = hashlib.sha256(handle.read()).hexdigest()
+    return json.dumps(digests, sort_keys=True)
+
+
+def changed_config_files(planned: str) -> list[str]:
+    """The files of a ``config_file_digests`` value whose content differs now (a file not found is skipped)."""
+    changed = []
+    for path, digest in json.loads(planned).items():
+        if os.path.isfile(path) and json.loads(config_file_digests([path]))[path] != digest:
+            changed.append(path)
+    return changed

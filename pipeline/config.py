@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import typing
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -23,10 +24,12 @@ from jsonschema.exceptions import ValidationError
 from pipeline.io import InputError
 from pipeline.launch import training_processes
 from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, checkpoint_label, label_step
+from pipeline.specs import annotation_accepts
 from pipeline.tracking import TrackingConfig, run_name
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LibraryChanges = Literal["warn", "rerun"]  # config key `library_changes` (docs/reruns.md)
+StaleCheckpoints = Literal["set_aside", "delete"]  # config key `stale_checkpoints` (pipeline.run_state)
 SCHEMA_PATH = PACKAGE_DIR.parent / "configs" / "schema.yaml"
 
 RESOURCE_KEYS = ("cpus", "mem_mb", "runtime", "gpus", "nodes", "gpu_model", "slurm_extra")
@@ -173,7 +176,8 @@ def coerce_overrides(
     Snakemake reads ``--config 'evaluation={temperature: 0.7}'`` with YAML's base loader, so every nested value
     arrives as a string ('0.7'). A string the schema refuses at its key, that spells a JSON number, boolean or
     null the schema accepts there, becomes that value; anything else ('0.7x') is left for the schema check to
-    refuse by name. Values from config files are never changed.
+    refuse by name. A method's ``credit_options`` take the types of its options dataclass the same way. Values
+    from config files are never changed.
     """
     validator = Draft202012Validator(load_schema(schema_path))
 
@@ -192,11 +196,32 @@ def coerce_overrides(
             text = parent[path[-1]]
         except (KeyError, IndexError, TypeError):
             continue
-        if not isinstance(text, str) or (value := _scalar_from_text(text)) is text or not refused_at(path):
+        if not isinstance(text, str) or (value := _scalar_from_text(text)) is text:
+            continue
+        if (option_type := _credit_option_type(config, path)) is not None:
+            if not annotation_accepts(option_type, text) and annotation_accepts(option_type, value):
+                parent[path[-1]] = value
+            continue
+        if not refused_at(path):
             continue
         parent[path[-1]] = value
         if refused_at(path):
             parent[path[-1]] = text
+
+
+def _credit_option_type(config: Mapping[str, Any], path: tuple) -> Any:
+    """The annotation of the option at ``methods.<name>.credit_options.<key>`` in its method's options dataclass
+    (the schema does not type ``credit_options``), or None for any other path or a method that does not load
+    (the config check names that)."""
+    if len(path) != 4 or path[0] != "methods" or path[2] != "credit_options":
+        return None
+    from pipeline.credit.method import credit_method
+
+    try:
+        options = credit_method(config["methods"][path[1]]["credit"]).options
+    except (InputError, KeyError, TypeError):
+        return None
+    return typing.get_type_hints(options).get(path[3])
 
 
 # --------------------------------------------------------------------------------------------- typed views
@@ -288,7 +313,9 @@ class MethodConfig:
         """The module of its credit method, a root of the train rule's code digest: a built-in method's file
         (pipeline/credit/methods/<name>.py, loaded by name at run time, so no import of ``pipeline.train`` leads to
         it) or an out-of-tree method's import path (its own package's imports covered too)."""
-        return self.credit if "." in self.credit else f"pipeline.credit.methods.{self.credit}"
+        from pipeline.credit.method import credit_module
+
+        return credit_module(self.credit)
 
     @property
     def grpo_overrides(self) -> dict[str, Any]:
@@ -356,6 +383,7 @@ class Study:
     token_viewer: TokenViewerConfig
     resource_table: dict[str, dict[str, Any]] = field(repr=False)
     library_changes: LibraryChanges = "warn"
+    stale_checkpoints: StaleCheckpoints = "set_aside"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Study:
@@ -407,6 +435,7 @@ class Study:
             ),
             resource_table=config["resources"],
             library_changes=config["library_changes"],
+            stale_checkpoints=config["stale_checkpoints"],
         )
 
     # ----- specs passed to the stages
@@ -488,6 +517,10 @@ class Study:
             name: {key: value for key, value in {**training, **method.spec}.items() if _is_credit_key(key)}
             for name, method in self.methods.items()
         }
+
+    def credits(self) -> list[str]:
+        """The study's credit methods as its config names them (built-in names, import paths), each once, sorted."""
+        return sorted({method.credit for method in self.methods.values()})
 
     def credit_modules(self) -> list[str]:
         """The modules of the study's credit methods (``MethodConfig.credit_module``), each once, sorted."""

@@ -12,7 +12,7 @@ pipeline.grading) and ``extraction`` (clean | upstream: upstream's extractor sto
 no length cap, spec 6.2) select upstream's behaviour for the paper study.
 
 Resume: graded rows are appended durably (fsync per batch) to ``OUT.partial`` whose first line fingerprints the
-model, benchmark, seed and the sampling/grading settings. A rerun keeps the valid rows of a matching partial file
+model (by content: pipeline.file_digest), benchmark, seed and the sampling/grading settings. A rerun keeps the valid rows of a matching partial file
 (dropping a torn last line), generates only the missing units, and finally writes OUT atomically with exactly one
 row per unit, sorted by (item order, sample), then deletes the partial file. The library versions it ran with go
 beside OUT, in ``<benchmark>.provenance.json`` (pipeline.provenance), written just before OUT.
@@ -51,7 +51,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pipeline.boxed import ExtractionMode, last_boxed
-from pipeline.generation import chat_prompt_ids, derive_seed, model_fingerprint, stable_hash
+from pipeline.file_digest import model_identity
+from pipeline.generation import chat_prompt_ids, derive_seed, stable_hash
 from pipeline.gold_audit import clean_only_warning
 from pipeline.grading import GradingMode
 from pipeline.io import (
@@ -225,12 +226,13 @@ def grade(completion: str, gold: str, spec: EvalSpec) -> tuple[str | None, bool]
 
 
 def fingerprint(model: str, benchmark: str | Path, spec: EvalSpec, seed: int) -> str:
-    """Hash of everything that decides a sample's distribution and grade (not batching, backend or n_samples)."""
+    """Hash of everything that decides a sample's distribution and grade (not batching, backend or n_samples): the
+    model by content (a retrained model at the same path is another model), the benchmark, the seed, the settings."""
     settings = dataclasses.asdict(spec)
     for key in ("backend", "batch_size", "n_samples", "vllm"):
         settings.pop(key)
     benchmark_hash = hashlib.sha256(Path(benchmark).read_bytes()).hexdigest()
-    return stable_hash((model_fingerprint(model), benchmark_hash, seed, sorted(settings.items())))
+    return stable_hash((model_identity(model), benchmark_hash, seed, sorted(settings.items())))
 
 
 def partial_path(out: str | Path) -> Path:

@@ -1,4 +1,4 @@
-"""Shared helpers for stages that prompt a chat model: chat prompts, model fingerprints, seeds.
+"""Shared helpers for stages that prompt a chat model: chat prompts and seeds.
 
 The warm-up (SFT) and the evaluation build their prompts here, so that both see exactly the tokens that training
 sees: the user message is ``build_prompt(problem, template)``, rendered with the tokenizer's chat template,
@@ -8,7 +8,6 @@ sees: the user message is ``build_prompt(problem, template)``, rendered with the
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from typing import Any
 
 from pipeline.io import InputError
@@ -48,16 +47,6 @@ def chat_prompt_ids(tokenizer: Any, user_content: str, enable_thinking: bool = F
         enable_thinking=enable_thinking,
     )
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def model_fingerprint(model: str) -> dict[str, Any]:
-    """What identifies a model's weights cheaply: its files' names, sizes and mtimes (local), or the hub id."""
-    path = Path(model)
-    if not path.is_dir():
-        return {"model": model}
-    files = sorted(p for p in path.rglob("*") if p.is_file())
-    listing = [(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-    return {"model": str(path.resolve()), "files": stable_hash(listing)}
 
 
 def stable_hash(obj: Any) -> str:

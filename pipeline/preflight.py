@@ -42,6 +42,7 @@ from pipeline.benchmarks import SOURCE_FORMATS
 from pipeline.config import Study, check_config_schema
 from pipeline.io import InputError, atomic_write_json, run_cli
 from pipeline.prepare_benchmarks import read_subset_ids
+from pipeline.run_state import SET_ASIDE_DIR, set_aside_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = REPO / "configs" / "schema.yaml"
@@ -453,13 +454,21 @@ def hub_check(study: Study, allow_downloads: bool) -> Check:
 
 
 def disk_check(results_dir: Path, needed: int) -> Check:
+    """Free space against what the study writes. Checkpoints a rerun set aside (pipeline.run_state) stay until
+    removed: their size is named, and removing them is the first remedy offered."""
     existing = results_dir.resolve()
     while not existing.exists():
         existing = existing.parent
     free = shutil.disk_usage(existing).free
+    kept = set_aside_bytes(results_dir) if results_dir.is_dir() else 0
     detail = f"{free / cost.GIB:.1f} GiB free at {existing}; the study writes up to {needed / cost.GIB:.1f} GiB"
+    if kept:
+        detail += f"; {kept / cost.GIB:.1f} GiB are checkpoints set aside by reruns (runs/*/*/*/{SET_ASIDE_DIR})"
     if free < needed:
-        return Check("disk", "fail", detail, "point results_dir at a larger filesystem or lower save_total_limit")
+        fix = "point results_dir at a larger filesystem or lower save_total_limit"
+        if kept:
+            fix = f"delete the set-aside checkpoints you do not need (rm -r {results_dir}/runs/*/*/*/{SET_ASIDE_DIR}), {fix}"
+        return Check("disk", "fail", detail, fix)
     return Check("disk", "pass", detail)
 
 

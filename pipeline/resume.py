@@ -2,7 +2,8 @@
 
 A checkpoint is valid when its trainer state, weights (every shard, readable safetensors headers) and optimizer
 state are there; ``newest_valid_checkpoint`` skips partial or corrupt ones with a warning. ``ResumableGRPOTrainer``
-saves checkpoints atomically and with TRL's generation state, so a resumed run follows the uninterrupted one.
+saves checkpoints atomically and with TRL's generation state and the run's fingerprint (pipeline.run_state), so a
+resumed run follows the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pipeline.io import append_jsonl_durably, atomic_write_jsonl, export_model, 
 from pipeline.layout import export_label
 from pipeline.preemption import PreemptionSignals
 from pipeline.progress import progress
+from pipeline.run_state import write_fingerprint
 from pipeline.trainer import GrailGRPOTrainer
 
 logger = logging.getLogger(__name__)
@@ -148,13 +150,22 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
     and which slice of the generation buffer a micro-step uses) and the buffer itself. Without them a resumed run
     regenerates at once and trains on misaligned slices. Here ``_step = global_step * gradient_accumulation_steps``
     is restored and each process's buffer is saved in, and loaded from, the checkpoint; so is the state of OAR-G's
-    noise generator (a reseeded one would repeat the noise of the first steps).
+    noise generator (a reseeded one would repeat the noise of the first steps). Each checkpoint also records the
+    ``run_fingerprint`` of the settings that made it.
     """
 
-    def __init__(self, *args: Any, export_steps: frozenset[int], exports_dir: Path, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        export_steps: frozenset[int],
+        exports_dir: Path,
+        run_fingerprint: dict[str, Any],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.export_steps = export_steps
         self.exports_dir = exports_dir
+        self.run_fingerprint = run_fingerprint
         self._staging_dir: Path | None = None
 
     def _get_train_sampler(self, dataset: Dataset | None = None) -> EpochRepeatSampler:
@@ -198,6 +209,7 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
             )
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
+            write_fingerprint(staging_root / name, self.run_fingerprint)
             publish_directory(staging_root / name, run_dir / name)
             shutil.rmtree(staging_root)
             rotate_checkpoints(str(run_dir), save_total_limit=self.args.save_total_limit, use_mtime=False)

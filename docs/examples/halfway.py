@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pipeline.credit.method import CreditInputs, CreditMethod, CreditResult, Range, scaled
+from pipeline.credit.method import CreditInputs, CreditMethod, CreditResult, Range, carries_loss, scaled
 from pipeline.credit.stats import weight_stats
 
 
@@ -25,7 +25,8 @@ class HalfwayOptions:
 
 
 def halfway_weights(completion_mask: torch.Tensor, late_weight: float) -> torch.Tensor:
-    """(B, T) float32 weights of the module docstring."""
+    """(B, T) float32 weights of the module docstring; 0 on padding, so a row without a real token (truncated,
+    under mask_truncated_completions) is all 0, and a row of one token has weight 1 (0 < 1 / 2)."""
     t = torch.arange(completion_mask.size(1), device=completion_mask.device)[None, :]
     late = t >= completion_mask.sum(dim=-1, keepdim=True) / 2
     return torch.where(late, late_weight, 1.0) * completion_mask
@@ -38,9 +39,10 @@ class Halfway(CreditMethod):
     headline = ("weight_mean",)
 
     def advantages(self, inputs: CreditInputs) -> CreditResult:
-        mask = inputs.batch["completion_mask"]
+        mask = inputs.batch["completion_mask"]  # inputs.batch is a dict; self.opts holds the options
         weights = halfway_weights(mask, self.opts.late_weight)
-        stats = weight_stats(weights, mask.bool())
+        rows = carries_loss(inputs.batch)  # the statistics cover the rows that carry loss, as the built-ins'
+        stats = weight_stats(weights[rows], mask[rows].bool())
         return CreditResult(scaled(inputs.batch["advantages"], weights), weights, stats)
 
 

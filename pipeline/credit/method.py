@@ -41,6 +41,7 @@ __all__ = [
     "CreditResult",
     "OfflineHost",
     "Range",
+    "carries_loss",
     "full_sequence",
     "scaled",
 ]
@@ -234,18 +235,34 @@ def built_in_names() -> list[str]:
     return sorted(info.name for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_"))
 
 
+# What the registry's errors say a ``credit`` that is not a built-in name must be.
+IMPORT_PATH = (
+    "the import path of a module on the PYTHONPATH (Python names joined by dots, no `.py`: "
+    "late_tokens, mylab.credit.halfway)"
+)
+
+
+def credit_module(credit: str) -> str:
+    """The module a config's ``credit`` names: a built-in method's file (``METHODS_PACKAGE.<credit>``), else the
+    import path ``credit`` itself, dotted or not (a built-in name wins over a top-level module of that name)."""
+    return f"{METHODS_PACKAGE}.{credit}" if credit in built_in_names() else credit
+
+
 def credit_method(credit: str) -> type[CreditMethod]:
-    """The method a config's ``credit`` names: a built-in name, or the import path of a module (a name with a dot)
-    that defines ``METHOD``, a ``CreditMethod`` subclass; loaded and registered on first use."""
+    """The method a config's ``credit`` names: a built-in name, or the import path of any module (``late_tokens``,
+    ``mylab.credit.halfway``) that defines ``METHOD``, a ``CreditMethod`` subclass; loaded and registered on
+    first use."""
     if credit in _LOADED:
         return _LOADED[credit]
-    if not isinstance(credit, str) or (credit not in built_in_names() and "." not in credit):
-        raise InputError(f"credit must be one of {built_in_names()} or a module's import path, got {credit!r}")
-    module_name = credit if "." in credit else f"{METHODS_PACKAGE}.{credit}"
+    if not isinstance(credit, str) or not all(part.isidentifier() for part in credit.split(".")):
+        raise InputError(f"credit must be one of {built_in_names()} or {IMPORT_PATH}, got {credit!r}")
+    module_name = credit_module(credit)
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise InputError(f"credit {credit!r}: cannot import module {module_name!r} ({error})") from error
+        raise InputError(
+            f"credit must be one of {built_in_names()} or {IMPORT_PATH}; cannot import {credit!r}: {error}"
+        ) from error
     method = getattr(module, "METHOD", None)
     if not (isinstance(method, type) and issubclass(method, CreditMethod)):
         raise InputError(f"credit {credit!r}: module {module_name!r} defines no METHOD (a CreditMethod subclass)")
@@ -253,7 +270,7 @@ def credit_method(credit: str) -> type[CreditMethod]:
         isinstance(getattr(method, "name", None), str) and dataclasses.is_dataclass(getattr(method, "options", None))
     ):
         raise InputError(f"credit {credit!r}: its METHOD needs a `name` (str) and an `options` dataclass")
-    if "." not in credit and method.name != credit:
+    if module_name != credit and method.name != credit:
         raise InputError(f"credit {credit!r}: {module_name}.METHOD is named {method.name!r}")
     _LOADED[credit] = method
     return method

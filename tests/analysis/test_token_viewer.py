@@ -101,7 +101,7 @@ def test_methods_are_built_from_the_registry_and_checked_by_name() -> None:
         credit_methods({"grail": {"credit": "grail", "grail_wmax": 3.0}}, 0.6, 0)
     with pytest.raises(InputError, match=r"credit grail: grail_w_max must be > 0, got -1"):
         credit_methods({"grail": {"credit": "grail", "grail_w_max": -1.0}}, 0.6, 0)
-    with pytest.raises(InputError, match=r"credit must be one of .* got 'graal'"):
+    with pytest.raises(InputError, match=r"credit must be one of .* cannot import 'graal'"):
         credit_methods({"g": {"credit": "graal"}}, 0.6, 0)
 
 

@@ -274,6 +274,11 @@ def main(argv):
         while signals.received is None and time.monotonic() < deadline:
             time.sleep(0.05)
         sys.exit(PREEMPTED_EXIT_CODE if signals.received is not None else 9)
+    # Exit only once both ranks have their handlers installed (records written after): a rank still importing when
+    # the other exits would be killed by accelerate's SIGTERM instead of exiting with its own status.
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(os.path.join(out, f"rank{r}.json")) for r in (0, 1)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     sys.exit(int(statuses[rank]))
 
 run_cli(main, sys.argv[1:])

@@ -131,7 +131,7 @@ def slurm_up() -> str | None:
 def run_preflight(config: Path, tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     report = tmp_path / "preflight.json"
     command = [sys.executable, "-m", "pipeline.preflight", "--profile", "profiles/slurm", "--configfile", str(config)]
-    result = run_command([*command, "--json", str(report), *options], cwd=tmp_path, timeout=120, env=preflight_env())
+    result = run_command([*command, "--json", str(report), *options], cwd=tmp_path, timeout=600, env=preflight_env())
     return result, json.loads(report.read_text())
 
 
@@ -198,3 +198,13 @@ def test_kubernetes_profile_checks_the_image_and_the_bucket(tmp_path: Path, monk
     stale = {**profile, "container-image": "registry.example.org/grail/grail-pipeline:0.0.9-gpu"}
     check = preflight.kubernetes_checks([], stale)[0]
     assert check.status == "fail" and "registry.example.org/grail/grail-pipeline:0.1.0-gpu" in check.fix
+
+
+def test_disk_check_names_the_checkpoints_reruns_set_aside(tmp_path: Path) -> None:
+    kept = tmp_path / "results/runs/tiny/grail/seed0/set_aside/20260101T000000Z/checkpoints/checkpoint-4"
+    kept.mkdir(parents=True)
+    (kept / "model.safetensors").write_bytes(b"\0" * (cost.GIB // 8))
+    passing = preflight.disk_check(tmp_path / "results", needed=0)
+    assert passing.status == "pass" and "0.1 GiB are checkpoints set aside by reruns" in passing.detail
+    failing = preflight.disk_check(tmp_path / "results", needed=1 << 62)
+    assert failing.status == "fail" and "rm -r" in failing.fix and "set_aside" in failing.fix

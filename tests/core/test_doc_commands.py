@@ -1,7 +1,7 @@
 """Every command the documentation shows in a ```bash block runs, or is checked as far as this machine allows.
 
 - `snakemake ...`: run as shown, as a dry run (`-n` added), in a scratch directory that links the repository's
-  Snakefile, configs and profiles (so nothing is written into the repository);
+  Snakefile, configs, profiles, eval_data and docs (so nothing is written into the repository);
 - `python -m pipeline.<stage> ...` and `python benchmarks/<script>.py ...`: `--help` runs, and every option the
   command shows is one the stage accepts;
 - `bash scripts/install.sh ...`, `pip install -e '.[extras]'`, `containers/build.sh <target>`: the options, extras
@@ -26,7 +26,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "README.md"]
-LINKED = ("Snakefile", "configs", "profiles", "eval_data")
+LINKED = ("Snakefile", "configs", "profiles", "eval_data", "docs")  # docs/: the example method, examples.halfway
 # Commands shown that no test can run here, by their first words, with the reason.
 NOT_RUNNABLE = {
     ("bash", "scripts/test.sh"): "the whole test suite",
@@ -108,7 +108,10 @@ def check_help(command: list[str], shown: list[str]) -> None:
 
 
 def python_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), **(extra or {})}
+    """The environment with the repository on PYTHONPATH, after a PYTHONPATH the command shows."""
+    extra = dict(extra or {})
+    path = os.pathsep.join(part for part in (extra.pop("PYTHONPATH", ""), str(REPO)) if part)
+    return {**os.environ, **extra, "PYTHONPATH": path}
 
 
 def dry_run(environment: dict[str, str], words: list[str], workdir: Path) -> None:

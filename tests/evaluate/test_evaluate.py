@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -316,3 +318,18 @@ def test_pinned_hub_revision_that_cannot_be_fetched_is_named(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == str(tmp_path), "a local directory is used as it is"
     assert "model 'org/not-cached-model' at revision 'abc123': cannot fetch it" in result.stderr
+
+
+def test_partial_file_fingerprint_is_the_model_content_not_its_path_or_file_times(tiny_model_dir, bench, tmp_path):
+    """A model retrained at the same path (same file names and sizes, times kept by a copy) is another model; the
+    same model moved elsewhere is the same one."""
+    spec = ev.parse_eval_spec(FAST_SPEC)
+    moved = shutil.copytree(tiny_model_dir, tmp_path / "moved", copy_function=shutil.copy2)
+    assert ev.fingerprint(str(moved), bench, spec, 3) == ev.fingerprint(str(tiny_model_dir), bench, spec, 3)
+    weights = moved / "model.safetensors"
+    times = weights.stat()
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of the last weight
+    weights.write_bytes(bytes(data))
+    os.utime(weights, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert ev.fingerprint(str(moved), bench, spec, 3) != ev.fingerprint(str(tiny_model_dir), bench, spec, 3)

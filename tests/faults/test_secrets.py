@@ -110,6 +110,8 @@ SHLEX_JOINED_PARAMS = {
     "rollouts",
     "token_viewer",
     "code_changes",
+    "credits",
+    "state_flags",
 }  # built with shlex.join: every token already quoted
 
 

@@ -28,12 +28,13 @@ VLLM_METRICS = ("sampling/sampling_logp_difference/mean", "sampling/importance_s
 
 
 def reduced(config: dict[str, Any]) -> dict[str, Any]:
-    """The study with sizes cut to what CI affords: 2 RL steps of 2 prompts x 4, 6 benchmark items, short texts."""
+    """The study with sizes cut to what CI affords: 1 warm-up step of 2 rows, 2 RL steps of 2 prompts x 4, 6 benchmark
+    items, short texts."""
     config = copy.deepcopy(config)
     config["data"]["gsm_symbolic"]["count"] = 48
     for benchmark in config["benchmarks"].values():
         benchmark["subset_size"] = 6
-    config["models"]["smol"]["warmup"].update(steps=2, batch_size=4)
+    config["models"]["smol"]["warmup"].update(steps=1, batch_size=2, max_length=192)
     config["training"].update(
         max_steps=2, save_steps=1, per_device_train_batch_size=4, num_generations=4, max_completion_length=48
     )

@@ -126,7 +126,7 @@ def test_unknown_key_lists_the_allowed_keys() -> None:
         (lambda c: c["methods"]["grpo"].update(grail_std=0.5), "`methods.grpo.grail_std`: a grail option on a method"),
         (lambda c: c["methods"]["grail"].pop("grail_std"), "`methods.grail.grail_std`: GRAIL needs a non-zero std"),
         (lambda c: c["methods"]["grail"].update(credit="gral"), "`methods.grail.credit`: credit must be one of"),
-        (lambda c: c["methods"]["grail"].update(credit="no.such.module"), "cannot import module 'no.such.module'"),
+        (lambda c: c["methods"]["grail"].update(credit="no.such.module"), "cannot import 'no.such.module'"),
         (
             lambda c: c["methods"]["grail"].update(grail_w_min=3.0, grail_w_max=2.0),
             "`methods.grail`: credit grail: grail_w_max (2.0) must be >= grail_w_min (3.0)",
@@ -372,6 +372,19 @@ def test_command_line_override_that_is_no_number_is_refused_by_name(text: str) -
     assert config["evaluation"]["temperature"] == text
     with pytest.raises(InputError, match=r"config key `evaluation.temperature`: '.*' is not of type 'number'"):
         check_config_schema(config)
+
+
+def test_credit_options_on_the_command_line_take_their_options_dataclass_types(monkeypatch) -> None:
+    """`--config 'methods={mine: {credit: examples.halfway, credit_options: {late_weight: 3.0}}}'`
+    (docs/credit-methods.md): the schema leaves credit_options untyped, the method's options dataclass types them."""
+    monkeypatch.syspath_prepend(str(REPO / "docs"))
+    overrides = {"methods": {"mine": {"credit": "examples.halfway", "credit_options": {"late_weight": "3.0"}}}}
+    config = override(raw("quick"), overrides)
+    assert config["methods"]["mine"]["credit_options"] == {"late_weight": 3.0}
+    assert Study.from_config(filled(config)).credits() == ["examples.halfway", "grpo"]
+    overrides["methods"]["mine"]["credit_options"]["late_weight"] = "3.0x"  # spells no number: refused by name
+    with pytest.raises(InputError, match=r"credit_options\.late_weight: expected float, got str '3\.0x'"):
+        Study.from_config(filled(override(raw("quick"), overrides)))
 
 
 def test_config_file_values_are_not_coerced() -> None:

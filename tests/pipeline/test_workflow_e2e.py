@@ -7,6 +7,7 @@ Slow (minutes on two CPU cores): run with ``python -m pytest tests/pipeline -m s
 from __future__ import annotations
 
 import ast
+import html
 import itertools
 import json
 import math
@@ -128,14 +129,18 @@ def test_training_and_token_analysis_outputs(workdir: Path, study: Study) -> Non
 
 
 def test_out_of_tree_method_trains_logs_and_is_viewed(workdir: Path) -> None:
-    """ci_plugin.yaml's method, named by import path: trained with its option, its statistics logged under its
-    own name, a row of its own in the token viewer."""
+    """ci_plugin.yaml's method, named by import path: trained, its statistics logged under its own name, a row of
+    its own in the token viewer, built with its option."""
     results = workdir / "results"
     rows = [json.loads(line) for line in (results / "runs/tiny/halfway/seed0/metrics.jsonl").open()]
+    assert any("halfway/advantages_scale_ratio" in row for row in rows)
+    # its weight statistics cover the rows that carry loss: none where the CI model earns no reward
     means = [row["halfway/weight_mean"] for row in rows if "halfway/weight_mean" in row]
-    assert means and all(1.0 < mean < 2.0 for mean in means)  # late_weight 2 on the second half of each row
+    assert all(1.0 < mean < 2.0 for mean in means)
     page = (results / "token_weights.html").read_text()
     assert page.count('data-method="halfway"') == page.count('data-method="grail"') > 0
+    viewed = [json.loads(html.unescape(found))["halfway"] for found in re.findall(r'data-weights="([^"]*)"', page)]
+    assert all(set(weights) <= {1.0, 2.0} for weights in viewed) and any(2.0 in weights for weights in viewed)
 
 
 def test_training_curves_reach_tensorboard(workdir: Path, study: Study) -> None:

@@ -23,6 +23,7 @@ from pipeline.aggregate import (
 from pipeline.io import InputError, run_cli
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+DOCS = Path(__file__).resolve().parents[2] / "docs"  # docs/examples/halfway.py is importable as examples.halfway
 
 
 @pytest.fixture
@@ -55,9 +56,9 @@ def study(tmp_path: Path, write_samples) -> tuple[list[Path], list[Path]]:
     return samples, metrics
 
 
-def run(tmp_path: Path, samples: list[Path], metrics: list[Path]) -> tuple[Path, Path]:
+def run(tmp_path: Path, samples: list[Path], metrics: list[Path], *extra: str) -> tuple[Path, Path]:
     out, figures = tmp_path / "tables", tmp_path / "figures"
-    argv = ["--samples", *map(str, samples), "--out-dir", str(out), "--figures-dir", str(figures)]
+    argv = ["--samples", *map(str, samples), "--out-dir", str(out), "--figures-dir", str(figures), *extra]
     main([*argv, "--train-metrics", *map(str, metrics)] if metrics else argv)
     return out, figures
 
@@ -205,3 +206,25 @@ def test_training_curves_lead_with_the_reward_one_line_and_band_per_method(study
     assert [axis.get_title().split(" ")[0] for axis in diagnostics] == ["grail/clip_frac_max"]  # GRAIL's headline
     assert reward.get_position().width > 2 * diagnostics[0].get_position().width
     assert training_curve_keys(curves) == (["reward", "grail/clip_frac_max"], ["grail/weight_mean"])
+
+
+def test_an_out_of_tree_methods_headline_leads_the_training_curves(tmp_path: Path, study, monkeypatch) -> None:
+    """docs/examples/halfway.py named by import path, as a study names it: its `headline` statistic leads the
+    training curves as a built-in method's does, its others go to the diagnostics; left unnamed, its statistics
+    are refused rather than dropped from both figures."""
+    monkeypatch.syspath_prepend(str(DOCS))
+    samples, metrics = study
+    path = tmp_path / "runs" / "m" / "mine" / "seed0" / "metrics.jsonl"  # the study's name for it: mine
+    path.parent.mkdir(parents=True)
+    stats = {"halfway/weight_std": 0.4, "halfway/advantages_scale_ratio": 1.5, "halfway/weight_mean": 1.3}
+    path.write_text("".join(json.dumps({"step": step, "reward": 0.5, **stats}) + "\n" for step in (1, 2)))
+    metrics = [*metrics, path]
+    credits = ["grail", "grpo", "examples.halfway"]
+    headline, rest = training_curve_keys(load_training_curves(list(map(str, metrics))), credits)
+    assert headline == ["reward", "grail/clip_frac_max", "halfway/weight_mean"]
+    assert rest == ["grail/weight_mean", "halfway/advantages_scale_ratio", "halfway/weight_std"]
+    _, figures = run(tmp_path, samples, metrics, "--credit-methods", *credits)
+    assert (figures / "training_curves.png").read_bytes().startswith(PNG_SIGNATURE)
+    with pytest.raises(InputError, match=r"credit method\(s\) \['halfway'\], which no --credit-methods names"):
+        run(tmp_path / "unnamed", samples, metrics)
+    assert not (tmp_path / "unnamed").exists()  # refused before anything is written

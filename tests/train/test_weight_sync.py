@@ -26,17 +26,26 @@ from test_vllm_colocate import IS_METRICS, VLLM_SPEC
 from train_support import REPO_ROOT, launch_two, run_train, train_command
 
 from tests.hold_stage import pseudo_random_reward_env, weight_sync_off_env
+from tests.shared_studies import shared_artifact
 
 TOLERANCE = 0.01  # per-token |log-prob difference| above step 1's; measured: see the module docstring
 SYNC_SPEC = {**VLLM_SPEC, "max_steps": 2, "learning_rate": 1e-2}
 
 
-@pytest.fixture(scope="module")
-def qwen3_shaped(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("qwen3_shaped") / "model"
-    command = [sys.executable, str(REPO_ROOT / "benchmarks" / "make_qwen3_shaped.py"), "--out", str(out)]
+def make_qwen3_shaped(directory: Path) -> None:
+    command = [
+        sys.executable,
+        str(REPO_ROOT / "benchmarks" / "make_qwen3_shaped.py"),
+        "--out",
+        str(directory / "model"),
+    ]
     subprocess.run([*command, "--layers", "1", "--hidden", "128"], check=True, capture_output=True, cwd=REPO_ROOT)
-    return out
+
+
+@pytest.fixture(scope="session")
+def qwen3_shaped() -> Path:
+    """Built once per test run (its tests are split over the workers): read only."""
+    return shared_artifact("qwen3_shaped", make_qwen3_shaped) / "model"
 
 
 @pytest.fixture(scope="module")

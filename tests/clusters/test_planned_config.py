@@ -1,0 +1,86 @@
+"""Jobs run the settings that were planned (pipeline/cluster.py "Planned config").
+
+A cluster job starts Snakemake again with the config files by path (Snakemake 9.27, snakemake/spawn_jobs.py:
+``--configfiles ... --mode remote``). The first test runs such a job command as the Slurm jobstep does, after the
+config was edited: without the controller's record it runs with the edited settings (the mechanism); with it, it
+exits 2 naming the file. The Slurm test does it end to end: the controller submits, the config is edited while the
+job waits to start, and the job refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from pipeline.cluster import PLANNED_CONFIG_VARIABLE, config_file_digests
+from tests.shared_studies import CI_CONFIG, REPO
+
+BENCHMARK = "arith_add"
+PROFILE = REPO / "profiles" / "slurm"
+
+
+def study_config(tmp_path: Path) -> Path:
+    """ci.yaml in the study directory (the file a user would edit)."""
+    config = tmp_path / "study.yaml"
+    shutil.copy(CI_CONFIG, config)
+    return config
+
+
+def edit_benchmark_count(config: Path, count: int) -> None:
+    settings = yaml.safe_load(config.read_text())
+    settings["benchmarks"][BENCHMARK]["generated"]["count"] = count
+    config.write_text(yaml.safe_dump(settings))
+
+
+def job_command(workdir: Path, config: Path) -> list[str]:
+    """The job part of what Snakemake 9.27 spawns for one prepare_benchmarks job (spawn_jobs.py)."""
+    return [
+        sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+        "--target-jobs", f"prepare_benchmarks:benchmark={BENCHMARK}", "--allowed-rules", "prepare_benchmarks",
+        "--cores", "1", "--force", "--nolock", "--configfiles", str(config), "--mode", "remote",
+    ]  # fmt: skip
+
+
+def test_a_job_reads_the_edited_config_unless_the_controller_recorded_it(tmp_path: Path) -> None:
+    config = study_config(tmp_path)
+    planned = config_file_digests([str(config)])  # what the controller puts in the environment
+    edit_benchmark_count(config, 5)  # planned with 12 items
+
+    unguarded = subprocess.run(job_command(tmp_path, config), capture_output=True, text=True, timeout=600)
+    assert unguarded.returncode == 0, unguarded.stderr[-3000:]
+    assert len((tmp_path / "eval_data" / f"{BENCHMARK}.jsonl").read_text().splitlines()) == 5  # the edited setting
+
+    guarded = subprocess.run(
+        job_command(tmp_path, config),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, PLANNED_CONFIG_VARIABLE: planned},
+    )
+    assert guarded.returncode == 2, guarded.stderr[-3000:]
+    assert f"config file changed since the study was planned: {config}" in guarded.stderr
+
+
+def test_the_controller_records_its_config_files(tmp_path: Path) -> None:
+    """The planning Snakemake (default mode) records the digest of every config file it read, and a job of an
+    unedited config runs."""
+    config = study_config(tmp_path)
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os, runpy, sys\n"
+        "from snakemake.cli import main\n"
+        f"sys.argv = ['snakemake', '--snakefile', {str(REPO / 'Snakefile')!r}, '--directory', {str(tmp_path)!r},"
+        f" '--configfile', {str(config)!r}, '-n', '--quiet']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        f"print(os.environ[{PLANNED_CONFIG_VARIABLE!r}])\n"
+    )
+    result = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    recorded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert recorded == json.loads(config_file_digests([str(config)]))

@@ -1,0 +1,171 @@
+"""Reruns executed, not only planned: in a copy of the finished CI study, one change of each kind that reruns
+training (a GRAIL option, a training option, the training data, an executable code change), then Snakemake for
+real, restricted to the GRAIL run's final model. The new final weights must equal those of a from-scratch run of
+the training stage with the new settings and differ from the old ones, and the log must name the checkpoints it
+set aside. (Before run fingerprints, each rerun republished the old checkpoint-4: the old weights, new label.)
+
+The changed runs and their references train on the pseudo-random reward of ``tests.hold_stage``: with the outcome
+reward the CI study's tiny model scores 0 in every group, no step has a gradient, and every setting gives the same
+weights. Each reference runs beside its Snakemake rerun (one core each).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from pipeline.config import Study, canonical_json, load_config
+from pipeline.run_state import SET_ASIDE_DIR, WHY_FILE
+from tests.hold_stage import pseudo_random_reward_env
+from tests.pipeline.test_workflow_e2e import code_copy
+from tests.shared_studies import CI_CONFIG, PLUGIN_CONFIG, REPO, with_examples
+
+pytestmark = pytest.mark.slow
+
+RUN = ("tiny", "grail", 0)
+RUN_DIR = Path("results/runs/tiny/grail/seed0")
+FINAL = RUN_DIR / "final"
+
+
+def weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(model_dir / "model.safetensors")
+
+
+def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+
+
+def environment(code: Path) -> dict[str, str]:
+    """The jobs' environment: ``code`` first on the path, the pseudo-random reward's hook, docs/ (examples)."""
+    hook = pseudo_random_reward_env()
+    paths = [str(code), hook.pop("PYTHONPATH")]
+    return {**with_examples(*paths), **hook}
+
+
+def changed_config(tmp_path: Path, edit: dict[str, dict[str, object]]) -> Path:
+    """ci.yaml with ``edit`` ({section: {key: value}}, one level deep) applied, as a file."""
+    config = yaml.safe_load(CI_CONFIG.read_text())
+    for section, values in edit.items():
+        for key, value in values.items():
+            target = config[section]
+            *parents, leaf = key.split(".")
+            for parent in parents:
+                target = target[parent]
+            target[leaf] = value
+    path = tmp_path / "changed.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def reference_command(study_dir: Path, config: Path, out: Path) -> list[str]:
+    """``python -m pipeline.train`` of the GRAIL run as the train rule would run it from ``config``, into ``out``."""
+    study = Study.from_config(load_config(config))
+    model, method, seed = RUN
+    results = study_dir / "results"
+    return [
+        sys.executable, "-m", "pipeline.train", "--model", str(results / "models" / model / "start"),
+        "--training-spec", canonical_json(study.training_spec(model)),
+        "--method-spec", canonical_json(study.methods[method].spec),
+        "--data", str(results / "data" / "train.jsonl"), "--seed", str(seed), "--out", str(out),
+    ]  # fmt: skip
+
+
+def rerun_beside_reference(
+    study_dir: Path, config: Path, tmp_path: Path, code: Path = REPO, allowed: tuple[str, ...] = ("train",)
+) -> tuple[Path, str]:
+    """Snakemake (of ``code``'s Snakefile) for the GRAIL run's final model with ``config``, only ``allowed``
+    rules; meanwhile the reference run of the training stage. Returns the reference's run dir and the job's log."""
+    env = environment(code)
+    reference = tmp_path / "reference"
+    # the job's thread count: Snakemake exports OMP_NUM_THREADS (and its BLAS cousins) = the job's threads, and
+    # another count sums in another order (the weights then differ in the last bits from step 3 on)
+    threads = {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    started = subprocess.Popen(
+        reference_command(study_dir, config, reference),
+        cwd=code,
+        env={**env, **threads},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(code / "Snakefile"), "--directory", str(study_dir)]
+    # the target first: --configfile takes every argument after it
+    command += [
+        str(FINAL),
+        "--cores",
+        "1",
+        "--allowed-rules",
+        *allowed,
+        "--configfile",
+        str(config),
+        str(PLUGIN_CONFIG),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env)
+    _, reference_errors = started.communicate(timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert started.returncode == 0, reference_errors[-3000:]
+    log = (study_dir / "results/logs/train/tiny/grail/seed0.log").read_text()
+    return reference, log
+
+
+def assert_retrained(study_dir: Path, old: dict[str, torch.Tensor], reference: Path, log: str, reason: str) -> None:
+    """New final weights = the reference's, not the old ones; the old checkpoints set aside, named in the log."""
+    new = weights(study_dir / FINAL)
+    assert same(new, weights(reference / "final")), "the rerun's weights are not those of a run with the new settings"
+    assert not same(new, old), "the rerun returned the old weights"
+    (moved,) = (study_dir / RUN_DIR / SET_ASIDE_DIR).iterdir()
+    assert sorted(path.name for path in (moved / "checkpoints").glob("checkpoint-*")) == [
+        "checkpoint-2",
+        "checkpoint-4",
+    ]
+    (line,) = [line for line in log.splitlines() if "made under other settings" in line]
+    assert "(checkpoint-2, checkpoint-4)" in line and reason in line
+    assert f"to {moved.relative_to(study_dir)}: training starts from scratch" in line
+    assert "training finished at" not in log and "resuming from" not in log
+    assert any(found.startswith(reason) for found in json.loads((moved / WHY_FILE).read_text())["reasons"])
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        ({"methods": {"grail.grail_w_max": 2.0}}, "spec (grail_w_max)"),
+        ({"training": {"learning_rate": 1.0e-4}}, "spec (learning_rate)"),
+    ],
+    ids=["grail_option", "training_option"],
+)
+def test_changed_setting_retrains(ci_study_copy: Path, tmp_path: Path, edit: dict, reason: str) -> None:
+    old = weights(ci_study_copy / FINAL)
+    config = changed_config(tmp_path, edit)
+    reference, log = rerun_beside_reference(ci_study_copy, config, tmp_path)
+    assert_retrained(ci_study_copy, old, reference, log, reason)
+
+
+def test_changed_training_data_retrains(ci_study_copy: Path, tmp_path: Path) -> None:
+    """Training rows replaced (the last quarter dropped); the warm-up is held back (--allowed-rules train) so that
+    only the data differs."""
+    old = weights(ci_study_copy / FINAL)
+    data = ci_study_copy / "results/data/train.jsonl"
+    rows = data.read_text().splitlines(keepends=True)
+    data.write_text("".join(rows[: 3 * len(rows) // 4]))
+    reference, log = rerun_beside_reference(ci_study_copy, CI_CONFIG, tmp_path)
+    assert_retrained(ci_study_copy, old, reference, log, "data")
+
+
+def test_executable_code_change_retrains(ci_study_copy: Path, tmp_path: Path) -> None:
+    """GRAIL's weight at z = 0 (a default the CI study does not set) changed in a copy of the code, which plans
+    and runs the rerun and its reference; why_rerun --accept was not used, so the change reruns training."""
+    code = code_copy(tmp_path)
+    grail = code / "pipeline/credit/methods/grail.py"
+    text = grail.read_text()
+    assert "grail_mean: float = field(default=1.0," in text
+    grail.write_text(text.replace("grail_mean: float = field(default=1.0,", "grail_mean: float = field(default=1.5,"))
+    old = weights(ci_study_copy / FINAL)
+    reference, log = rerun_beside_reference(ci_study_copy, CI_CONFIG, tmp_path, code=code)
+    assert_retrained(ci_study_copy, old, reference, log, "code (pipeline.credit.methods.grail)")
