@@ -197,7 +197,8 @@ VARIANCE_NOTE = (
     "comes from\"), as standard deviations in points: between training seeds (a run's accuracy), between items "
     "(difficulty), seed x item (which items a run solves) and sampling (within an item and a run). Shares: each "
     "one's part of the variance of the method's mean score over its seeds, items and samples. `–`: not estimable "
-    "from this design (one seed: the seed terms; one sample per item: sampling)."
+    "from this design (one seed: the seed terms; one sample per item: sampling). `base` has no training seed: its "
+    "seeds are evaluation seeds, so its seed term should be near 0."
 )
 
 
