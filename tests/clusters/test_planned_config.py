@@ -11,18 +11,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pipeline.cluster import PLANNED_CONFIG_VARIABLE, config_file_digests
 from tests.shared_studies import CI_CONFIG, REPO
 
+from .test_slurm import Cluster, scontrol_job, slurm
+
+__all__ = ["slurm"]  # test_slurm.py's cluster fixture, re-exported so that pytest finds it in this module
+
 BENCHMARK = "arith_add"
 PROFILE = REPO / "profiles" / "slurm"
+SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: (\S*/slurm_logs/\S*)\)")
 
 
 def study_config(tmp_path: Path) -> Path:
@@ -84,3 +92,40 @@ def test_the_controller_records_its_config_files(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     recorded = json.loads(result.stdout.strip().splitlines()[-1])
     assert recorded == json.loads(config_file_digests([str(config)]))
+
+
+@pytest.mark.slurm
+def test_a_slurm_job_of_an_edited_config_refuses(slurm: Cluster, tmp_path: Path) -> None:
+    """End to end on the local Slurm: the controller plans and submits one prepare_benchmarks job, held in the
+    queue (`sbatch --hold`) while the config is edited; once released, the job refuses with exit 2 naming the file
+    and writes nothing."""
+    config = study_config(tmp_path)
+    settings = yaml.safe_load(config.read_text())
+    settings["benchmarks"] = {BENCHMARK: settings["benchmarks"][BENCHMARK]}
+    settings["resources"] = {"prepare_benchmarks": {"cpus": 1, "slurm_extra": "--hold"}}
+    config.write_text(yaml.safe_dump(settings))
+    controller_command = [
+        sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--configfile", str(config),
+        "--profile", str(PROFILE), "--slurm-no-account", *slurm.status_options(), "--retries", "0",
+        "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2",
+        "--until", "prepare_benchmarks",
+    ]  # fmt: skip
+    controller_log = tmp_path / "controller.log"
+    with controller_log.open("w") as log:
+        controller = subprocess.Popen(controller_command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not (submitted := SUBMITTED.search(controller_log.read_text())):
+            assert controller.poll() is None and time.monotonic() < deadline, controller_log.read_text()[-3000:]
+            time.sleep(0.2)
+        job_id, job_log = submitted.groups()
+        edit_benchmark_count(config, 5)  # while the job waits in the queue
+        subprocess.run(["scontrol", "release", job_id], check=True, timeout=30)
+        controller.wait(timeout=300)
+    finally:
+        controller.kill()
+    assert controller.returncode != 0, controller_log.read_text()[-3000:]
+    assert scontrol_job(job_id).get("ExitCode") == "2:0", scontrol_job(job_id)
+    log_text = (tmp_path / job_log).read_text()
+    assert f"config file changed since the study was planned: {config}" in log_text, log_text[-3000:]
+    assert not (tmp_path / "eval_data" / f"{BENCHMARK}.jsonl").exists()
