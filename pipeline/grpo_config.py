@@ -140,6 +140,7 @@ RESERVED_KEYS = {
     "save_strategy": "checkpoints are saved every save_steps steps",
     "save_only_model": "resuming needs the optimizer, scheduler and RNG states in every checkpoint",
     "resume_from_checkpoint": "the run resumes from its own newest valid checkpoint",
+    "logging_nan_inf_filter": "a non-finite loss stops the run (the NaN guard) instead of being hidden in the logs",
 }
 
 

@@ -24,6 +24,7 @@ from trl.trainer.utils import RepeatSampler
 
 from pipeline.io import append_jsonl_durably, atomic_write_jsonl, export_model, publish_directory, read_jsonl
 from pipeline.layout import export_label
+from pipeline.nan_guard import NonFiniteTraining, any_process, nonfinite_parameters, step_problem
 from pipeline.preemption import PreemptionSignals
 from pipeline.progress import progress
 from pipeline.run_state import write_fingerprint
@@ -152,6 +153,9 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
     is restored and each process's buffer is saved in, and loaded from, the checkpoint; so is the state of OAR-G's
     noise generator (a reseeded one would repeat the noise of the first steps). Each checkpoint also records the
     ``run_fingerprint`` of the settings that made it.
+
+    The NaN guard (pipeline.nan_guard): a non-finite loss or gradient norm raises ``NonFiniteTraining`` before the
+    optimizer step, and a checkpoint or final model is written only from finite weights.
     """
 
     def __init__(
@@ -187,11 +191,39 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
         """Where this process keeps ``kind`` ("generation_buffer", "credit_generator") in ``checkpoint``."""
         return checkpoint / f"{kind}_rank{self.accelerator.process_index}.pt"
 
+    def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:
+        # The one point of a step after the backward passes (every micro-step's loss is summed into _tr_loss, with
+        # logging_nan_inf_filter off) and before the optimizer step: a non-finite step stops here, weights intact.
+        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        problem = step_problem(self._tr_loss, grad_norm)
+        if any_process(self.accelerator, problem is not None):
+            raise NonFiniteTraining(self._nonfinite_message(self.state.global_step + 1, problem))
+        return grad_norm
+
+    def check_finite_weights(self, what: str) -> None:
+        """Raise ``NonFiniteTraining`` before ``what`` is written when any process's weights are not finite."""
+        names = nonfinite_parameters(self.model)
+        if any_process(self.accelerator, bool(names)):
+            problem = (
+                f"non-finite weights ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})" if names else None
+            )
+            raise NonFiniteTraining(self._nonfinite_message(self.state.global_step, problem, f"{what} not written"))
+
+    def _nonfinite_message(self, step: int, problem: str | None, consequence: str = "training stopped") -> str:
+        """The guard's error: step, rank, what (on this rank, or elsewhere), the last finite checkpoint."""
+        newest = newest_valid_checkpoint(Path(self.args.output_dir))
+        found = problem if problem is not None else "non-finite values on another rank"
+        return (
+            f"step {step}, rank {self.accelerator.process_index}: {found}; {consequence}. "
+            f"Last finite checkpoint: {newest[1] if newest else 'none (the run would start from scratch)'}"
+        )
+
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         """Save into ``checkpoints/.staging/checkpoint-<step>``, then rename it into place (atomic)."""
         run_dir = Path(self.args.output_dir)
         staging_root = run_dir / ".staging"
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        self.check_finite_weights(name)
         if self.accelerator.is_main_process and staging_root.exists():
             shutil.rmtree(staging_root)  # what a killed save left behind
         self.accelerator.wait_for_everyone()
@@ -269,11 +301,7 @@ class ExportAndPreemptionCallback(TrainerCallback):
 
     def stop_requested(self) -> bool:
         """Whether any process received a preemption signal (all processes must stop at the same step)."""
-        requested = self.signals.received is not None
-        if self.accelerator is None or self.accelerator.num_processes == 1:
-            return requested
-        flag = torch.tensor([float(requested)], device=self.accelerator.device)
-        return bool(self.accelerator.reduce(flag, reduction="sum").item() > 0)
+        return any_process(self.accelerator, self.signals.received is not None)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         # The last step is checkpointed too, so that a job killed while saving final/ loses no training.

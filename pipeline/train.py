@@ -26,7 +26,9 @@ One writer: ``RUN_DIR/train.lock`` is held while the run trains; a second writer
 Exit status: 0 done; 2 bad input; ``PREEMPTED_EXIT_CODE`` (75, EX_TEMPFAIL) after SIGTERM or SIGUSR1 (Slurm's
 ``--signal=USR1@<seconds>`` time-limit warning, or ``B:USR1`` forwarded by a batch script): the run saved a
 checkpoint at the end of the current step and stopped, or, when the signal came before the first step (imports,
-model loading), stopped at once with nothing to save; rerun or requeue it to resume.
+model loading), stopped at once with nothing to save; rerun or requeue it to resume. ``NONFINITE_EXIT_CODE`` (70,
+EX_SOFTWARE): a non-finite loss, gradient norm or weight (pipeline.nan_guard) stopped the run before the optimizer
+step or the save; the log names the step, the rank and the last finite checkpoint; a plain rerun would diverge again.
 """
 
 # The preemption handlers are installed before the slow third-party imports (see STARTUP_SIGNALS), hence E402.
@@ -96,6 +98,7 @@ from pipeline.layout import (
     working_metrics_path,
 )
 from pipeline.loading import check_model_reference, load_model, load_tokenizer
+from pipeline.nan_guard import NONFINITE_EXIT_CODE, NonFiniteTraining
 from pipeline.provenance import library_versions, write_provenance
 from pipeline.resume import (
     ExportAndPreemptionCallback,
@@ -129,7 +132,8 @@ ROW_FIELDS = {"id": str, "prompt": list, "solution": str, "source": str}
 def build_config(
     config_options: dict[str, Any], run_dir: Path, seed: int, tracking: TrackingConfig, run_name: str
 ) -> GrailGRPOConfig:
-    """The trainer config: the spec options plus what this stage fixes (paths, seed, full checkpoints)."""
+    """The trainer config: the spec options plus what this stage fixes (paths, seed, full checkpoints, non-finite
+    losses kept in the loss the NaN guard checks)."""
     try:
         return GrailGRPOConfig(
             **config_options,
@@ -139,6 +143,7 @@ def build_config(
             run_name=run_name,
             save_strategy="steps",
             save_only_model=False,
+            logging_nan_inf_filter=False,
         )
     except (TypeError, ValueError) as error:
         raise InputError(f"training/method spec: {error}") from None
@@ -238,6 +243,7 @@ def save_final(trainer: ResumableGRPOTrainer, final_dir: Path) -> None:
     """Save the trained model and tokenizer to ``final_dir`` atomically (every process takes part, as sharded
     optimizers need; the main process publishes)."""
     staging = final_dir.parent / f".{final_dir.name}.partial"
+    trainer.check_finite_weights(str(final_dir))
     if trainer.accelerator.is_main_process and staging.exists():
         shutil.rmtree(staging)
     trainer.accelerator.wait_for_everyone()
@@ -362,7 +368,11 @@ def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
     # before: it leaves no trace there); the launcher stops the other processes when it exits.
     lock = run_lock(args.out) if os.environ.get("RANK", "0") == "0" else contextlib.nullcontext()
     with lock, wandb_run(tracking, args.run_name, args.tracking_dir, trainer.accelerator.is_main_process):
-        train_and_publish(args, trainer, control)
+        try:
+            train_and_publish(args, trainer, control)
+        except NonFiniteTraining as error:
+            logger.error("non-finite training: %s", error)
+            raise SystemExit(NONFINITE_EXIT_CODE) from None
 
 
 def train_and_publish(

@@ -1,0 +1,93 @@
+"""The NaN guard (pipeline.nan_guard) on in-process runs of ``pipeline.train`` on the untrained tiny model: a NaN
+loss at step 3, or non-finite weights before a save, stop the run with ``NONFINITE_EXIT_CODE`` and a log naming the
+step, the rank and the last finite checkpoint; no checkpoint or final model with non-finite weights is published.
+(Checked by breaking it: without the gradient-norm check the NaN run trains on and publishes NaN checkpoints;
+without the weights check before a save the poisoned run writes checkpoint-2.)"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from train_support import TRAINING_SPEC, training_rows
+
+from pipeline.io import run_cli
+from pipeline.nan_guard import NONFINITE_EXIT_CODE, step_problem
+from pipeline.resume import ExportAndPreemptionCallback
+from pipeline.train import main
+from pipeline.trainer import GrailGRPOTrainer
+
+
+@pytest.fixture(scope="module")
+def rows_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("rows") / "train.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in training_rows(16, seed=0)), encoding="utf-8")
+    return path
+
+
+def nan_loss_during_step(step: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every micro-step of optimizer step ``step`` (1-based) returns a NaN loss."""
+    compute_loss = GrailGRPOTrainer._compute_loss
+
+    def poisoned(self: GrailGRPOTrainer, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        loss = compute_loss(self, model, inputs)
+        return loss * float("nan") if self.state.global_step == step - 1 else loss
+
+    monkeypatch.setattr(GrailGRPOTrainer, "_compute_loss", poisoned)
+
+
+def nan_weights_after_step(step: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One weight becomes NaN at the end of optimizer step ``step``, before its checkpoint is saved."""
+    on_step_end = ExportAndPreemptionCallback.on_step_end
+
+    def poisoned(self: ExportAndPreemptionCallback, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        on_step_end(self, args, state, control, **kwargs)
+        if state.global_step == step:
+            with torch.no_grad():
+                next(kwargs["model"].parameters()).view(-1)[0] = float("nan")
+
+    monkeypatch.setattr(ExportAndPreemptionCallback, "on_step_end", poisoned)
+
+
+def published_weights(run_dir: Path) -> list[Path]:
+    return sorted(run_dir.glob("**/model.safetensors"))
+
+
+@pytest.mark.parametrize(
+    ("inject", "step", "expected"),
+    [
+        (nan_loss_during_step, 3, ["step 3, rank 0: loss nan and gradient norm nan", "checkpoint-2"]),
+        (nan_weights_after_step, 2, ["step 2, rank 0: non-finite weights (", "checkpoint-2 not written", "none"]),
+    ],
+    ids=["nan-loss-at-step-3", "nan-weights-before-a-save"],
+)
+def test_non_finite_training_stops_and_publishes_nothing_non_finite(
+    untrained_model, rows_file, tmp_path, monkeypatch, caplog, inject, step, expected
+):
+    inject(step, monkeypatch)
+    run_dir = tmp_path / "run"
+    argv = [
+        "--model", str(untrained_model), "--training-spec", json.dumps(TRAINING_SPEC), "--method-spec", "{}",
+        "--data", str(rows_file), "--seed", "0", "--out", str(run_dir),
+    ]  # fmt: skip
+    with caplog.at_level(logging.ERROR, logger="pipeline.train"), pytest.raises(SystemExit) as stop:
+        run_cli(main, argv)
+    assert stop.value.code == NONFINITE_EXIT_CODE
+    message = next(record.getMessage() for record in caplog.records if "non-finite" in record.getMessage())
+    assert all(part in message for part in expected), message
+    assert not (run_dir / "final").exists() and not (run_dir / "checkpoints" / ".staging").exists()
+    checkpoints = sorted(path.name for path in (run_dir / "checkpoints").glob("checkpoint-*"))
+    assert checkpoints == (["checkpoint-2"] if step == 3 else [])
+    for weights in published_weights(run_dir):
+        assert all(torch.isfinite(tensor).all() for tensor in load_file(weights).values()), weights
+
+
+def test_step_problem_names_what_is_not_finite():
+    assert step_problem(torch.tensor(0.5), 1.0) is None
+    assert step_problem(torch.tensor(float("inf")), None) == "loss inf"
+    assert step_problem(torch.tensor(1.0), float("nan")) == "gradient norm nan"
