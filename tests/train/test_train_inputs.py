@@ -58,7 +58,9 @@ def test_unknown_training_key_named(untrained_model, rows_file, tmp_path):
     assert message.startswith("training spec: unknown key 'overwrite_output_dir'")
 
 
-@pytest.mark.parametrize("key", ["output_dir", "seed", "save_only_model", "resume_from_checkpoint", "report_to"])
+@pytest.mark.parametrize(
+    "key", ["output_dir", "seed", "save_only_model", "resume_from_checkpoint", "report_to", "logging_nan_inf_filter"]
+)
 def test_reserved_key_refused(untrained_model, rows_file, tmp_path, key):
     message = refused(argv(untrained_model, rows_file, tmp_path / "run", method={key: True}))
     assert message.startswith(f"method spec: key '{key}' may not be set")
