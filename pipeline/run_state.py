@@ -5,7 +5,7 @@ Fingerprint: the components that decide a run's trajectory, each recorded in eve
 (``checkpoint-N/run_fingerprint.json``) and in the working directory (``checkpoints/run_fingerprint.json``):
 
     spec       the merged training and method specs (METHOD_SPEC wins), without the settings that only decide
-               which checkpoints are kept (``NOT_TRAJECTORY``) and, for a schedule that does not depend on it
+               which checkpoints are kept or how long a collective waits (``NOT_TRAJECTORY``) and, for a schedule that does not depend on it
                (``continuable``), without ``max_steps``
     seed       the run's seed
     processes  the number of training processes (each samples its own share of a step's batch)
@@ -52,8 +52,8 @@ WHY_FILE = "why.json"
 LOCK_FILE = "train.lock"
 StaleCheckpoints = Literal["set_aside", "delete"]
 STALE_CHECKPOINT_ACTIONS: tuple[StaleCheckpoints, ...] = ("set_aside", "delete")
-# Settings that choose which checkpoints are written and kept, not what is trained.
-NOT_TRAJECTORY = frozenset({"save_steps", "save_total_limit"})
+# Settings that choose which checkpoints are written and kept, or how long a collective may wait, not what is trained.
+NOT_TRAJECTORY = frozenset({"save_steps", "save_total_limit", "ddp_timeout"})
 # Schedules whose learning rate at step t does not depend on max_steps (with a warm-up given in steps).
 CONSTANT_SCHEDULES = frozenset({"constant", "constant_with_warmup"})
 

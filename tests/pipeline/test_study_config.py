@@ -53,6 +53,10 @@ def test_shipped_configs_are_valid(path: Path) -> None:
     ("edit", "expected"),
     [
         (lambda c: c["training"].update(max_steps="many"), "config key `training.max_steps`: 'many' is not of type"),
+        (
+            lambda c: c["training"].update(ddp_timeout=0),
+            "config key `training.ddp_timeout`: 0 is less than the minimum",
+        ),
         (lambda c: c.update(modles={}), "config key `modles`: unknown key"),
         (lambda c: c["models"]["tiny"]["warmup"].update(hidden_sise=8), "`models.tiny.warmup.hidden_sise`: unknown"),
         (lambda c: c["methods"]["grail"].update(grail_sdt=0.5), "config key `methods.grail.grail_sdt`: unknown key"),

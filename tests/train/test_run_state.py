@@ -156,6 +156,14 @@ def test_max_steps_is_in_the_fingerprint_unless_the_schedule_is_continuable(tmp_
     assert "checkpoints past max_steps 2: checkpoint-4" in caplog.text
 
 
+def test_keeping_and_waiting_settings_are_not_in_the_fingerprint() -> None:
+    """save_steps, save_total_limit and ddp_timeout do not change what is trained: a rerun with new values resumes."""
+    common = {"seed": 0, "processes": 1, "data_digest": "d", "model": {"content": "m"}, "code": {}, "libraries": None}
+    specs = [LINEAR, {**LINEAR, "save_steps": 3, "save_total_limit": 1, "ddp_timeout": 60}]
+    records = [fingerprint_record(fingerprint_components(spec, continues=False, **common)) for spec in specs]
+    assert records[0] == records[1]
+
+
 # ----------------------------------------------------------------------------------------------- the lock
 
 
