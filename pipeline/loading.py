@@ -5,6 +5,7 @@ Imports of transformers are deferred to the calls, so that stages that import th
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,56 @@ def check_model_reference(model: str) -> None:
     looks_like_hub_id = re.fullmatch(r"[\w-][\w.-]*(/[\w.-]+)?", model) is not None
     if not looks_like_hub_id and not Path(model).expanduser().is_dir():
         raise InputError(f"{model}: model directory not found")
+
+
+def weights_problem(path: Path) -> str | None:
+    """Whether a weights file (or every shard of an index) exists and, for safetensors, has a readable header."""
+    if path.name.endswith(".index.json"):
+        try:
+            shards = set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            return f"{path.name} unreadable ({error})"
+        missing = sorted(shard for shard in shards if not (path.parent / shard).is_file())
+        if missing:
+            return f"weight shards missing: {', '.join(missing)}"
+        problems = (weights_problem(path.parent / shard) for shard in sorted(shards))
+        return next((problem for problem in problems if problem), None)
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        try:
+            with safe_open(path, framework="pt") as handle:
+                handle.keys()
+        except Exception as error:  # safetensors raises its own error types for truncated or garbled files
+            return f"{path.name} unreadable ({error})"
+    return None
+
+
+def model_file_problem(path: Path) -> str | None:
+    """Why a file of a model directory cannot be read, or None: a weights file as ``weights_problem`` checks it, a
+    JSON file (config, tokenizer, shard index) that does not parse. Other files are left to their loaders."""
+    if path.name.endswith(".index.json") or path.suffix == ".safetensors":
+        return weights_problem(path)
+    if path.suffix == ".json":
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            return f"{path.name} unreadable ({error})"
+    return None
+
+
+def check_model_files(model: str) -> None:
+    """Refuse a local model directory with a damaged (truncated, garbled) weights, tokenizer or config file with an
+    InputError naming the file; the loaders' own errors would name neither (a hub id is left to the hub client).
+
+    Called by both loaders, so that every stage (and vLLM, whose tokenizer is loaded before its engine starts)
+    refuses such a file before any work, with exit status 2: a rerun cannot heal it."""
+    directory = Path(model).expanduser()
+    if not directory.is_dir():
+        return
+    for path in sorted(directory.iterdir()):
+        if path.is_file() and (problem := model_file_problem(path)):
+            raise InputError(f"{path}: damaged model file: {problem}")
 
 
 def resolve_model(model: str, revision: str | None) -> str:
@@ -43,6 +94,7 @@ def load_tokenizer(
     the tokenizer's own, else unk, else eos. ``gguf_file`` reads it from that GGUF file of the directory."""
     from transformers import AutoTokenizer
 
+    check_model_files(model)
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             model, revision=revision, trust_remote_code=trust_remote_code, **_gguf_option(gguf_file)
@@ -92,6 +144,7 @@ def load_model(
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    check_model_files(model)
     try:
         config = AutoConfig.from_pretrained(
             model, revision=revision, trust_remote_code=trust_remote_code, **_gguf_option(gguf_file)

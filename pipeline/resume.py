@@ -17,13 +17,13 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from safetensors import safe_open
 from transformers import ProgressCallback, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl.trainer.utils import RepeatSampler
 
 from pipeline.io import append_jsonl_durably, atomic_write_jsonl, export_model, publish_directory, read_jsonl
 from pipeline.layout import export_label
+from pipeline.loading import weights_problem
 from pipeline.nan_guard import NonFiniteTraining, any_process, nonfinite_parameters, step_problem
 from pipeline.preemption import PreemptionSignals
 from pipeline.progress import progress
@@ -66,27 +66,6 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
             return problem
     has_optimizer = (checkpoint / "optimizer.pt").is_file() or any(checkpoint.glob("global_step*"))
     return None if has_optimizer else "optimizer state missing"
-
-
-def weights_problem(path: Path) -> str | None:
-    """Whether a weights file (or every shard of an index) exists and, for safetensors, has a readable header."""
-    if path.name.endswith(".index.json"):
-        try:
-            shards = set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            return f"{path.name} unreadable ({error})"
-        missing = sorted(shard for shard in shards if not (path.parent / shard).is_file())
-        if missing:
-            return f"weight shards missing: {', '.join(missing)}"
-        problems = (weights_problem(path.parent / shard) for shard in sorted(shards))
-        return next((problem for problem in problems if problem), None)
-    if path.suffix == ".safetensors":
-        try:
-            with safe_open(path, framework="pt") as handle:
-                handle.keys()
-        except Exception as error:  # safetensors raises its own error types for truncated or garbled files
-            return f"{path.name} unreadable ({error})"
-    return None
 
 
 def checkpoints_newest_first(checkpoints_dir: Path) -> list[tuple[int, Path]]:
