@@ -21,6 +21,14 @@ from transformers import ProgressCallback, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl.trainer.utils import RepeatSampler
 
+from pipeline.disk_space import (
+    CheckpointSaveError,
+    directory_bytes,
+    first_checkpoint_bytes,
+    free_bytes,
+    gib,
+    space_problem,
+)
 from pipeline.io import append_jsonl_durably, atomic_write_jsonl, export_model, publish_directory, read_jsonl
 from pipeline.layout import export_label
 from pipeline.loading import weights_problem
@@ -205,19 +213,18 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
         self.check_finite_weights(name)
         if self.accelerator.is_main_process and staging_root.exists():
             shutil.rmtree(staging_root)  # what a killed save left behind
+        self.check_free_space(run_dir / name)  # after the leftover is gone: its space counts as free
         self.accelerator.wait_for_everyone()
-        self._staging_dir = staging_root
         try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self._staging_dir = None
-        if self._buffered_inputs is not None:
-            torch.save(self._buffered_inputs, self._process_state_file(staging_root / name, "generation_buffer"))
-        if self._credit_generator is not None:
-            torch.save(
-                self._credit_generator.get_state(),
-                self._process_state_file(staging_root / name, "credit_generator"),
-            )
+            self._write_staged_checkpoint(model, trial, staging_root / name)
+        except Exception as error:
+            # A staging directory left behind would hold the space the next attempt needs.
+            if self.accelerator.is_main_process:
+                shutil.rmtree(staging_root, ignore_errors=True)
+            raise CheckpointSaveError(
+                f"{staging_root / name}: saving the checkpoint failed ({type(error).__name__}: {error}); "
+                f"{gib(free_bytes(run_dir))} free at {run_dir}; the staging directory was removed"
+            ) from error
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             write_fingerprint(staging_root / name, self.run_fingerprint)
@@ -227,6 +234,29 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
             if self.state.global_step in self.export_steps:
                 export_model(run_dir / name, self.exports_dir / export_label(self.state.global_step))
         self.accelerator.wait_for_everyone()
+
+    def _write_staged_checkpoint(self, model: Any, trial: Any, staged: Path) -> None:
+        """The Trainer's checkpoint, this process's generation buffer and credit noise state, into ``staged``."""
+        self._staging_dir = staged.parent
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_dir = None
+        if self._buffered_inputs is not None:
+            torch.save(self._buffered_inputs, self._process_state_file(staged, "generation_buffer"))
+        if self._credit_generator is not None:
+            torch.save(self._credit_generator.get_state(), self._process_state_file(staged, "credit_generator"))
+
+    def check_free_space(self, checkpoint: Path) -> None:
+        """Raise ``CheckpointSaveError`` on every process when ``checkpoint`` would not fit: the main process
+        compares the size of the newest checkpoint (before the first, ``first_checkpoint_bytes``) to the free space."""
+        problem = None
+        if self.accelerator.is_main_process:
+            newest = checkpoints_newest_first(checkpoint.parent)
+            needed = directory_bytes(newest[0][1]) if newest else first_checkpoint_bytes(self.model)
+            problem = space_problem(checkpoint, needed, free_bytes(checkpoint.parent))
+        if any_process(self.accelerator, problem is not None):
+            raise CheckpointSaveError(problem or f"{checkpoint}: not enough disk space (found by the main process)")
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         super()._load_optimizer_and_scheduler(checkpoint)

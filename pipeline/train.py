@@ -29,6 +29,9 @@ checkpoint at the end of the current step and stopped, or, when the signal came 
 model loading), stopped at once with nothing to save; rerun or requeue it to resume. ``NONFINITE_EXIT_CODE`` (70,
 EX_SOFTWARE): a non-finite loss, gradient norm or weight (pipeline.nan_guard) stopped the run before the optimizer
 step or the save; the log names the step, the rank and the last finite checkpoint; a plain rerun would diverge again.
+``SAVE_FAILED_EXIT_CODE`` (73, EX_CANTCREAT): a checkpoint did not fit on the disk (checked before each save) or its
+write failed; the log names the path, the space needed or the error, and the space free; the staging directory is
+removed, and a rerun once there is space resumes from the last complete checkpoint.
 """
 
 # The preemption handlers are installed before the slow third-party imports (see STARTUP_SIGNALS), hence E402.
@@ -84,6 +87,7 @@ from transformers import ProgressCallback
 
 from pipeline.code_digest import module_digests
 from pipeline.credit.method import credit_module
+from pipeline.disk_space import SAVE_FAILED_EXIT_CODE, CheckpointSaveError
 from pipeline.file_digest import file_digest, model_identity
 from pipeline.grpo_config import GrailGRPOConfig, merge_specs, split_options
 from pipeline.io import atomic_write_text, export_model, publish_directory, read_jsonl, run_cli
@@ -373,6 +377,9 @@ def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
         except NonFiniteTraining as error:
             logger.error("non-finite training: %s", error)
             raise SystemExit(NONFINITE_EXIT_CODE) from None
+        except CheckpointSaveError as error:
+            logger.error("checkpoint not saved: %s", error)
+            raise SystemExit(SAVE_FAILED_EXIT_CODE) from None
 
 
 def train_and_publish(

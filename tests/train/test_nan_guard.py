@@ -6,7 +6,6 @@ without the weights check before a save the poisoned run writes checkpoint-2.)""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -14,20 +13,13 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file
-from train_support import TRAINING_SPEC, training_rows
+from train_support import stage_argv
 
 from pipeline.io import run_cli
 from pipeline.nan_guard import NONFINITE_EXIT_CODE, step_problem
 from pipeline.resume import ExportAndPreemptionCallback
 from pipeline.train import main
 from pipeline.trainer import GrailGRPOTrainer
-
-
-@pytest.fixture(scope="module")
-def rows_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("rows") / "train.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in training_rows(16, seed=0)), encoding="utf-8")
-    return path
 
 
 def nan_loss_during_step(step: int, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,14 +59,11 @@ def published_weights(run_dir: Path) -> list[Path]:
     ids=["nan-loss-at-step-3", "nan-weights-before-a-save"],
 )
 def test_non_finite_training_stops_and_publishes_nothing_non_finite(
-    untrained_model, rows_file, tmp_path, monkeypatch, caplog, inject, step, expected
+    untrained_model, train_jsonl, tmp_path, monkeypatch, caplog, inject, step, expected
 ):
     inject(step, monkeypatch)
     run_dir = tmp_path / "run"
-    argv = [
-        "--model", str(untrained_model), "--training-spec", json.dumps(TRAINING_SPEC), "--method-spec", "{}",
-        "--data", str(rows_file), "--seed", "0", "--out", str(run_dir),
-    ]  # fmt: skip
+    argv = stage_argv(untrained_model, train_jsonl, run_dir)
     with caplog.at_level(logging.ERROR, logger="pipeline.train"), pytest.raises(SystemExit) as stop:
         run_cli(main, argv)
     assert stop.value.code == NONFINITE_EXIT_CODE

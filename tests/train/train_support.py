@@ -109,6 +109,11 @@ def train_command(
     ]
 
 
+def stage_argv(model: Path, data: Path, out: Path) -> list[str]:
+    """The arguments of ``pipeline.train.main`` for an in-process run with the test training spec."""
+    return train_command(model, data, out)[3:]  # without "python -m pipeline.train"
+
+
 def launch_two(train: list[str]) -> list[str]:
     """``python -m pipeline.launch --gpus 2 --nodes 1 -- pipeline.train ...`` for a stage command line."""
     python, _, module, *args = train

@@ -1,0 +1,70 @@
+"""A checkpoint that does not fit (pipeline.disk_space) on in-process runs of ``pipeline.train`` on the untrained tiny
+model: the free-space check before a save, and a write that runs out of space (OSError ENOSPC injected into the
+Trainer's optimizer save), stop the run with ``SAVE_FAILED_EXIT_CODE`` and an error naming the path and the space;
+no staging directory is left, and the rerun resumes from the last complete checkpoint.
+(Checked by breaking it: without the free-space check the first run completes; without the clean-up after a failed
+write ``checkpoints/.staging`` is left behind.)"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from pathlib import Path
+
+import pytest
+from train_support import stage_argv
+from transformers import Trainer
+
+from pipeline import resume
+from pipeline.disk_space import SAVE_FAILED_EXIT_CODE
+from pipeline.io import run_cli
+from pipeline.train import main
+
+
+def failed_run(argv: list[str], caplog: pytest.LogCaptureFixture) -> str:
+    """Run the stage, expect ``SAVE_FAILED_EXIT_CODE``; its error line."""
+    with caplog.at_level(logging.ERROR, logger="pipeline.train"), pytest.raises(SystemExit) as stop:
+        run_cli(main, argv)
+    assert stop.value.code == SAVE_FAILED_EXIT_CODE
+    return next(record.getMessage() for record in caplog.records if "checkpoint not saved" in record.getMessage())
+
+
+def test_a_checkpoint_that_does_not_fit_is_refused_naming_path_and_space(
+    untrained_model, train_jsonl, tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr(resume, "free_bytes", lambda path: 1000)
+    run_dir = tmp_path / "run"
+    message = failed_run(stage_argv(untrained_model, train_jsonl, run_dir), caplog)
+    assert f"{run_dir / 'checkpoints' / 'checkpoint-2'}: not enough disk space for the checkpoint: " in message
+    assert "bytes) needed, 0.000 GiB (1000 bytes) free" in message
+    assert sorted(path.name for path in (run_dir / "checkpoints").iterdir() if path.is_dir()) == []
+
+
+def test_a_save_that_runs_out_of_space_leaves_no_staging_and_the_rerun_resumes(
+    untrained_model, train_jsonl, tmp_path, monkeypatch, caplog
+):
+    save_optimizer = Trainer._save_optimizer_and_scheduler
+
+    def out_of_space_at_step_4(self: Trainer, output_dir: str) -> None:
+        if self.state.global_step == 4:
+            (Path(output_dir) / "optimizer.pt").write_bytes(b"torn")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        save_optimizer(self, output_dir)
+
+    monkeypatch.setattr(Trainer, "_save_optimizer_and_scheduler", out_of_space_at_step_4)
+    run_dir = tmp_path / "run"
+    argv = stage_argv(untrained_model, train_jsonl, run_dir)
+    message = failed_run(argv, caplog)
+    staging = run_dir / "checkpoints" / ".staging"
+    assert f"{staging / 'checkpoint-4'}: saving the checkpoint failed (OSError: [Errno 28] No space left" in message
+    assert f"free at {run_dir / 'checkpoints'}" in message
+    assert not staging.exists() and not (run_dir / "final").exists()
+    assert resume.newest_valid_checkpoint(run_dir / "checkpoints")[0] == 2
+    monkeypatch.undo()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pipeline.train"):
+        run_cli(main, argv)
+    assert "(step 2)" in next(
+        record.getMessage() for record in caplog.records if "resuming from" in record.getMessage()
+    )
+    assert (run_dir / "final" / "model.safetensors").is_file()
