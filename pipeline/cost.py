@@ -103,8 +103,9 @@ def checkpoint_bytes(parameters: int, bf16: bool) -> int:
 
 
 def run_disk_bytes(parameters: int, *, bf16: bool, save_total_limit: int | None, checkpoints: int, exports: int) -> int:
-    """One training run: the kept checkpoints (save_total_limit, else every save) + exported and final models."""
-    kept = checkpoints if save_total_limit is None else min(save_total_limit, checkpoints)
+    """One training run at its peak: the kept checkpoints (save_total_limit, else every save) plus the one being
+    written (a save publishes the new checkpoint before it rotates the oldest away), and the exported and final models."""
+    kept = checkpoints if save_total_limit is None else min(save_total_limit + 1, checkpoints)
     weights = parameters * (2 if bf16 else 4)
     return kept * checkpoint_bytes(parameters, bf16) + (exports + 1) * weights
 

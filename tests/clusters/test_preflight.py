@@ -96,8 +96,8 @@ def test_cost_bounds_follow_their_formulas() -> None:
     assert cost.parameter_count({"path": "Qwen/Qwen3-8B"}) == 8_000_000_000
     assert cost.parameter_count({"path": "OctoThinker/OctoThinker-3B-Short-Base"}) == 3_000_000_000
     assert cost.checkpoint_bytes(10, bf16=True) == 140  # 2 weights + 4 master + 8 Adam moments a parameter
-    # two kept of four saves, three exports and the final model
-    assert cost.run_disk_bytes(10, bf16=True, save_total_limit=2, checkpoints=4, exports=3) == 2 * 140 + 4 * 20
+    # two kept of four saves plus the one being written before the oldest is rotated away, three exports, the final model
+    assert cost.run_disk_bytes(10, bf16=True, save_total_limit=2, checkpoints=4, exports=3) == 3 * 140 + 4 * 20
     assert cost.samples_bytes(items=10, samples=3, max_tokens=100) == 30 * (100 * cost.BYTES_PER_TOKEN + 300)
 
 
