@@ -369,7 +369,7 @@ rule train:
             "pipeline.train", "pipeline.launch", STUDY.methods[wildcards.method].credit_module
         ),
     shell:
-        "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --engine {params.engine} --"
+        "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --engine {params.engine:q} --"
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
         " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
         " --out {params.run_dir:q} --export-steps {params.export_steps} --tracking {params.tracking:q}"
