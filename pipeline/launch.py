@@ -43,7 +43,7 @@ their workers save a checkpoint.
   forwards SIGTERM and SIGUSR1 to the registered processes only (a SIGTERM to the elastic agent would make it
   kill its workers 30 s later, mid-checkpoint), and exits with the status every local process recorded when
   they agree (75 after a preemption, 2 after bad input), else with ``accelerate launch``'s own. The command lines
-  of the GPU modes are the ones this launcher always ran. SIGKILL cannot be forwarded: torch's elastic agent starts
+  of the GPU modes are the ones this launcher always ran, plus the training spec's ``--mixed_precision``. SIGKILL cannot be forwarded: torch's elastic agent starts
   each worker in a session of its own, so ending such a job takes its whole process tree (Slurm ends every process
   of a job step), not its process group.
 """
