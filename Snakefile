@@ -356,6 +356,7 @@ rule train:
         export_steps=" ".join(str(step) for step in STUDY.export_steps()),
         gpus=lambda wildcards: STUDY.resources("train", wildcards.model).gpus,
         nodes=lambda wildcards: STUDY.resources("train", wildcards.model).nodes,
+        engine=STUDY.training_engine,
         # from the output, so that a storage provider's local path is used
         run_dir=lambda wildcards, output: os.path.dirname(output.metrics),
         tracking=canonical_json(STUDY.tracking.__dict__),
@@ -368,7 +369,7 @@ rule train:
             "pipeline.train", "pipeline.launch", STUDY.methods[wildcards.method].credit_module
         ),
     shell:
-        "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --"
+        "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --engine {params.engine:q} --"
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
         " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
         " --out {params.run_dir:q} --export-steps {params.export_steps} --tracking {params.tracking:q}"

@@ -22,7 +22,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from pipeline.io import InputError
-from pipeline.launch import training_processes
+from pipeline.launch import TrainingEngine, training_processes
 from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, checkpoint_label, label_step
 from pipeline.specs import annotation_accepts
 from pipeline.tracking import TrackingConfig, run_name
@@ -384,6 +384,7 @@ class Study:
     resource_table: dict[str, dict[str, Any]] = field(repr=False)
     library_changes: LibraryChanges = "warn"
     stale_checkpoints: StaleCheckpoints = "set_aside"
+    training_engine: TrainingEngine = "auto"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Study:
@@ -436,6 +437,7 @@ class Study:
             resource_table=config["resources"],
             library_changes=config["library_changes"],
             stale_checkpoints=config["stale_checkpoints"],
+            training_engine=config["training_engine"],
         )
 
     # ----- specs passed to the stages

@@ -4,15 +4,25 @@
 
 Modes (printed to stderr before the launch):
 - ``single-process``: G <= 1 and N <= 1: ``python -m MODULE ARGS``.
-- ``cpu``: G > 1 or N > 1 but no CUDA device visible (a CPU machine): P = max(G, 1) x N processes on this machine,
+- ``cpu``: G > 1 or N > 1 but no CUDA device visible (a CPU machine): P = max(G, 1) x N processes on this machine
+  on a free port, started by torch's elastic agent as on GPUs. DDP (engine ``ddp``, and ``auto`` here):
   ``accelerate launch --config_file configs/accelerate/multi_cpu.yaml --num_processes P --main_process_port 0
-  --multi_gpu --num_cpu_threads_per_process T -m MODULE ARGS`` with ``ACCELERATE_USE_CPU=true``: DDP over gloo,
-  started by torch's elastic agent as on GPUs (``--multi_gpu`` picks that launcher: accelerate's own CPU launcher
-  needs MPI for more than one process), on a free port. The job's threads (``OMP_NUM_THREADS``, which Snakemake
-  sets to the rule's threads, else the CPUs this process may use) are split: T = threads // P, at least 1, also
-  exported as the other BLAS thread counts. DeepSpeed is not used on the CPU (see multi_cpu.yaml).
+  --multi_gpu --num_cpu_threads_per_process T -m MODULE ARGS`` with ``ACCELERATE_USE_CPU=true``: DDP over gloo
+  (``--multi_gpu`` picks the elastic agent: accelerate's own CPU launcher needs MPI for more than one process).
+  DeepSpeed ZeRO-2 (engine ``zero2``, or a DeepSpeed ``--accelerate-config``): the same without ``--multi_gpu`` (it
+  would override the config's DeepSpeed) and with ``DS_ACCELERATOR=cpu`` instead of ``ACCELERATE_USE_CPU`` (which
+  would make the Trainer skip DeepSpeed); the training stage names the gloo backend (pipeline.train). The job's
+  threads (``OMP_NUM_THREADS``, which Snakemake sets to the rule's threads, else the CPUs this process may use) are
+  split: T = threads // P, at least 1, also exported as the other BLAS thread counts.
 - ``single-node``: G > 1 on one node: ``accelerate launch --config_file configs/accelerate/zero2.yaml
-  --num_processes G --main_process_port P -m MODULE ARGS`` (DeepSpeed ZeRO-2, one process per GPU).
+  --num_processes G --main_process_port P -m MODULE ARGS`` (DeepSpeed ZeRO-2, one process per GPU; engine ``ddp``:
+  configs/accelerate/ddp.yaml).
+
+Engine and precision. ``--engine`` (the study's ``training_engine``) picks the accelerate config: ``auto`` ZeRO-2
+where CUDA devices are visible (the paper's engine) and DDP on CPU processes, ``zero2`` or ``ddp`` everywhere;
+``--accelerate-config`` names a file instead. Every ``accelerate launch`` gets ``--mixed_precision`` from the
+module's ``--training-spec``/``--method-spec`` when it has them (``spec_mixed_precision``), so one zero2.yaml serves
+bf16 on GPUs and fp32 on CPU processes, and DeepSpeed's precision cannot disagree with the Trainer's.
 - ``multi-node``: N > 1 inside a Slurm allocation: ``srun`` starts this launcher once per node with the
   rendezvous address (the first host of ``SLURM_JOB_NODELIST``); on each node it becomes
 - ``node``: ``accelerate launch ... --num_processes G*N --num_machines N --machine_rank $SLURM_NODEID
@@ -33,7 +43,7 @@ their workers save a checkpoint.
   forwards SIGTERM and SIGUSR1 to the registered processes only (a SIGTERM to the elastic agent would make it
   kill its workers 30 s later, mid-checkpoint), and exits with the status every local process recorded when
   they agree (75 after a preemption, 2 after bad input), else with ``accelerate launch``'s own. The command lines
-  of the GPU modes are the ones this launcher always ran. SIGKILL cannot be forwarded: torch's elastic agent starts
+  of the GPU modes are the ones this launcher always ran, plus the training spec's ``--mixed_precision``. SIGKILL cannot be forwarded: torch's elastic agent starts
   each worker in a session of its own, so ending such a job takes its whole process tree (Slurm ends every process
   of a job step), not its process group.
 """
@@ -51,14 +61,22 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
 
 from pipeline.io import InputError
 from pipeline.launch_dir import LAUNCH_DIR_VARIABLE, SIGNAL_FILE, write_small_file
 from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
+from pipeline.specs import stage_spec
 
 ACCELERATE_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "accelerate"
 DEFAULT_ACCELERATE_CONFIG = ACCELERATE_CONFIGS / "zero2.yaml"
 CPU_ACCELERATE_CONFIG = ACCELERATE_CONFIGS / "multi_cpu.yaml"
+GPU_DDP_ACCELERATE_CONFIG = ACCELERATE_CONFIGS / "ddp.yaml"
+# config key `training_engine` and --engine: auto is ZeRO-2 on GPUs (the paper's), DDP on CPU processes
+TrainingEngine = Literal["auto", "zero2", "ddp"]
+TRAINING_ENGINES: tuple[str, ...] = get_args(TrainingEngine)
 # The thread counts Snakemake exports as a job's threads; the cpu mode gives each process its share.
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -137,7 +155,39 @@ def visible_cuda_devices() -> int:
     return torch.cuda.device_count()
 
 
-def _accelerate_launch(config: Path, num_processes: int, port: int) -> list[str]:
+def engine_accelerate_config(engine: TrainingEngine, cuda: bool) -> Path:
+    """The accelerate config of ``engine``: zero2.yaml for ``zero2`` (and ``auto`` where CUDA devices are visible,
+    the paper's engine), else DDP: multi_cpu.yaml on CPU processes, ddp.yaml on GPUs."""
+    if engine == "zero2" or (engine == "auto" and cuda):
+        return DEFAULT_ACCELERATE_CONFIG
+    return GPU_DDP_ACCELERATE_CONFIG if cuda else CPU_ACCELERATE_CONFIG
+
+
+def uses_deepspeed(config: Path) -> bool:
+    """Whether an accelerate config file runs DeepSpeed (``distributed_type: DEEPSPEED``)."""
+    try:
+        loaded = yaml.safe_load(config.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise InputError(f"--accelerate-config {config}: unreadable ({error})") from None
+    return isinstance(loaded, dict) and loaded.get("distributed_type") == "DEEPSPEED"
+
+
+def spec_mixed_precision(spec: Mapping[str, Any]) -> str:
+    """accelerate's ``--mixed_precision`` for a merged training spec: ``fp16`` when ``fp16`` is set, else ``bf16``
+    when ``bf16`` is (TRL's GRPOConfig turns bf16 on when neither is given), else ``no`` (fp32)."""
+    if spec.get("fp16"):
+        return "fp16"
+    return "bf16" if spec.get("bf16", True) else "no"
+
+
+def precision_options(module_args: Sequence[str]) -> list[str]:
+    """``["--mixed_precision", P]`` from the module's training and method specs, or ``[]`` when it has none (or
+    they do not parse: the stage names that problem itself)."""
+    spec = stage_spec(module_args)
+    return [] if spec is None else ["--mixed_precision", spec_mixed_precision(spec)]
+
+
+def _accelerate_launch(config: Path, num_processes: int, port: int, module_args: Sequence[str]) -> list[str]:
     return [
         "accelerate",
         "launch",
@@ -147,6 +197,7 @@ def _accelerate_launch(config: Path, num_processes: int, port: int) -> list[str]
         str(num_processes),
         "--main_process_port",
         str(port),
+        *precision_options(module_args),
     ]
 
 
@@ -158,19 +209,20 @@ def plan_launch(
     *,
     visible_gpus: int,
     env: Mapping[str, str],
-    accelerate_config: Path = DEFAULT_ACCELERATE_CONFIG,
+    engine: TrainingEngine = "auto",
+    accelerate_config: Path | None = None,
     main_port: int | None = None,
     main_process_ip: str | None = None,
     head_host: Callable[[str], str] = first_host,
     python: str = sys.executable,
-    cpu_accelerate_config: Path = CPU_ACCELERATE_CONFIG,
     available_cpus: int = 1,
 ) -> LaunchPlan:
-    """Choose the launch mode and build its command line (pure apart from ``head_host``).
+    """Choose the launch mode and build its command line (pure apart from ``head_host`` and reading the
+    accelerate config).
 
-    ``gpus`` is per node; ``main_process_ip`` is set only on the per-node launchers that ``srun`` starts;
-    ``available_cpus`` (the CPUs this process may run on) is read only by the cpu mode when ``OMP_NUM_THREADS``
-    is unset.
+    ``gpus`` is per node; ``accelerate_config``, when given, replaces ``engine``'s file; ``main_process_ip`` is set
+    only on the per-node launchers that ``srun`` starts; ``available_cpus`` (the CPUs this process may run on) is
+    read only by the cpu mode when ``OMP_NUM_THREADS`` is unset.
     """
     if gpus < 0 or nodes < 1:
         raise InputError(f"--gpus must be >= 0 and --nodes >= 1, got --gpus {gpus} --nodes {nodes}")
@@ -178,22 +230,26 @@ def plan_launch(
     module_call = ["-m", module, *module_args]
     if gpus <= 1 and nodes <= 1:
         return LaunchPlan("single-process", [python, *module_call], f"{gpus} GPU(s) on {nodes} node")
+    if accelerate_config is None:
+        accelerate_config = engine_accelerate_config(engine, cuda=visible_gpus > 0)
     if visible_gpus == 0:
-        return cpu_plan(gpus, nodes, module_call, env, cpu_accelerate_config, main_port, available_cpus)
+        return cpu_plan(gpus, nodes, module_call, env, accelerate_config, main_port, available_cpus)
     if visible_gpus < gpus:
         raise InputError(
             f"--gpus {gpus} requested but only {visible_gpus} CUDA device(s) are visible "
             f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', '<unset>')})"
         )
     if nodes == 1:
-        argv = [*_accelerate_launch(accelerate_config, gpus, port), *module_call]
-        return LaunchPlan("single-node", argv, f"{gpus} GPUs on one node, DeepSpeed ZeRO-2", local_processes=gpus)
+        argv = [*_accelerate_launch(accelerate_config, gpus, port, module_args), *module_call]
+        return LaunchPlan(
+            "single-node", argv, f"{gpus} GPUs on one node, {accelerate_config.name}", local_processes=gpus
+        )
     if main_process_ip is not None:
         rank = env.get("SLURM_NODEID", "")
         if not rank.isdigit():
             raise InputError(f"SLURM_NODEID={rank!r}: the per-node launcher must run under srun")
         argv = [
-            *_accelerate_launch(accelerate_config, gpus * nodes, port),
+            *_accelerate_launch(accelerate_config, gpus * nodes, port, module_args),
             "--num_machines",
             str(nodes),
             "--machine_rank",
@@ -251,23 +307,32 @@ def cpu_plan(
     main_port: int | None,
     available_cpus: int,
 ) -> LaunchPlan:
-    """The cpu mode: every requested process on this machine, DDP over gloo, the job's threads split between them."""
+    """The cpu mode: every requested process on this machine over gloo (DDP, or DeepSpeed when the accelerate
+    config says so), the job's threads split between them."""
     processes = training_processes(gpus, nodes)
     threads = threads_per_process(processes, env, available_cpus)
+    deepspeed = uses_deepspeed(accelerate_config)
+    if deepspeed:
+        # --multi_gpu would override the config's DeepSpeed and ACCELERATE_USE_CPU make the Trainer skip it;
+        # DS_ACCELERATOR=cpu spares DeepSpeed's accelerator detection (a warning, then the same answer)
+        launcher, device_env = [], {"DS_ACCELERATOR": "cpu"}
+    else:
+        launcher, device_env = ["--multi_gpu"], {"ACCELERATE_USE_CPU": "true"}
     argv = [
         # port 0: accelerate picks a free one (the processes all run here; two jobs on one machine cannot collide)
-        *_accelerate_launch(accelerate_config, processes, 0 if main_port is None else main_port),
-        "--multi_gpu",
+        *_accelerate_launch(accelerate_config, processes, 0 if main_port is None else main_port, module_call[2:]),
+        *launcher,
         "--num_cpu_threads_per_process",
         str(threads),
         *module_call,
     ]
+    engine = "DeepSpeed ZeRO-2" if deepspeed else "DDP"
     return LaunchPlan(
         "cpu",
         argv,
         f"{gpus} GPU(s) x {nodes} node(s) requested but no CUDA device is visible: {processes} CPU processes on "
-        f"this machine, DDP over gloo, {threads} thread(s) each",
-        env={"ACCELERATE_USE_CPU": "true", **dict.fromkeys(THREAD_VARIABLES, str(threads))},
+        f"this machine, {engine} over gloo, {threads} thread(s) each",
+        env={**device_env, **dict.fromkeys(THREAD_VARIABLES, str(threads))},
         local_processes=processes,
     )
 
@@ -347,7 +412,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nodes", type=int, default=1, help="nodes (more than one needs a Slurm allocation)")
     parser.add_argument("--main-port", type=int, default=None, help="rendezvous port (default: from SLURM_JOB_ID)")
     parser.add_argument("--main-process-ip", default=None, help="set by the multi-node launcher on each node")
-    parser.add_argument("--accelerate-config", type=Path, default=DEFAULT_ACCELERATE_CONFIG)
+    parser.add_argument(
+        "--engine",
+        choices=TRAINING_ENGINES,
+        default="auto",
+        help="training engine (the config's training_engine): auto is ZeRO-2 on GPUs, DDP on CPU processes",
+    )
+    parser.add_argument(
+        "--accelerate-config", type=Path, default=None, help="an accelerate config file (not --engine's)"
+    )
     return parser
 
 
@@ -364,6 +437,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             module_args,
             visible_gpus=visible_cuda_devices() if needs_devices else 0,
             env=os.environ,
+            engine=args.engine,
             accelerate_config=args.accelerate_config,
             main_port=args.main_port,
             main_process_ip=args.main_process_ip,

@@ -11,7 +11,8 @@ count and memory a job asks for exists on one node, and each time limit fits its
 compute node writes a token into the results directory that this side reads back; the software GPU rules need
 (vLLM's CUDA build, DeepSpeed, flash-attn) is in the image (`--sdm apptainer`) or in this environment; every hub
 model and dataset revision is in the Hugging Face cache (jobs run with HF_HUB_OFFLINE=1 on offline nodes); the
-disk holds the study's checkpoints and samples. Kubernetes: the profile's image is the one containers/build.sh
+disk holds the study's checkpoints and samples; each training job's engine (``training_engine``) and precision,
+refusing a DeepSpeed precision the training spec conflicts with. Kubernetes: the profile's image is the one containers/build.sh
 pushes, the namespace exists and some node offers the GPU resource (via the current kubectl context), the
 storage prefix is set. docs/cluster.md describes each check. Under the cost estimate it prints the planner's one
 line (``pipeline.power``, documented defaults): the power of the paper's test and of the seed-aware one for GRAIL's
@@ -41,6 +42,7 @@ from pipeline import cluster, cost, power
 from pipeline.benchmarks import SOURCE_FORMATS
 from pipeline.config import Study, check_config_schema
 from pipeline.io import InputError, atomic_write_json, run_cli
+from pipeline.launch import engine_accelerate_config, spec_mixed_precision, training_processes, uses_deepspeed
 from pipeline.prepare_benchmarks import read_subset_ids
 from pipeline.run_state import SET_ASIDE_DIR, set_aside_bytes
 
@@ -353,6 +355,54 @@ def kubernetes_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any]) -> l
     return checks
 
 
+# --------------------------------------------------------------------------------------------- training engine
+
+
+def spec_field(study: Study, model: str, method: str, key: str) -> str:
+    """The config key a training job's ``key`` comes from: the method's, the model's, the study's ``training``."""
+    if key in study.methods[method].spec:
+        return f"methods.{method}.{key}"
+    if key in study.models[model].training:
+        return f"models.{model}.training.{key}"
+    return f"training.{key}" if key in study.training else f"training.{key} (unset: TRL's default)"
+
+
+def precision_conflict(spec: dict[str, Any], deepspeed: bool, cuda: bool) -> str | None:
+    """The precision field that DeepSpeed would refuse with this training spec, or None: bf16 and fp16 both on;
+    or, on CPU processes, any half precision (transformers refuses bf16 on the CPU unless ``use_cpu``, which would
+    turn DeepSpeed off; DeepSpeed's CPU accelerator has no fp16)."""
+    if spec.get("bf16") and spec.get("fp16"):
+        return "fp16"
+    precision = spec_mixed_precision(spec)
+    return precision if deepspeed and not cuda and precision != "no" else None
+
+
+def engine_check(study: Study, jobs: list[cost.PlannedJob]) -> Check:
+    """Each training job's engine, as pipeline.launch will pick it (``training_engine``; a job with GPUs sees
+    them), and its precision; fails on a DeepSpeed precision that conflicts with the training spec, naming the
+    config key."""
+    found, conflicts = {}, []
+    for job in (job for job in jobs if job.rule == "train"):
+        model, method = job.wildcards["model"], job.wildcards["method"]
+        spec, cuda = study.effective_training(model, method), job.gpus > 0
+        if training_processes(job.gpus, job.nodes) == 1:
+            found[model, method] = "one process"
+            continue
+        deepspeed = uses_deepspeed(engine_accelerate_config(study.training_engine, cuda))
+        engine = "DeepSpeed ZeRO-2" if deepspeed else "DDP"
+        device = f"{job.gpus * job.nodes} GPUs" if cuda else f"{training_processes(job.gpus, job.nodes)} CPU processes"
+        found[model, method] = f"{engine} on {device}, {spec_mixed_precision(spec)} precision"
+        if (key := precision_conflict(spec, deepspeed, cuda)) is not None:
+            conflicts.append(
+                f"{spec_field(study, model, method, key)}: {key} conflicts with {engine} on {device} ({model}/{method})"
+            )
+    detail = "; ".join(f"{model}/{method}: {engine}" for (model, method), engine in sorted(found.items()))
+    if conflicts:
+        fix = "set bf16: false (and fp16: false) for CPU processes, or training_engine: ddp; not bf16 and fp16 both"
+        return Check("training engine", "fail", "; ".join(conflicts), fix)
+    return Check("training engine", "pass", f"training_engine {study.training_engine}: {detail or 'no training job'}")
+
+
 # --------------------------------------------------------------------------------------------- software, hub, disk
 
 
@@ -570,6 +620,7 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
         checks.append(image_software_check(cluster.resolve_image(study.container_image, str(REPO)), study, jobs))
     elif executor == "slurm":
         checks.append(local_software_check(study, jobs))
+    checks.append(engine_check(study, jobs))
     checks.append(hub_check(study, args.allow_downloads))
     if executor == "slurm":
         checks.append(disk_check(Path(study.results_dir), estimate_["disk_bytes"]["total"]))

@@ -1,7 +1,7 @@
 """Resumable training: checkpoint validation, the resumable trainer and its sampler, the stage's callbacks.
 
 A checkpoint is valid when its trainer state, weights (every shard, readable safetensors headers) and optimizer
-state are there; ``newest_valid_checkpoint`` skips partial or corrupt ones with a warning. ``ResumableGRPOTrainer``
+state (``optimizer.pt``, or DeepSpeed's model states and every rank's optimizer shard) are there; ``newest_valid_checkpoint`` skips partial or corrupt ones with a warning. ``ResumableGRPOTrainer``
 saves checkpoints atomically and with TRL's generation state and the run's fingerprint (pipeline.run_state), so a
 resumed run follows the uninterrupted one.
 """
@@ -48,6 +48,10 @@ WEIGHT_FILES = (
     "pytorch_model.bin.index.json",
 )
 TRAINER_STATE_FILE = "trainer_state.json"
+# DeepSpeed's checkpoint layout (deepspeed.runtime.engine): `latest` names the tag directory, global_stepN/
+DEEPSPEED_LATEST = "latest"
+DEEPSPEED_MODEL_STATES = "mp_rank_00_model_states.pt"
+DEEPSPEED_OPTIMIZER_SHARD = "zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"
 
 
 def checkpoint_path(checkpoints_dir: Path, step: int) -> Path:
@@ -72,8 +76,24 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
     for path in weights:
         if problem := weights_problem(path):
             return problem
-    has_optimizer = (checkpoint / "optimizer.pt").is_file() or any(checkpoint.glob("global_step*"))
-    return None if has_optimizer else "optimizer state missing"
+    if (checkpoint / "optimizer.pt").is_file():
+        return None
+    if not (checkpoint / DEEPSPEED_LATEST).is_file():
+        return "optimizer state missing"
+    return deepspeed_problem(checkpoint, ranks=max(len(list(checkpoint.glob("rng_state_*.pth"))), 1))
+
+
+def deepspeed_problem(checkpoint: Path, ranks: int) -> str | None:
+    """Whether DeepSpeed's state in a ZeRO checkpoint is incomplete: the directory its ``latest`` file names
+    (``global_stepN``) must hold the model states and one optimizer shard per rank, ``ranks`` of them (the
+    processes that saved it, one ``rng_state_<r>.pth`` each), since a resume loads every one of them."""
+    try:
+        tag = (checkpoint / DEEPSPEED_LATEST).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as error:
+        return f"DeepSpeed's {DEEPSPEED_LATEST} unreadable ({error})"
+    needed = [DEEPSPEED_MODEL_STATES, *(DEEPSPEED_OPTIMIZER_SHARD.format(rank=rank) for rank in range(ranks))]
+    missing = [name for name in needed if not (checkpoint / tag / name).is_file()]
+    return f"DeepSpeed state missing in {tag}/: {', '.join(missing)}" if missing else None
 
 
 def checkpoints_newest_first(checkpoints_dir: Path) -> list[tuple[int, Path]]:
@@ -235,6 +255,12 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
                 export_model(run_dir / name, self.exports_dir / export_label(self.state.global_step))
         self.accelerator.wait_for_everyone()
 
+    def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
+        # DeepSpeed hands the Trainer a state dict of separate copies, in which save_pretrained no longer sees the
+        # tied embeddings: the saved model would carry its own lm_head.weight, unlike the source model.
+        model = self.accelerator.unwrap_model(self.model)
+        super()._save(output_dir, state_dict=None if state_dict is None else without_tied_copies(model, state_dict))
+
     def _write_staged_checkpoint(self, model: Any, trial: Any, staged: Path) -> None:
         """The Trainer's checkpoint, this process's generation buffer and credit noise state, into ``staged``."""
         self._staging_dir = staged.parent
@@ -272,6 +298,15 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
         if noise_file.is_file():
             self._credit_generator = torch.Generator(device=self.accelerator.device)
             self._credit_generator.set_state(torch.load(noise_file, map_location="cpu", weights_only=True))
+
+
+def without_tied_copies(model: torch.nn.Module, state_dict: dict[str, Any]) -> dict[str, Any]:
+    """``state_dict`` without the second and later names of a parameter the model shares between modules (tied
+    embeddings: ``lm_head.weight`` is ``model.embed_tokens.weight``); ``named_parameters`` lists each shared
+    parameter under its first name only."""
+    first_names = {name for name, _ in model.named_parameters()}
+    copies = {name for name, _ in model.named_parameters(remove_duplicate=False)} - first_names
+    return {name: tensor for name, tensor in state_dict.items() if name not in copies}
 
 
 # ----------------------------------------------------------------------------------------------- callbacks

@@ -13,6 +13,7 @@ Fingerprint: the components that decide a run's trajectory, each recorded in eve
     model      the start model by content (pipeline.file_digest.model_identity)
     code       the train rule's module digests (pipeline.code_digest: train, launch and the credit method's module)
     libraries  the library versions, only under ``library_changes: rerun``
+    engine     ``deepspeed``, only for a DeepSpeed run (its checkpoints shard the optimizer per rank)
     fingerprint = SHA-256 of the canonical JSON of the components
 
 A run resumes only from checkpoints whose fingerprint is its own. A working directory holding anything else is
@@ -85,8 +86,11 @@ def fingerprint_components(
     model: Mapping[str, str],
     code: Mapping[str, str],
     libraries: Mapping[str, str] | None,
+    deepspeed: bool = False,
 ) -> dict[str, Any]:
-    """The components of the module docstring (``continues``: leave ``max_steps`` out, see ``continuable``)."""
+    """The components of the module docstring (``continues``: leave ``max_steps`` out, see ``continuable``);
+    ``engine`` only for a DeepSpeed run, so that the fingerprints of the DDP and one-process runs made before it
+    existed stay valid."""
     left_out = NOT_TRAJECTORY | ({"max_steps"} if continues else set())
     components: dict[str, Any] = {
         "spec": {key: value for key, value in sorted(spec.items()) if key not in left_out},
@@ -98,6 +102,8 @@ def fingerprint_components(
     }
     if libraries is not None:
         components["libraries"] = dict(sorted(libraries.items()))
+    if deepspeed:
+        components["engine"] = "deepspeed"
     return components
 
 

@@ -6,14 +6,15 @@ Used for ``GrailGRPOConfig`` (training), and the warm-up, evaluation and token-a
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import enum
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from pipeline.io import InputError
+from pipeline.io import InputError, load_spec
 
 SpecT = TypeVar("SpecT")
 
@@ -92,3 +93,22 @@ def annotation_name(annotation: Any) -> str:
     if origin is not None:
         return f"{annotation_name(origin)}[{', '.join(annotation_name(argument) for argument in arguments)}]"
     return getattr(annotation, "__name__", repr(annotation))
+
+
+def stage_spec(argv: Sequence[str]) -> dict[str, Any] | None:
+    """The merged ``--training-spec`` and ``--method-spec`` (the method's win) of a training stage's command line,
+    for the processes that act on them before the stage does (the launcher, the vLLM import); None when the
+    command line has neither, or one does not load as a mapping (the stage itself names that problem)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    for option in ("--training-spec", "--method-spec"):
+        parser.add_argument(option, default=None)
+    known, _ = parser.parse_known_args(list(argv))
+    if known.training_spec is None and known.method_spec is None:
+        return None
+    try:
+        loaded = [load_spec(text or "{}") for text in (known.training_spec, known.method_spec)]
+    except InputError:
+        return None
+    if not all(isinstance(spec, dict) for spec in loaded):
+        return None
+    return {**loaded[0], **loaded[1]}

@@ -45,11 +45,13 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pipeline.io import InputError, load_spec
 from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
+from pipeline.specs import stage_spec
 
 # Run as a stage, record the signals before importing torch, transformers and TRL (seconds): Slurm's warning
 # arriving meanwhile would otherwise kill the job (status 138) instead of stopping it (status 75).
@@ -63,17 +65,8 @@ def hide_vllm_unless_used(argv: list[str]) -> bool:
     start-up CPU time, paid by every training job on a machine with vLLM. ``sys.modules["vllm"] = None`` makes
     ``importlib.util.find_spec("vllm")``, which TRL's ``is_vllm_available`` asks, answer None. A spec that cannot be
     read here is left, with vLLM visible, to the stage's own validation (which names the problem)."""
-    specs = argparse.ArgumentParser(add_help=False)
-    for option in ("--training-spec", "--method-spec"):
-        specs.add_argument(option, default="{}")
-    known, _ = specs.parse_known_args(argv)
-    try:
-        loaded = [load_spec(known.training_spec), load_spec(known.method_spec)]
-    except InputError:
-        return False
-    if any(not isinstance(spec, dict) for spec in loaded) or "vllm" in sys.modules:
-        return False
-    if {**loaded[0], **loaded[1]}.get("use_vllm"):
+    spec = stage_spec(argv)
+    if spec is None or "vllm" in sys.modules or spec.get("use_vllm"):
         return False
     sys.modules["vllm"] = None
     return True
@@ -82,6 +75,7 @@ def hide_vllm_unless_used(argv: list[str]) -> bool:
 if __name__ == "__main__":
     hide_vllm_unless_used(sys.argv[1:])
 
+import torch
 from datasets import Dataset
 from transformers import ProgressCallback
 
@@ -133,14 +127,28 @@ ROW_FIELDS = {"id": str, "prompt": list, "solution": str, "source": str}
 # ----------------------------------------------------------------------------------------------- configuration
 
 
+def runs_deepspeed(env: Mapping[str, str]) -> bool:
+    """Whether this process was started under DeepSpeed (``accelerate launch`` with a DeepSpeed config sets
+    ``ACCELERATE_USE_DEEPSPEED=true`` for every process)."""
+    return env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
+
+
+def process_group_options(env: Mapping[str, str], cuda: bool) -> dict[str, str]:
+    """``ddp_backend: gloo`` for DeepSpeed on CPU processes, else nothing. Unnamed, accelerate's PartialState
+    counts one process on a machine without CUDA while DeepSpeed's engine counts them all, and the engine refuses
+    the batch the Trainer sized for one (docs/cluster.md)."""
+    return {"ddp_backend": "gloo"} if runs_deepspeed(env) and not cuda else {}
+
+
 def build_config(
     config_options: dict[str, Any], run_dir: Path, seed: int, tracking: TrackingConfig, run_name: str
 ) -> GrailGRPOConfig:
     """The trainer config: the spec options plus what this stage fixes (paths, seed, full checkpoints, non-finite
-    losses kept in the loss the NaN guard checks)."""
+    losses kept in the loss the NaN guard checks) and, for DeepSpeed on CPU processes, the gloo backend unless the
+    spec names one."""
     try:
         return GrailGRPOConfig(
-            **config_options,
+            **{**process_group_options(os.environ, torch.cuda.is_available()), **config_options},
             output_dir=str(run_dir / CHECKPOINTS_DIR),
             seed=seed,
             report_to=tracking.integrations(),
@@ -302,6 +310,7 @@ def run_fingerprint(args: argparse.Namespace, merged: dict[str, Any], config: Gr
         continues=continuable(schedule),
         seed=args.seed,
         processes=int(os.environ.get("WORLD_SIZE", "1")),  # set by the launcher for every process of a run
+        deepspeed=runs_deepspeed(os.environ),  # its checkpoints (sharded optimizer) do not resume under DDP
         data_digest=file_digest(args.data),
         model=model_identity(args.model, args.model_revision),
         code=module_digests("pipeline.train", "pipeline.launch", credit_module(config.credit)),

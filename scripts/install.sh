@@ -7,6 +7,9 @@
 # GPU machines: install torch for your CUDA first, then `pip install -e ".[gpu]"` (or use containers/Dockerfile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# deepspeed (the dev and gpu extras) from its source package without compiling its ops: those it needs are
+# JIT-built at first use (the CPU communication op with the machine's C++ compiler, the CUDA ones on GPUs)
+export DS_BUILD_OPS=0
 dev=0
 vllm=0
 for option in "$@"; do

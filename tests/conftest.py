@@ -119,6 +119,7 @@ LONG_POLES = (
     "tests/pipeline/test_reruns_executed.py",
     "tests/faults/test_workflow_faults.py",
     "tests/pipeline/test_quick_recipe.py",
+    "tests/train/test_zero2.py",
 )
 # Modules whose tests are independent runs that share nothing costly at module scope: each test is its own unit of
 # work, so that they spread over the workers. Every other module is one unit (its module fixtures are built once).

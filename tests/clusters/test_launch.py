@@ -22,6 +22,7 @@ from pipeline.io import InputError
 from pipeline.launch import (
     CPU_ACCELERATE_CONFIG,
     DEFAULT_ACCELERATE_CONFIG,
+    GPU_DDP_ACCELERATE_CONFIG,
     THREAD_VARIABLES,
     UPSTREAM_MAIN_PORT,
     default_main_port,
@@ -107,6 +108,50 @@ def test_several_gpus_on_one_node_use_accelerate_zero2_one_process_per_gpu() -> 
     assert args.module and args.training_script == "pipeline.train"
     assert args.training_script_args == TRAIN_ARGS
     assert args.num_machines is None  # one machine, from the config file
+
+
+def test_cpu_processes_run_zero2_when_the_engine_or_the_config_file_asks() -> None:
+    """DeepSpeed on CPU processes: no --multi_gpu (it would override the config's DeepSpeed) and no
+    ACCELERATE_USE_CPU (the Trainer would skip DeepSpeed); the training spec's fp32 passed as the precision."""
+    spec = ["--training-spec", json.dumps({"bf16": False}), "--method-spec", "{}"]
+    for options in ({"engine": "zero2"}, {"accelerate_config": DEFAULT_ACCELERATE_CONFIG}):
+        result = plan_launch(2, 1, "pipeline.train", spec, visible_gpus=0, env={"OMP_NUM_THREADS": "2"}, **options)
+        args = parse_accelerate(result.argv)
+        assert Path(args.config_file) == DEFAULT_ACCELERATE_CONFIG and not args.multi_gpu
+        assert (args.num_processes, args.mixed_precision, args.training_script_args) == (2, "no", spec)
+        assert result.env == {"DS_ACCELERATOR": "cpu", **dict.fromkeys(THREAD_VARIABLES, "1")}
+        assert "DeepSpeed ZeRO-2 over gloo" in result.reason
+
+
+@pytest.mark.parametrize(
+    ("engine", "visible", "config"),
+    [
+        ("auto", 0, CPU_ACCELERATE_CONFIG),
+        ("auto", 4, DEFAULT_ACCELERATE_CONFIG),
+        ("zero2", 0, DEFAULT_ACCELERATE_CONFIG),
+        ("ddp", 0, CPU_ACCELERATE_CONFIG),
+        ("ddp", 4, GPU_DDP_ACCELERATE_CONFIG),
+    ],
+)
+def test_the_engine_picks_the_accelerate_config(engine, visible, config) -> None:
+    assert Path(parse_accelerate(plan(4, 1, visible=visible, engine=engine).argv).config_file) == config
+
+
+@pytest.mark.parametrize(
+    ("training", "method", "precision"),
+    [
+        ({"bf16": True}, {}, "bf16"),
+        ({}, {}, "bf16"),
+        ({"bf16": True}, {"bf16": False}, "no"),
+        ({"fp16": True}, {}, "fp16"),
+    ],
+)
+def test_the_precision_follows_the_merged_training_spec(training, method, precision) -> None:
+    """TRL's GRPOConfig turns bf16 on when neither bf16 nor fp16 is set; the method spec wins."""
+    spec = ["--training-spec", json.dumps(training), "--method-spec", json.dumps(method)]
+    for visible in (0, 4):
+        result = plan_launch(4, 1, "pipeline.train", spec, visible_gpus=visible, env={}, engine="zero2")
+        assert parse_accelerate(result.argv).mixed_precision == precision
 
 
 def test_fewer_visible_gpus_than_requested_is_an_error() -> None:
@@ -210,6 +255,11 @@ def test_the_accelerate_config_is_upstreams_deepspeed_zero2() -> None:
     assert config.deepspeed_config["zero_stage"] == 2
     assert config.deepspeed_config["offload_optimizer_device"] == "none"
     assert (config.mixed_precision, config.num_machines, config.use_cpu) == ("bf16", 1, False)
+
+
+def test_the_gpu_ddp_accelerate_config_is_multi_gpu() -> None:
+    config = load_config_from_file(str(GPU_DDP_ACCELERATE_CONFIG))
+    assert (config.distributed_type, config.use_cpu, config.num_machines) == ("MULTI_GPU", False, 1)
 
 
 def test_the_cpu_accelerate_config_is_multi_cpu_in_full_precision() -> None:

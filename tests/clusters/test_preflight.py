@@ -8,6 +8,7 @@ static checks.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -117,6 +118,24 @@ def test_paper_estimate_counts_every_planned_job() -> None:
     }
     assert estimate["unknown_sizes"] == []
     assert estimate["disk_bytes"]["checkpoints"] > 1000 * cost.GIB  # 15 runs of 3-8 B parameters
+
+
+def test_the_engine_check_reports_each_training_job_and_refuses_a_deepspeed_precision_conflict() -> None:
+    paper = study(PAPER)
+    runs = paper.runs()
+    check = preflight.engine_check(paper, [job("train", gpus=4, wildcards=run) for run in runs])
+    assert check.status == "pass" and check.detail.startswith("training_engine auto: ")
+    assert check.detail.count("DeepSpeed ZeRO-2 on 4 GPUs, bf16 precision") == len(
+        {(r["model"], r["method"]) for r in runs}
+    )
+    # the paper's bf16 on two CPU processes: DDP takes it (use_cpu), DeepSpeed's refusal is named before submission
+    cpu_jobs = [job("train", gpus=0, nodes=2, wildcards=run) for run in runs[:1]]
+    assert preflight.engine_check(paper, cpu_jobs).status == "pass"
+    check = preflight.engine_check(dataclasses.replace(paper, training_engine="zero2"), cpu_jobs)
+    assert check.status == "fail"
+    assert check.detail.startswith("training.bf16: bf16 conflicts with DeepSpeed ZeRO-2 on 2 CPU processes")
+    single = preflight.engine_check(paper, [job("train", gpus=1, wildcards=runs[0])])
+    assert single.status == "pass" and single.detail.endswith(": one process")
 
 
 def slurm_up() -> str | None:

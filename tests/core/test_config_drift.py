@@ -9,7 +9,7 @@ import typing
 import pytest
 from trl import GRPOConfig
 
-from pipeline.config import TOKEN_ANALYSIS_PLAN_KEYS, TRL_DEFAULTS, load_schema
+from pipeline.config import TOKEN_ANALYSIS_PLAN_KEYS, TRL_DEFAULTS, Study, load_schema
 from pipeline.evaluate import EvalSpec, VllmSettings
 from pipeline.grpo_config import (
     MODEL_LOADING_OPTIONS,
@@ -20,6 +20,7 @@ from pipeline.grpo_config import (
     credit_fields,
     credit_ranges,
 )
+from pipeline.launch import TRAINING_ENGINES, TrainingEngine
 from pipeline.prompts import PROMPT_TEMPLATES, PromptTemplate
 from pipeline.token_analysis import TokenAnalysisSpec
 
@@ -133,3 +134,10 @@ def test_schema_defaults_are_the_stage_defaults(path, cls):
 def test_prompt_templates_are_the_literal_and_the_schema_enum():
     declared = set(typing.get_args(PromptTemplate))
     assert set(PROMPT_TEMPLATES) == declared == set(SCHEMA["$defs"]["prompt_template"]["enum"])
+
+
+def test_training_engines_are_the_launchers_and_the_schema_enum():
+    node = SCHEMA["properties"]["training_engine"]
+    assert set(node["enum"]) == set(TRAINING_ENGINES) == set(typing.get_args(TrainingEngine))
+    assert node["default"] == Study.__dataclass_fields__["training_engine"].default
+    assert_choices_match(SCHEMA["properties"], Study)  # and library_changes, stale_checkpoints

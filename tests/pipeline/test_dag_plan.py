@@ -81,7 +81,7 @@ def test_paper_config_plans_the_full_study(tmp_path: Path) -> None:
     # the command line's --configfile replaced the default study instead of extending it
     assert "/tiny/" not in result.stdout
     train = next(line for line in result.stdout.splitlines() if "pipeline.train --model Qwen/Qwen3-8B" in line)
-    assert "pipeline.launch --gpus 4 --nodes 1 --" in train and "--model-revision main" in train
+    assert "pipeline.launch --gpus 4 --nodes 1 --engine auto --" in train and "--model-revision main" in train
     assert "--export-steps 50 100 150" in train
 
 

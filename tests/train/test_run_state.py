@@ -138,6 +138,16 @@ def test_larger_max_steps_continues_a_constant_schedule_and_restarts_a_decaying_
     assert steps == [json.loads(line)["step"] for line in (fresh / "metrics.jsonl").open()]
 
 
+def test_a_deepspeed_run_has_a_fingerprint_of_its_own_and_the_others_keep_theirs() -> None:
+    """DeepSpeed's checkpoints (one optimizer shard per rank) do not resume under DDP, nor DDP's under DeepSpeed;
+    the runs made before the engine was recorded keep their fingerprints."""
+    common = {"seed": 0, "processes": 2, "data_digest": "d", "model": {"content": "m"}, "code": {}, "libraries": None}
+    ddp = fingerprint_components(LINEAR, continues=False, **common)
+    zero2 = fingerprint_components(LINEAR, continues=False, deepspeed=True, **common)
+    assert "engine" not in ddp and zero2 == {**ddp, "engine": "deepspeed"}
+    assert fingerprint_record(ddp)["fingerprint"] != fingerprint_record(zero2)["fingerprint"]
+
+
 def test_max_steps_is_in_the_fingerprint_unless_the_schedule_is_continuable(tmp_path, caplog) -> None:
     """A decaying schedule's rate at step 1 depends on max_steps: a larger max_steps sets the old run aside."""
     common = {"seed": 0, "processes": 1, "data_digest": "d", "model": {"content": "m"}, "code": {}, "libraries": None}
