@@ -2,7 +2,7 @@
 the space needed and the space free, instead of a ``torch.save`` traceback that names neither.
 
 The space a checkpoint needs is the size of the newest one on disk (same model, same optimizer: the same size), or,
-before the first, the size of the weights and AdamW's two moments in the parameters' dtype (``first_checkpoint_bytes``).
+before the first, the preflight's estimate for the model's parameter count (``first_checkpoint_bytes``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 
 import torch
+
+from pipeline.cost import checkpoint_bytes
 
 SAVE_FAILED_EXIT_CODE = 73  # sysexits.h EX_CANTCREAT: a checkpoint cannot be written; free space, rerun to resume
 
@@ -24,9 +26,10 @@ def directory_bytes(directory: Path) -> int:
     return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
 
 
-def first_checkpoint_bytes(model: torch.nn.Module) -> int:
-    """The space of a first checkpoint: the weights and AdamW's two moments, each of the parameters' size."""
-    return 3 * sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
+def first_checkpoint_bytes(model: torch.nn.Module, bf16: bool) -> int:
+    """The space of a first checkpoint: the preflight's formula (``pipeline.cost.checkpoint_bytes``: weights, the
+    fp32 master copy of bf16 training, AdamW's two fp32 moments) for the model's parameter count."""
+    return checkpoint_bytes(sum(parameter.numel() for parameter in model.parameters()), bf16)
 
 
 def free_bytes(path: Path) -> int:

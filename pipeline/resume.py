@@ -279,7 +279,7 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
         problem = None
         if self.accelerator.is_main_process:
             newest = checkpoints_newest_first(checkpoint.parent)
-            needed = directory_bytes(newest[0][1]) if newest else first_checkpoint_bytes(self.model)
+            needed = directory_bytes(newest[0][1]) if newest else first_checkpoint_bytes(self.model, self.args.bf16)
             problem = space_problem(checkpoint, needed, free_bytes(checkpoint.parent))
         if any_process(self.accelerator, problem is not None):
             raise CheckpointSaveError(problem or f"{checkpoint}: not enough disk space (found by the main process)")
