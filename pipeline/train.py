@@ -44,8 +44,9 @@ import contextlib
 import logging
 import os
 import shutil
+import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,24 @@ def process_group_options(env: Mapping[str, str], cuda: bool) -> dict[str, str]:
     counts one process on a machine without CUDA while DeepSpeed's engine counts them all, and the engine refuses
     the batch the Trainer sized for one (docs/cluster.md)."""
     return {"ddp_backend": "gloo"} if runs_deepspeed(env) and not cuda else {}
+
+
+def free_port() -> int:
+    """A TCP port the operating system reports free on this machine (bound to port 0, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
+
+
+def single_process_rendezvous(env: Mapping[str, str], pick_port: Callable[[], int] = free_port) -> dict[str, str]:
+    """``MASTER_PORT`` for a run that no launcher started (no ``WORLD_SIZE``) and that names none, else nothing.
+    TRL's colocated vLLM opens a one-process group even then, on the first of a few fixed ports it finds free
+    (trl/trainer/utils.py ``_find_free_port``: 29500, 23456, ...): two such runs starting together on one machine
+    (Snakemake's `--cores 2`, a node shared by two jobs) both pick 29500 and one dies with EADDRINUSE. A port the
+    operating system chose is another for each run."""
+    if "WORLD_SIZE" in env or env.get("MASTER_PORT"):
+        return {}
+    return {"MASTER_PORT": str(pick_port())}
 
 
 def build_config(
@@ -374,6 +393,7 @@ def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
     if signals.received is not None:  # during the imports: stop before the slow validation and loading
         stop_before_training(signals.received_name())
     tracking = load_tracking(args.tracking)
+    os.environ.update(single_process_rendezvous(os.environ))
     trainer, control = build_trainer(args, signals, tracking)
     if control.stop_requested():  # during validation or model loading
         stop_before_training(signals.received_name())
