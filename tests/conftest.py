@@ -107,7 +107,7 @@ def ci_study_copy(finished_ci_study: Path, tmp_path: Path) -> Path:
 
 
 # The long poles of the suite, in the order they start (measured durations: docs/contributing.md). Under pytest-xdist
-# (scripts/test.sh: `-n 2 --dist loadgroup`) each worker takes the next unit of work when it runs dry; starting the
+# (scripts/test.sh: `-n 3 --dist loadgroup`) each worker takes the next unit of work when it runs dry; starting the
 # longest units first lets the many short tests fill the gaps beside them instead of one long unit running alone at
 # the end. The end-to-end module goes first: it builds the shared CI study that later units read, so no worker waits
 # on its lock.

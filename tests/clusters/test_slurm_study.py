@@ -1,10 +1,10 @@
 """The project's study through `--profile profiles/slurm` on the real single-node Slurm, against the local run.
 
 The study is tests/pipeline/configs/ci.yaml (the smallest one that runs every rule and every credit method)
-with one benchmark instead of two and a distinct resource request per rule; configs/default.yaml would take
-far longer than a CI budget on two CPU cores, and the paper's study needs GPUs. `resources.evaluate.gpus: 1`
-makes the evaluation jobs ask for the cluster's one fake GPU (gres gpu:1 backed by /dev/null): Slurm must
-schedule them on it, and the `hf` backend still runs them on the CPU.
+with one benchmark instead of two, GRPO and GRAIL of its methods and a distinct resource request per rule;
+configs/default.yaml would take far longer than a CI budget on two CPU cores, and the paper's study needs GPUs.
+`resources.evaluate.gpus: 1` makes the evaluation jobs ask for the cluster's one fake GPU (gres gpu:1 backed by
+/dev/null): Slurm must schedule them on it, and the `hf` backend still runs them on the CPU.
 
 To keep the Slurm job count (and the status polling each job costs) low, the evaluations run as one Snakemake
 group job; `--resources gpu=1` tells Snakemake the cluster has one GPU, so the group stacks its evaluations
@@ -40,6 +40,7 @@ __all__ = ["slurm"]  # test_slurm.py's cluster fixture, re-exported so that pyte
 PROFILE = REPO / "profiles" / "slurm"
 CI_CONFIG = REPO / "tests" / "pipeline" / "configs" / "ci.yaml"
 KEPT_BENCHMARK = "arith_add"  # the token analysis' benchmark
+KEPT_METHODS = ("grpo", "grail")
 RESOURCES = {  # distinct per rule, so that a request read from the wrong rule shows; threads as in the local run
     "default": {"cpus": 1, "mem_mb": 800, "runtime": 5},
     "prepare_benchmarks": {"cpus": 2, "mem_mb": 500, "runtime": 3},
@@ -77,9 +78,11 @@ class StudyRuns:
 
 
 def write_study_config(path: Path) -> None:
-    """ci.yaml with one benchmark and the per-rule RESOURCES."""
+    """ci.yaml with one benchmark, GRPO and GRAIL (one training job without GRAIL's token analysis, one with: what
+    the scheduler sees of a third method is a third such job) and the per-rule RESOURCES."""
     config = yaml.safe_load(CI_CONFIG.read_text())
     config["benchmarks"] = {KEPT_BENCHMARK: config["benchmarks"][KEPT_BENCHMARK]}
+    config["methods"] = {name: config["methods"][name] for name in KEPT_METHODS}
     assert config["token_analysis"]["benchmark"] == KEPT_BENCHMARK
     config["resources"] = RESOURCES
     path.write_text(yaml.safe_dump(config, sort_keys=False))

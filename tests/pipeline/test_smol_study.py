@@ -2,8 +2,8 @@
 built from its packaged GGUF, GSM-Symbolic rows, two training processes with vLLM generating the rollouts (colocate),
 and vLLM generating every evaluation sample (needs vllm: `bash scripts/install.sh --vllm`; CI installs it).
 
-Only sizes are reduced (steps, rows, items, tokens); every other key is the study's own, so a change to
-configs/smol.yaml that breaks the real path fails here.
+Only sizes are reduced (steps, rows, items, tokens, the checkpoints analysed); every other key is the study's own,
+so a change to configs/smol.yaml that breaks the real path fails here.
 """
 
 from __future__ import annotations
@@ -29,17 +29,19 @@ VLLM_METRICS = ("sampling/sampling_logp_difference/mean", "sampling/importance_s
 
 def reduced(config: dict[str, Any]) -> dict[str, Any]:
     """The study with sizes cut to what CI affords: 1 warm-up step of 2 rows, 2 RL steps of 2 prompts x 4, 6 benchmark
-    items, short texts."""
+    items, short texts, the token analysis at the final checkpoint only."""
     config = copy.deepcopy(config)
     config["data"]["gsm_symbolic"]["count"] = 48
     for benchmark in config["benchmarks"].values():
         benchmark["subset_size"] = 6
     config["models"]["smol"]["warmup"].update(steps=1, batch_size=2, max_length=192)
     config["training"].update(
-        max_steps=2, save_steps=1, per_device_train_batch_size=4, num_generations=4, max_completion_length=48
+        max_steps=2, save_steps=2, per_device_train_batch_size=4, num_generations=4, max_completion_length=48
     )
     config["evaluation"].update(n_samples=1, max_new_tokens=48, batch_size=6)
-    config["token_analysis"].update(checkpoints=[1, "final"], max_rollouts=4)
+    # the final checkpoint only: an intermediate one costs a 1.6 GB save per run and one more vLLM evaluation, and
+    # the e2e study (tests/pipeline/test_workflow_e2e.py) covers intermediate exports and their token analysis
+    config["token_analysis"].update(checkpoints=["final"], max_rollouts=4)
     config["significance"]["resamples"] = 100
     config["token_viewer"]["rollouts"] = 1
     return config
@@ -79,8 +81,8 @@ def test_report_has_every_method_on_the_real_model(results: Path) -> None:
 
 def test_every_evaluation_sample_came_from_vllm(results: Path, study: dict[str, Any]) -> None:
     sample_files = sorted((results / "eval").rglob("*.jsonl"))
-    # base (start) + each method's final + the GRAIL run's step-1 export for the token analysis
-    assert len(sample_files) == 1 + len(METHODS) + 1
+    # base (start) + each method's final
+    assert len(sample_files) == 1 + len(METHODS)
     for path in sample_files:
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         assert len(rows) == 6 * study["evaluation"]["n_samples"], path
