@@ -8,7 +8,7 @@ Two things make it fast and independent of the machine's speed, without faking t
 - the training stage holds after publishing checkpoint-2 until it receives a preemption signal (the test hook of
   ``tests.hold_stage``, in the job's environment): the warning therefore always lands after a checkpoint, mid-run;
 - a requeued job is held for Slurm's credential lifetime (about 2 minutes) before it may start again; the test
-  lifts that hold with `scontrol update StartTime=now`.
+  lifts that hold with `scontrol update StartTime=now+2` (two seconds on: see the loop).
 Needs `sinfo` to answer (.ci/run starts the cluster with scripts/slurm-single-node.sh).
 """
 
@@ -140,7 +140,10 @@ def test_time_limit_warning_checkpoints_requeues_and_resumes(tmp_path: Path, job
             assert state["JobState"] in alive, (state, log.read_text())
             assert time.monotonic() < deadline, log.read_text()
             if state["JobState"] == "PENDING" and state.get("Reason") == "BeginTime":
-                subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+                # two seconds on: slurmd revoked the first run's credential at the requeue, to the second, and a
+                # start within that same second gets a credential it counts as revoked ("Killing non-startable
+                # batch job: Job credential revoked"; seen once under load), which fails the job
+                subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now+2"], check=True)
             time.sleep(1)
     finally:
         subprocess.run(["scancel", job], check=False)
