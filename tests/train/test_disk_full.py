@@ -2,13 +2,19 @@
 model: the free-space check before a save, and a write that runs out of space (OSError ENOSPC injected into the
 Trainer's optimizer save), stop the run with ``SAVE_FAILED_EXIT_CODE`` and an error naming the path and the space;
 no staging directory is left, and the rerun resumes from the last complete checkpoint.
+The same on a real 9 MiB tmpfs, the issue's reproduction: the tiny model's checkpoint takes 6.2 MB, so the first
+fits and the second does not; once refused by the check, once by the filesystem itself (the check told the disk was
+large enough), where ``torch.save`` failed with "iostream error" / "unexpected pos" before this guard existed.
 (Checked by breaking it: without the free-space check the first run completes; without the clean-up after a failed
-write ``checkpoints/.staging`` is left behind.)"""
+write ``checkpoints/.staging`` is left behind, and on the tmpfs the rerun then has no room for checkpoint-4.)"""
 
 from __future__ import annotations
 
 import errno
 import logging
+import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,6 +66,43 @@ def test_a_save_that_runs_out_of_space_leaves_no_staging_and_the_rerun_resumes(
     assert f"free at {run_dir / 'checkpoints'}" in message
     assert not staging.exists() and not (run_dir / "final").exists()
     assert resume.newest_valid_checkpoint(run_dir / "checkpoints")[0] == 2
+    monkeypatch.undo()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pipeline.train"):
+        run_cli(main, argv)
+    assert "(step 2)" in next(
+        record.getMessage() for record in caplog.records if "resuming from" in record.getMessage()
+    )
+    assert (run_dir / "final" / "model.safetensors").is_file()
+
+
+@pytest.fixture
+def small_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A 9 MiB tmpfs mounted for the test (root only, as in CI): room for one checkpoint of the tiny model."""
+    mount_point = tmp_path / "tmpfs"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=9m", "tmpfs", str(mount_point)], check=True)
+    yield mount_point
+    subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")
+@pytest.mark.parametrize("refused_by", ["the free-space check", "the filesystem"])
+def test_a_small_real_filesystem_stops_the_run_cleanly_and_the_rerun_resumes(
+    refused_by, small_filesystem, untrained_model, train_jsonl, monkeypatch, caplog
+):
+    if refused_by == "the filesystem":
+        monkeypatch.setattr(resume, "directory_bytes", lambda directory: 0)  # the check thinks the save fits
+    run_dir = small_filesystem / "run"
+    argv = stage_argv(untrained_model, train_jsonl, run_dir)
+    message = failed_run(argv, caplog)
+    if refused_by == "the filesystem":
+        assert "saving the checkpoint failed" in message and f"free at {run_dir / 'checkpoints'}" in message
+    else:
+        assert f"{run_dir / 'checkpoints' / 'checkpoint-4'}: not enough disk space for the checkpoint" in message
+    assert not (run_dir / "checkpoints" / ".staging").exists() and not (run_dir / "final").exists()
+    assert resume.newest_valid_checkpoint(run_dir / "checkpoints")[0] == 2
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_filesystem)], check=True)  # the user frees space
     monkeypatch.undo()
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="pipeline.train"):
