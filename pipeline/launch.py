@@ -26,7 +26,10 @@ bf16 on GPUs and fp32 on CPU processes, and DeepSpeed's precision cannot disagre
 - ``multi-node``: N > 1 inside a Slurm allocation: ``srun`` starts this launcher once per node with the
   rendezvous address (the first host of ``SLURM_JOB_NODELIST``); on each node it becomes
 - ``node``: ``accelerate launch ... --num_processes G*N --num_machines N --machine_rank $SLURM_NODEID
-  --main_process_ip HEAD --main_process_port P --rdzv_backend static -m MODULE ARGS``.
+  --main_process_ip HEAD --main_process_port P --rdzv_backend static -m MODULE ARGS``. Outside Slurm a launcher
+  started on each machine with ``--main-process-ip HEAD --machine-rank R --main-port P`` is one too. Without CUDA it
+  runs its max(G, 1) processes as the cpu mode does (engine options, environment, thread split): tests run two on
+  localhost as two machines.
 
 Signals and exit status. Until the hand-over the launcher records SIGUSR1 and SIGTERM (``pipeline.preemption``);
 one that came first (say while torch counts the GPUs) ends it with ``PREEMPTED_EXIT_CODE``, nothing started.
