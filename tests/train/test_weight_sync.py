@@ -9,7 +9,10 @@ weights. Step 1 samples before any update, so its difference is the engine's and
 same float32 weights); step 2 samples after an update of learning rate 1e-2 (pseudo-random rewards: every step
 moves the weights), and must agree as well: at most the step-1 difference + 0.01. Measured on the CPU: Qwen3-shaped
 0.0012 at step 1 and 0.0007-0.0008 after updates with the sync, 0.20 at step 2 with the sync switched off
-(tests.hold_stage.weight_sync_off_env: the engine keeps the start model); two-layer SmolLM2 0.029 at step 1 (vLLM's
+(tests.hold_stage.weight_sync_off_env: the engine keeps the start model); under DeepSpeed ZeRO-2 on two processes
+(the paper's engine with colocated vLLM and GRAIL) 0.0011 at step 1 and 0.0009 at step 2 with the sync, 0.19 without
+(TRL gathers parameters for the sync under ZeRO-3 only, and needs nothing more under ZeRO-2, where every process
+holds the full parameters: DeepSpeed shares each step's updated partitions); two-layer SmolLM2 0.029 at step 1 (vLLM's
 CPU Llama kernels against transformers') and 0.011 at step 2 with the sync, 18.7 without. A stale engine shows nothing else: training runs,
 losses are finite, only this difference (and the importance-sampling ratio) drifts.
 """
