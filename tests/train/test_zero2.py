@@ -228,9 +228,9 @@ def test_two_machines_of_one_process_train_as_one_machine_of_two(runs, model_dir
     SLURM_NODEID would give), meet at ``--main-process-ip 127.0.0.1 --main-port P`` and train over gloo as DDP (the
     CPU's engine): the same losses, gradient norms and weights, bit for bit, as the one-machine two-process run.
 
-    Broken on purpose: the two launchers given different ports never meet (each waits for its missing peer until
-    torch's rendezvous times out); without the node mode on CPU processes each launcher ran both processes itself
-    (two separate runs on one output directory, one refused by the run lock)."""
+    Broken on purpose: given different ports the two launchers never met (neither had trained a step after 120 s,
+    each waiting for its peer); without the node mode on CPU processes (the launcher before it) each ran the cpu
+    mode, both processes on its own machine: one died of EADDRINUSE on the shared port, the other trained alone."""
     run_dir, port = tmp_path / "run", free_port()
     train_args = train_command(model_dir, train_jsonl, run_dir, method_spec=METHODS["grail"])
     machines = [
