@@ -26,7 +26,10 @@ bf16 on GPUs and fp32 on CPU processes, and DeepSpeed's precision cannot disagre
 - ``multi-node``: N > 1 inside a Slurm allocation: ``srun`` starts this launcher once per node with the
   rendezvous address (the first host of ``SLURM_JOB_NODELIST``); on each node it becomes
 - ``node``: ``accelerate launch ... --num_processes G*N --num_machines N --machine_rank $SLURM_NODEID
-  --main_process_ip HEAD --main_process_port P --rdzv_backend static -m MODULE ARGS``.
+  --main_process_ip HEAD --main_process_port P --rdzv_backend static -m MODULE ARGS``. Outside Slurm a launcher
+  started on each machine with ``--main-process-ip HEAD --machine-rank R --main-port P`` is one too. Without CUDA it
+  runs its max(G, 1) processes as the cpu mode does (engine options, environment, thread split): tests run two on
+  localhost as two machines.
 
 Signals and exit status. Until the hand-over the launcher records SIGUSR1 and SIGTERM (``pipeline.preemption``);
 one that came first (say while torch counts the GPUs) ends it with ``PREEMPTED_EXIT_CODE``, nothing started.
@@ -213,6 +216,7 @@ def plan_launch(
     accelerate_config: Path | None = None,
     main_port: int | None = None,
     main_process_ip: str | None = None,
+    machine_rank: int | None = None,
     head_host: Callable[[str], str] = first_host,
     python: str = sys.executable,
     available_cpus: int = 1,
@@ -221,8 +225,9 @@ def plan_launch(
     accelerate config).
 
     ``gpus`` is per node; ``accelerate_config``, when given, replaces ``engine``'s file; ``main_process_ip`` is set
-    only on the per-node launchers that ``srun`` starts; ``available_cpus`` (the CPUs this process may run on) is
-    read only by the cpu mode when ``OMP_NUM_THREADS`` is unset.
+    on the per-node launchers (those ``srun`` starts, or one started by hand on each machine), whose machine rank is
+    ``machine_rank`` or else ``SLURM_NODEID``; ``available_cpus`` (the CPUs this process may run on) is read only
+    on CPU processes when ``OMP_NUM_THREADS`` is unset.
     """
     if gpus < 0 or nodes < 1:
         raise InputError(f"--gpus must be >= 0 and --nodes >= 1, got --gpus {gpus} --nodes {nodes}")
@@ -232,37 +237,24 @@ def plan_launch(
         return LaunchPlan("single-process", [python, *module_call], f"{gpus} GPU(s) on {nodes} node")
     if accelerate_config is None:
         accelerate_config = engine_accelerate_config(engine, cuda=visible_gpus > 0)
+    if main_process_ip is not None and nodes > 1:
+        if 0 < visible_gpus < gpus:
+            raise too_few_gpus(gpus, visible_gpus, env)
+        rank = env.get("SLURM_NODEID", "") if machine_rank is None else str(machine_rank)
+        per_node = max(gpus, 1)
+        cpu = None if visible_gpus else cpu_processes(accelerate_config, per_node, env, available_cpus)
+        return node_plan(per_node, nodes, rank, main_process_ip, port, module_call, accelerate_config, cpu)
     if visible_gpus == 0:
-        return cpu_plan(gpus, nodes, module_call, env, accelerate_config, main_port, available_cpus)
+        processes = training_processes(gpus, nodes)
+        cpu = cpu_processes(accelerate_config, processes, env, available_cpus)
+        return cpu_plan(gpus, nodes, module_call, accelerate_config, main_port, cpu)
     if visible_gpus < gpus:
-        raise InputError(
-            f"--gpus {gpus} requested but only {visible_gpus} CUDA device(s) are visible "
-            f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', '<unset>')})"
-        )
+        raise too_few_gpus(gpus, visible_gpus, env)
     if nodes == 1:
         argv = [*_accelerate_launch(accelerate_config, gpus, port, module_args), *module_call]
         return LaunchPlan(
             "single-node", argv, f"{gpus} GPUs on one node, {accelerate_config.name}", local_processes=gpus
         )
-    if main_process_ip is not None:
-        rank = env.get("SLURM_NODEID", "")
-        if not rank.isdigit():
-            raise InputError(f"SLURM_NODEID={rank!r}: the per-node launcher must run under srun")
-        argv = [
-            *_accelerate_launch(accelerate_config, gpus * nodes, port, module_args),
-            "--num_machines",
-            str(nodes),
-            "--machine_rank",
-            rank,
-            "--main_process_ip",
-            main_process_ip,
-            "--rdzv_backend",
-            "static",
-            "--same_network",
-            *module_call,
-        ]
-        reason = f"node {rank} of {nodes}, rendezvous {main_process_ip}:{port}"
-        return LaunchPlan("node", argv, reason, local_processes=gpus)
     nodelist = env.get("SLURM_JOB_NODELIST", "")
     allocated = env.get("SLURM_JOB_NUM_NODES", "")
     if not nodelist or not allocated.isdigit():
@@ -298,43 +290,95 @@ def plan_launch(
     return LaunchPlan("multi-node", argv, f"{nodes} nodes x {gpus} GPUs, rendezvous {head}:{port}")
 
 
-def cpu_plan(
-    gpus: int,
-    nodes: int,
-    module_call: list[str],
-    env: Mapping[str, str],
-    accelerate_config: Path,
-    main_port: int | None,
-    available_cpus: int,
-) -> LaunchPlan:
-    """The cpu mode: every requested process on this machine over gloo (DDP, or DeepSpeed when the accelerate
-    config says so), the job's threads split between them."""
-    processes = training_processes(gpus, nodes)
+def too_few_gpus(gpus: int, visible_gpus: int, env: Mapping[str, str]) -> InputError:
+    return InputError(
+        f"--gpus {gpus} requested but only {visible_gpus} CUDA device(s) are visible "
+        f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', '<unset>')})"
+    )
+
+
+@dataclass(frozen=True)
+class CpuProcesses:
+    """How ``accelerate launch`` runs stage processes on this machine's CPUs over gloo: its extra ``options``, the
+    ``env`` entries and a ``description`` for the reason."""
+
+    options: list[str]
+    env: dict[str, str]
+    description: str
+
+
+def cpu_processes(accelerate_config: Path, processes: int, env: Mapping[str, str], available_cpus: int) -> CpuProcesses:
+    """``processes`` CPU processes on this machine (DDP, or DeepSpeed when the accelerate config says so), the job's
+    threads split between them."""
     threads = threads_per_process(processes, env, available_cpus)
-    deepspeed = uses_deepspeed(accelerate_config)
-    if deepspeed:
+    if uses_deepspeed(accelerate_config):
         # --multi_gpu would override the config's DeepSpeed and ACCELERATE_USE_CPU make the Trainer skip it;
         # DS_ACCELERATOR=cpu spares DeepSpeed's accelerator detection (a warning, then the same answer)
-        launcher, device_env = [], {"DS_ACCELERATOR": "cpu"}
+        launcher, device_env, engine = [], {"DS_ACCELERATOR": "cpu"}, "DeepSpeed ZeRO-2"
     else:
-        launcher, device_env = ["--multi_gpu"], {"ACCELERATE_USE_CPU": "true"}
+        launcher, device_env, engine = ["--multi_gpu"], {"ACCELERATE_USE_CPU": "true"}, "DDP"
+    return CpuProcesses(
+        [*launcher, "--num_cpu_threads_per_process", str(threads)],
+        {**device_env, **dict.fromkeys(THREAD_VARIABLES, str(threads))},
+        f"{engine} over gloo, {threads} thread(s) each",
+    )
+
+
+def cpu_plan(
+    gpus: int, nodes: int, module_call: list[str], accelerate_config: Path, main_port: int | None, cpu: CpuProcesses
+) -> LaunchPlan:
+    """The cpu mode: every requested process on this machine."""
+    processes = training_processes(gpus, nodes)
     argv = [
         # port 0: accelerate picks a free one (the processes all run here; two jobs on one machine cannot collide)
         *_accelerate_launch(accelerate_config, processes, 0 if main_port is None else main_port, module_call[2:]),
-        *launcher,
-        "--num_cpu_threads_per_process",
-        str(threads),
+        *cpu.options,
         *module_call,
     ]
-    engine = "DeepSpeed ZeRO-2" if deepspeed else "DDP"
     return LaunchPlan(
         "cpu",
         argv,
         f"{gpus} GPU(s) x {nodes} node(s) requested but no CUDA device is visible: {processes} CPU processes on "
-        f"this machine, {engine} over gloo, {threads} thread(s) each",
-        env={**device_env, **dict.fromkeys(THREAD_VARIABLES, str(threads))},
+        f"this machine, {cpu.description}",
+        env=cpu.env,
         local_processes=processes,
     )
+
+
+def node_plan(
+    per_node: int,
+    nodes: int,
+    rank: str,
+    main_process_ip: str,
+    port: int,
+    module_call: list[str],
+    accelerate_config: Path,
+    cpu: CpuProcesses | None,
+) -> LaunchPlan:
+    """The node mode: this machine's ``per_node`` processes of a ``nodes``-machine run, machine rank ``rank``,
+    rendezvous at ``main_process_ip:port`` (on GPUs, or on CPU processes over gloo when ``cpu`` says how)."""
+    if not rank.isdigit():
+        raise InputError(
+            f"machine rank {rank!r}: the per-node launcher runs under srun (SLURM_NODEID) or gets --machine-rank"
+        )
+    argv = [
+        *_accelerate_launch(accelerate_config, per_node * nodes, port, module_call[2:]),
+        *([] if cpu is None else cpu.options),
+        "--num_machines",
+        str(nodes),
+        "--machine_rank",
+        rank,
+        "--main_process_ip",
+        main_process_ip,
+        "--rdzv_backend",
+        "static",
+        "--same_network",
+        *module_call,
+    ]
+    reason = f"node {rank} of {nodes}, rendezvous {main_process_ip}:{port}"
+    if cpu is not None:
+        reason += f", no CUDA device visible: {per_node} CPU process(es) here, {cpu.description}"
+    return LaunchPlan("node", argv, reason, env={} if cpu is None else cpu.env, local_processes=per_node)
 
 
 def agreed_exit_status(launch_dir: Path, local_processes: int) -> int | None:
@@ -411,7 +455,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpus", type=int, default=0, help="GPUs per node (one training process each)")
     parser.add_argument("--nodes", type=int, default=1, help="nodes (more than one needs a Slurm allocation)")
     parser.add_argument("--main-port", type=int, default=None, help="rendezvous port (default: from SLURM_JOB_ID)")
-    parser.add_argument("--main-process-ip", default=None, help="set by the multi-node launcher on each node")
+    parser.add_argument(
+        "--main-process-ip", default=None, help="rendezvous host of a per-node launcher (multi-node sets it)"
+    )
+    parser.add_argument(
+        "--machine-rank", type=int, default=None, help="this machine's rank in a per-node launch (default SLURM_NODEID)"
+    )
     parser.add_argument(
         "--engine",
         choices=TRAINING_ENGINES,
@@ -441,6 +490,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             accelerate_config=args.accelerate_config,
             main_port=args.main_port,
             main_process_ip=args.main_process_ip,
+            machine_rank=args.machine_rank,
             available_cpus=len(os.sched_getaffinity(0)),
         )
     except InputError as error:

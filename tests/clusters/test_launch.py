@@ -202,6 +202,29 @@ def test_per_node_launcher_outside_srun_is_an_error() -> None:
 
 
 @pytest.mark.parametrize(
+    ("engine", "multi_gpu", "device_env"),
+    [("auto", True, {"ACCELERATE_USE_CPU": "true"}), ("zero2", False, {"DS_ACCELERATOR": "cpu"})],
+)
+def test_a_per_node_launcher_without_cuda_runs_its_share_on_cpu_processes(engine, multi_gpu, device_env) -> None:
+    """The node mode on CPU machines (tests/train/test_zero2.py runs it on localhost): this machine's processes
+    only, the cpu mode's engine options, the rank from --machine-rank (it wins over srun's SLURM_NODEID)."""
+    env = {**SLURM_TWO_NODES, "SLURM_NODEID": "0", "OMP_NUM_THREADS": "4"}
+    result = plan(1, 2, visible=0, env=env, engine=engine, main_port=4321, main_process_ip="10.0.0.1", machine_rank=1)
+    assert (result.mode, result.local_processes) == ("node", 1)
+    args = parse_accelerate(result.argv)
+    assert (args.num_processes, args.num_machines, args.machine_rank) == (2, 2, 1)
+    assert (args.main_process_ip, args.main_process_port, args.rdzv_backend) == ("10.0.0.1", 4321, "static")
+    assert (args.multi_gpu, args.num_cpu_threads_per_process) == (multi_gpu, 4)
+    assert result.env == {**device_env, **dict.fromkeys(THREAD_VARIABLES, "4")}
+    assert "no CUDA device visible: 1 CPU process(es) here" in result.reason
+
+
+def test_a_per_node_launcher_takes_its_rank_from_the_command_line_outside_slurm() -> None:
+    result = plan(4, 2, visible=4, main_process_ip="gpu03", machine_rank=0)
+    assert (result.mode, parse_accelerate(result.argv).machine_rank) == ("node", 0)
+
+
+@pytest.mark.parametrize(
     ("env", "message"),
     [
         ({}, "needs a Slurm allocation"),

@@ -9,7 +9,10 @@ weights. Step 1 samples before any update, so its difference is the engine's and
 same float32 weights); step 2 samples after an update of learning rate 1e-2 (pseudo-random rewards: every step
 moves the weights), and must agree as well: at most the step-1 difference + 0.01. Measured on the CPU: Qwen3-shaped
 0.0012 at step 1 and 0.0007-0.0008 after updates with the sync, 0.20 at step 2 with the sync switched off
-(tests.hold_stage.weight_sync_off_env: the engine keeps the start model); two-layer SmolLM2 0.029 at step 1 (vLLM's
+(tests.hold_stage.weight_sync_off_env: the engine keeps the start model); under DeepSpeed ZeRO-2 on two processes
+(the paper's engine with colocated vLLM and GRAIL) 0.0011 at step 1 and 0.0009 at step 2 with the sync, 0.19 without
+(TRL gathers parameters for the sync under ZeRO-3 only, and needs nothing more under ZeRO-2, where every process
+holds the full parameters: DeepSpeed shares each step's updated partitions); two-layer SmolLM2 0.029 at step 1 (vLLM's
 CPU Llama kernels against transformers') and 0.011 at step 2 with the sync, 18.7 without. A stale engine shows nothing else: training runs,
 losses are finite, only this difference (and the importance-sampling ratio) drifts.
 """
@@ -19,17 +22,25 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from test_vllm_colocate import IS_METRICS, VLLM_SPEC
-from train_support import REPO_ROOT, launch_two, run_train, train_command
+from train_support import REPO_ROOT, launch_two, launch_zero2, run_train, subprocess_env, train_command
 
 from tests.hold_stage import pseudo_random_reward_env, weight_sync_off_env
 from tests.shared_studies import shared_artifact
 
 TOLERANCE = 0.01  # per-token |log-prob difference| above step 1's; measured: see the module docstring
 SYNC_SPEC = {**VLLM_SPEC, "max_steps": 2, "learning_rate": 1e-2}
+# How the run is launched: one plain process, two DDP processes, two DeepSpeed ZeRO-2 processes (the paper's
+# combination: ZeRO-2 + colocated vLLM + GRAIL), each through pipeline.launch on the CPU.
+LAUNCHES: dict[str, Callable[[list[str]], list[str]]] = {
+    "one_process": lambda command: command,
+    "ddp": launch_two,
+    "zero2": launch_zero2,
+}
 
 
 def make_qwen3_shaped(directory: Path) -> None:
@@ -39,7 +50,9 @@ def make_qwen3_shaped(directory: Path) -> None:
         "--out",
         str(directory / "model"),
     ]
-    subprocess.run([*command, "--layers", "1", "--hidden", "128"], check=True, capture_output=True, cwd=REPO_ROOT)
+    # subprocess_env: the script imports pipeline, importable from a checkout only with the repository on the path
+    layers = ["--layers", "1", "--hidden", "128"]
+    subprocess.run([*command, *layers], check=True, capture_output=True, cwd=REPO_ROOT, env=subprocess_env())
 
 
 @pytest.fixture(scope="session")
@@ -62,10 +75,10 @@ def smollm2_two_layers(smol_source_dir: Path, tmp_path_factory: pytest.TempPathF
     return out
 
 
-def logp_differences(model: Path, train_jsonl: Path, out: Path, processes: int, *hooks: dict[str, str]) -> list[float]:
+def logp_differences(model: Path, train_jsonl: Path, out: Path, launch: str, *hooks: dict[str, str]) -> list[float]:
     """The engine-vs-trainer log-prob difference of each step of a short, high-learning-rate colocate run."""
     command = train_command(model, train_jsonl, out, training_spec=SYNC_SPEC, method_spec={"credit": "grail"})
-    result = run_train(launch_two(command) if processes == 2 else command, pseudo_random_reward_env(), *hooks)
+    result = run_train(LAUNCHES[launch](command), pseudo_random_reward_env(), *hooks)
     assert result.returncode == 0, result.stderr[-4000:]
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return [entry[IS_METRICS[0]] for entry in steps if "loss" in entry]
@@ -73,16 +86,26 @@ def logp_differences(model: Path, train_jsonl: Path, out: Path, processes: int, 
 
 @pytest.mark.vllm
 @pytest.mark.slow
-@pytest.mark.parametrize(("model", "processes"), [("qwen3_shaped", 1), ("qwen3_shaped", 2), ("smollm2_two_layers", 1)])
-def test_engine_samples_from_the_trained_weights(model, processes, train_jsonl, tmp_path, request):
-    first, second = logp_differences(request.getfixturevalue(model), train_jsonl, tmp_path / "run", processes)
+@pytest.mark.parametrize(
+    ("model", "launch"),
+    [
+        ("qwen3_shaped", "one_process"),
+        ("qwen3_shaped", "ddp"),
+        ("qwen3_shaped", "zero2"),
+        ("smollm2_two_layers", "one_process"),
+    ],
+)
+def test_engine_samples_from_the_trained_weights(model, launch, train_jsonl, tmp_path, request):
+    first, second = logp_differences(request.getfixturevalue(model), train_jsonl, tmp_path / "run", launch)
     assert second <= first + TOLERANCE, (first, second)  # step 2 samples after an update: the sync reached the engine
 
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_the_same_check_fails_with_the_sync_switched_off(qwen3_shaped, train_jsonl, tmp_path):
+@pytest.mark.parametrize("launch", ["one_process", "zero2"])
+def test_the_same_check_fails_with_the_sync_switched_off(qwen3_shaped, train_jsonl, tmp_path, launch):
     """On one model only (CI time): the check does not depend on the architecture, and SmolLM2's stale engine was
-    measured once (18.7 against 0.011, module docstring)."""
-    first, second = logp_differences(qwen3_shaped, train_jsonl, tmp_path / "run", 1, weight_sync_off_env())
+    measured once (18.7 against 0.011, module docstring). Under ZeRO-2 as well: there the check must tell a synced
+    engine from a stale one on two processes whose weights DeepSpeed updates from its optimizer partitions."""
+    first, second = logp_differences(qwen3_shaped, train_jsonl, tmp_path / "run", launch, weight_sync_off_env())
     assert second > first + TOLERANCE, (first, second)  # after an update the engine still samples the start model

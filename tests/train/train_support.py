@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pipeline.arith import ArithmeticSpec, arithmetic_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+ZERO2_CONFIG = REPO_ROOT / "configs" / "accelerate" / "zero2.yaml"
 # Small enough for seconds per run on two CPU cores; num_iterations 2 makes a generation round span two steps,
 # so a checkpoint at an odd step falls inside a round (exercises the saved generation buffer).
 TRAINING_SPEC = {
@@ -118,6 +119,23 @@ def launch_two(train: list[str]) -> list[str]:
     """``python -m pipeline.launch --gpus 2 --nodes 1 -- pipeline.train ...`` for a stage command line."""
     python, _, module, *args = train
     return [python, "-m", "pipeline.launch", "--gpus", "2", "--nodes", "1", "--", module, *args]
+
+
+def launch_zero2(train: list[str]) -> list[str]:
+    """``launch_two`` with the DeepSpeed ZeRO-2 accelerate config (the study's ``training_engine: zero2``)."""
+    command = launch_two(train)
+    separator = command.index("--")
+    return [*command[:separator], "--accelerate-config", str(ZERO2_CONFIG), *command[separator:]]
+
+
+def launch_node(train: list[str], machine_rank: int, main_port: int) -> list[str]:
+    """One machine's launcher of a run on 2 machines x 1 process that rendezvous on localhost through the
+    launcher's own arguments (``--main-process-ip``, ``--machine-rank``, ``--main-port``): the node mode."""
+    python, _, module, *args = train
+    return [
+        python, "-m", "pipeline.launch", "--gpus", "1", "--nodes", "2", "--main-process-ip", "127.0.0.1",
+        "--machine-rank", str(machine_rank), "--main-port", str(main_port), "--", module, *args,
+    ]  # fmt: skip
 
 
 def subprocess_env(*hooks: dict[str, str]) -> dict[str, str]:
