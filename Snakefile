@@ -122,6 +122,10 @@ TOKEN_ANALYSIS = f"{R}/{layout.TOKEN_ANALYSIS}"
 REPORT = f"{R}/{layout.REPORT}"
 TOKEN_VIEWER = f"{R}/token_weights.html"
 TRACKING_DIR = f"{R}/tracking"
+# The stall watchdog's settings (pipeline.watchdog) reach train and evaluate through their shell commands, not their
+# params: like resources they decide when a hung job is stopped, never what it computes, so changing them reruns
+# nothing (Snakemake's code trigger compares the unformatted command).
+WATCHDOG = canonical_json(STUDY.watchdog.__dict__)
 
 
 def _names(names):
@@ -374,7 +378,7 @@ rule train:
         " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
         " --out {params.run_dir:q} --export-steps {params.export_steps} --tracking {params.tracking:q}"
         " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} {params.state_flags}"
-        " > {log:q} 2>&1"
+        " --watchdog {WATCHDOG:q} > {log:q} 2>&1"
 
 
 def evaluate_inputs(wildcards):
@@ -414,7 +418,8 @@ rule evaluate:
         code=source_digest("pipeline.evaluate"),
     shell:
         "python -m pipeline.evaluate {params.model} --benchmark {input.benchmark:q} --spec {params.spec:q}"
-        " --seed {wildcards.seed} --audit {input.audit:q} --out {output.samples:q} > {log:q} 2>&1"
+        " --seed {wildcards.seed} --audit {input.audit:q} --out {output.samples:q} --watchdog {WATCHDOG:q}"
+        " > {log:q} 2>&1"
 
 
 rule aggregate:

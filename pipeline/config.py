@@ -26,6 +26,7 @@ from pipeline.launch import TrainingEngine, training_processes
 from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, checkpoint_label, label_step
 from pipeline.specs import annotation_accepts
 from pipeline.tracking import TrackingConfig, run_name
+from pipeline.watchdog import WatchdogConfig
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LibraryChanges = Literal["warn", "rerun"]  # config key `library_changes` (docs/reruns.md)
@@ -380,6 +381,7 @@ class Study:
     token_analysis: TokenAnalysisConfig
     significance: dict[str, Any]
     tracking: TrackingConfig
+    watchdog: WatchdogConfig
     token_viewer: TokenViewerConfig
     resource_table: dict[str, dict[str, Any]] = field(repr=False)
     library_changes: LibraryChanges = "warn"
@@ -428,6 +430,7 @@ class Study:
             ),
             significance=config["significance"],
             tracking=TrackingConfig(**config["tracking"]),
+            watchdog=WatchdogConfig(**config["watchdog"]),
             token_viewer=TokenViewerConfig(
                 enabled=viewer["enabled"],
                 benchmark=viewer.get("benchmark") or analysis.get("benchmark") or next(iter(config["benchmarks"])),
