@@ -76,7 +76,7 @@ from pipeline.provenance import write_provenance
 from pipeline.rewards import is_correct
 from pipeline.specs import dataclass_from_mapping
 from pipeline.vllm_cpu import CPU_KV_CACHE_GIB
-from pipeline.watchdog import StallWatchdog, WatchdogConfig, load_watchdog
+from pipeline.watchdog import DEFAULT_WATCHDOG, StallWatchdog, WatchdogConfig, load_watchdog
 
 SAMPLE_KEYS = ("id", "sample", "completion", "extracted", "correct", "num_tokens", "backend")
 BackendName = Literal["auto", "hf", "vllm"]
@@ -585,7 +585,7 @@ def evaluate(
     seed: int,
     out: str | Path,
     backend_factory: Callable[[str, str, Any, EvalSpec, int], Backend] = make_backend,
-    watchdog: WatchdogConfig = WatchdogConfig(),
+    watchdog: WatchdogConfig = DEFAULT_WATCHDOG,
 ) -> list[dict[str, Any]]:
     """Evaluate ``model`` on ``benchmark`` into ``out`` (resuming from its partial file), each generation batch
     under the stall ``watchdog`` (pipeline.watchdog); returns the rows."""

@@ -43,7 +43,10 @@ class WatchdogConfig:
     enabled: bool = True
     stall_multiple: float = 5.0
     stall_floor_s: float = 1200.0
-    first_step_s: float = 3600.0
+    first_step_s: float = 1500.0
+
+
+DEFAULT_WATCHDOG = WatchdogConfig()
 
 
 def load_watchdog(text: str) -> WatchdogConfig:

@@ -7,7 +7,9 @@ stack, and no process of the run may be left behind.
 
 Here both ranks' watchdogs fire (rank 0's stack shows it waiting in TRL's all_gather); which fires first is a matter
 of milliseconds, so only rank 1's report is asserted, and the launcher passes the stall code on either way
-(tests/core/test_watchdog.py). Checked by breaking it: see the report in CHANGELOG-less form below."""
+(tests/clusters/test_launch.py). Checked by breaking it: with the rank fixed at 0 (not read from ``RANK``) the
+message names rank 0 and the test fails; with the thread never reporting, the held rank waits out the hook's 150 s
+limit and the run ends with status 1."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import json
 
 import psutil
 import pytest
-from train_support import TRAINING_SPEC, launch_two, run_train, train_command
+from train_support import launch_two, run_train, train_command
 
 from pipeline.watchdog import STALL_EXIT_CODE
 from tests.hold_stage import stall_training_env
