@@ -247,6 +247,19 @@ def test_second_run_does_nothing(workdir: Path) -> None:
     assert "Nothing to be done" in result.stdout + result.stderr, reasons
 
 
+def test_watchdog_change_reruns_nothing(workdir: Path, tmp_path: Path) -> None:
+    """The stall watchdog's settings reach train and evaluate on their command lines, not in their params: they
+    decide when a hung job stops, never what it computes. (Checked by breaking it: with the settings as a param of
+    both rules, every train and evaluate job and all after them are planned.)"""
+    config = yaml.safe_load(CI_CONFIG.read_text())
+    config["watchdog"] = {"stall_floor_s": 60, "stall_multiple": 3, "enabled": False}
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(config))
+    result = snakemake(workdir, "-n", "--configfile", str(changed), str(PLUGIN_CONFIG))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Nothing to be done" in result.stdout + result.stderr, job_counts(result.stdout)
+
+
 def test_evaluation_change_reruns_no_training(workdir: Path, study: Study, tmp_path: Path) -> None:
     config = yaml.safe_load(CI_CONFIG.read_text())
     config["evaluation"]["temperature"] = 0.9
