@@ -124,7 +124,7 @@ TOKEN_VIEWER = f"{R}/token_weights.html"
 TRACKING_DIR = f"{R}/tracking"
 # The stall watchdog's settings (pipeline.watchdog) reach train and evaluate through their shell commands, not their
 # params: like resources they decide when a hung job is stopped, never what it computes, so changing them reruns
-# nothing (Snakemake's code trigger compares the unformatted command).
+# no train or evaluate job (Snakemake's code trigger compares the unformatted command; the report shows the config).
 WATCHDOG = canonical_json(STUDY.watchdog.__dict__)
 
 

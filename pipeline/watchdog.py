@@ -4,7 +4,7 @@ bound dumps every thread's Python stack to stderr, names itself and the step, an
 A collective that waits forever is cut by ``ddp_timeout``; a stall outside one (a vLLM engine that stops answering,
 a hung NFS read) is not, and the preemption handler only sets a flag read at the end of a step that a stalled step
 never reaches. The watchdog is a daemon thread that checks a heartbeat: the stage calls ``begin(what)`` when a unit
-of work (a training step, an evaluation batch) starts and ``end()`` when it is done; the time since the last of
+of work (a training step, an evaluation batch) starts and ``end(after)`` when it is done; the time since the last of
 these calls is compared with ``stall_bound`` of the durations of the units completed so far. On a stall the thread
 records the status for a supervising ``pipeline.launch`` (pipeline.launch_dir), writes one line naming the rank,
 the unit, the seconds without progress and the bound, dumps the stacks (``faulthandler``: it needs neither the
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from pipeline.io import load_spec
+from pipeline.io import InputError, load_spec
 from pipeline.launch_dir import record_exit_status
 from pipeline.specs import dataclass_from_mapping
 
@@ -38,12 +38,23 @@ STALL_EXIT_CODE = 79
 
 @dataclass(frozen=True)
 class WatchdogConfig:
-    """The ``watchdog`` section of the study config (configs/schema.yaml declares the same keys and defaults)."""
+    """The ``watchdog`` section of the study config (configs/schema.yaml declares the same keys, defaults and
+    ranges; the stages' ``--watchdog`` is checked here)."""
 
     enabled: bool = True
     stall_multiple: float = 5.0
     stall_floor_s: float = 1200.0
     first_step_s: float = 1500.0
+
+    def __post_init__(self) -> None:
+        # a multiple below 1 would stop steps of the run's usual length; a bound of 0 s every step
+        for name, valid in (
+            ("stall_multiple", self.stall_multiple >= 1),
+            ("stall_floor_s", self.stall_floor_s > 0),
+            ("first_step_s", self.first_step_s > 0),
+        ):
+            if not valid:
+                raise InputError(f"--watchdog.{name}: invalid value {getattr(self, name)!r}")
 
 
 DEFAULT_WATCHDOG = WatchdogConfig()

@@ -107,3 +107,7 @@ def test_settings_are_checked_by_name():
         load_watchdog('{"floor": 3}')
     with pytest.raises(InputError, match="stall_multiple"):
         load_watchdog('{"stall_multiple": "ten"}')
+    with pytest.raises(InputError, match=r"stall_multiple: invalid value 0\.5"):
+        load_watchdog('{"stall_multiple": 0.5}')
+    with pytest.raises(InputError, match=r"stall_floor_s: invalid value 0\.0"):
+        load_watchdog('{"stall_floor_s": 0}')
