@@ -234,6 +234,19 @@ def canonical_json(value: Any) -> str:
 
 
 @dataclass(frozen=True)
+class UnrecordedParam:
+    """A rule param that decides how a job runs, never what it computes (the stall watchdog's settings): formatted
+    into the command as ``text``. Snakemake records and compares only params of builtin types (strings, numbers,
+    containers: ``_serialize_param`` in snakemake/persistence), so a changed value reruns no job
+    (tests/pipeline/test_workflow_e2e.py checks it)."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
 class Resources:
     """One job's request; ``threads`` for Snakemake is ``cpus``."""
 
