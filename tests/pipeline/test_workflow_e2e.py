@@ -248,10 +248,10 @@ def test_second_run_does_nothing(workdir: Path) -> None:
 
 
 def test_watchdog_change_reruns_only_the_report(workdir: Path, tmp_path: Path) -> None:
-    """The stall watchdog's settings reach train and evaluate on their command lines, not in their params: they
-    decide when a hung job stops, never what it computes. The report shows the whole config, so it is remade.
-    (Checked by breaking it: with the settings as a param of both rules, every train and evaluate job and all after
-    them are planned.)"""
+    """The stall watchdog's settings reach train and evaluate as a param Snakemake does not record
+    (``pipeline.config.UnrecordedParam``): they decide when a hung job stops, never what it computes. The report
+    shows the whole config, so it is remade. (Checked by breaking it: with the settings as a plain string param,
+    every train and evaluate job and all after them are planned.)"""
     config = yaml.safe_load(CI_CONFIG.read_text())
     config["watchdog"] = {"stall_floor_s": 60, "stall_multiple": 3, "enabled": False}
     changed = tmp_path / "changed.yaml"
