@@ -35,6 +35,7 @@ from pipeline import cluster, layout
 from pipeline.code_digest import source_digest
 from pipeline.config import (
     Study,
+    UnrecordedParam,
     canonical_json,
     check_config_schema,
     coerce_overrides,
@@ -122,6 +123,9 @@ TOKEN_ANALYSIS = f"{R}/{layout.TOKEN_ANALYSIS}"
 REPORT = f"{R}/{layout.REPORT}"
 TOKEN_VIEWER = f"{R}/token_weights.html"
 TRACKING_DIR = f"{R}/tracking"
+# The stall watchdog's settings (pipeline.watchdog): like resources they decide when a hung job is stopped, never
+# what it computes, so a change reruns no train or evaluate job (only the report, which shows the config).
+WATCHDOG = UnrecordedParam(canonical_json(STUDY.watchdog.__dict__))
 
 
 def _names(names):
@@ -360,6 +364,7 @@ rule train:
         # from the output, so that a storage provider's local path is used
         run_dir=lambda wildcards, output: os.path.dirname(output.metrics),
         tracking=canonical_json(STUDY.tracking.__dict__),
+        watchdog=WATCHDOG,
         run_name=lambda wildcards: STUDY.run_name(wildcards),
         tracking_dir=TRACKING_DIR,
         state_flags=shlex.join(TRAIN_STATE_ARGS),
@@ -374,7 +379,7 @@ rule train:
         " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
         " --out {params.run_dir:q} --export-steps {params.export_steps} --tracking {params.tracking:q}"
         " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} {params.state_flags}"
-        " > {log:q} 2>&1"
+        " --watchdog {params.watchdog:q} > {log:q} 2>&1"
 
 
 def evaluate_inputs(wildcards):
@@ -410,11 +415,13 @@ rule evaluate:
     params:
         model=evaluate_model_argument,
         spec=canonical_json(STUDY.evaluation.spec),
+        watchdog=WATCHDOG,
         libraries=LIBRARIES,
         code=source_digest("pipeline.evaluate"),
     shell:
         "python -m pipeline.evaluate {params.model} --benchmark {input.benchmark:q} --spec {params.spec:q}"
-        " --seed {wildcards.seed} --audit {input.audit:q} --out {output.samples:q} > {log:q} 2>&1"
+        " --seed {wildcards.seed} --audit {input.audit:q} --out {output.samples:q} --watchdog {params.watchdog:q}"
+        " > {log:q} 2>&1"
 
 
 rule aggregate:

@@ -26,6 +26,7 @@ from pipeline.launch import TrainingEngine, training_processes
 from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, checkpoint_label, label_step
 from pipeline.specs import annotation_accepts
 from pipeline.tracking import TrackingConfig, run_name
+from pipeline.watchdog import WatchdogConfig
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LibraryChanges = Literal["warn", "rerun"]  # config key `library_changes` (docs/reruns.md)
@@ -233,6 +234,19 @@ def canonical_json(value: Any) -> str:
 
 
 @dataclass(frozen=True)
+class UnrecordedParam:
+    """A rule param that decides how a job runs, never what it computes (the stall watchdog's settings): formatted
+    into the command as ``text``. Snakemake records and compares only params of builtin types (strings, numbers,
+    containers: ``_serialize_param`` in snakemake/persistence), so a changed value reruns no job
+    (tests/pipeline/test_workflow_e2e.py checks it)."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
 class Resources:
     """One job's request; ``threads`` for Snakemake is ``cpus``."""
 
@@ -380,6 +394,7 @@ class Study:
     token_analysis: TokenAnalysisConfig
     significance: dict[str, Any]
     tracking: TrackingConfig
+    watchdog: WatchdogConfig
     token_viewer: TokenViewerConfig
     resource_table: dict[str, dict[str, Any]] = field(repr=False)
     library_changes: LibraryChanges = "warn"
@@ -428,6 +443,7 @@ class Study:
             ),
             significance=config["significance"],
             tracking=TrackingConfig(**config["tracking"]),
+            watchdog=WatchdogConfig(**config["watchdog"]),
             token_viewer=TokenViewerConfig(
                 enabled=viewer["enabled"],
                 benchmark=viewer.get("benchmark") or analysis.get("benchmark") or next(iter(config["benchmarks"])),

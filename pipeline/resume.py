@@ -37,6 +37,7 @@ from pipeline.preemption import PreemptionSignals
 from pipeline.progress import progress
 from pipeline.run_state import write_fingerprint
 from pipeline.trainer import GrailGRPOTrainer
+from pipeline.watchdog import StallWatchdog, WatchdogConfig
 
 logger = logging.getLogger(__name__)
 
@@ -360,6 +361,28 @@ class ExportAndPreemptionCallback(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
             self.stopped_on_request = True
+
+
+class StallWatchdogCallback(TrainerCallback):
+    """The stall watchdog (pipeline.watchdog) over the training loop: armed at the start of training, a beat at the
+    start and end of every optimizer step. A step spans everything the Trainer does for it (TRL's generation, with
+    the colocated vLLM engine too, every micro-step's forward and backward, the optimizer step); the gap after it
+    (logging, a checkpoint save) gets the same bound."""
+
+    def __init__(self, config: WatchdogConfig) -> None:
+        self.watchdog = StallWatchdog(config)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        self.watchdog.start(f"training step {state.global_step + 1}")
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        self.watchdog.begin(f"training step {state.global_step + 1}")
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        self.watchdog.end(f"the gap after training step {state.global_step} (logging, checkpoint save)")
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        self.watchdog.stop()
 
 
 def keep_metrics_up_to(path: Path, step: int | None, *, training_done: bool = False) -> None:

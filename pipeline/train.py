@@ -31,7 +31,9 @@ EX_SOFTWARE): a non-finite loss, gradient norm or weight (pipeline.nan_guard) st
 step or the save; the log names the step, the rank and the last finite checkpoint; a plain rerun would diverge again.
 ``SAVE_FAILED_EXIT_CODE`` (73, EX_CANTCREAT): a checkpoint did not fit on the disk (checked before each save) or its
 write failed; the log names the path, the space needed or the error, and the space free; the staging directory is
-removed, and a rerun once there is space resumes from the last complete checkpoint.
+removed, and a rerun once there is space resumes from the last complete checkpoint. ``STALL_EXIT_CODE`` (79): the
+stall watchdog (pipeline.watchdog, ``--watchdog``) saw a step, or the gap after one, make no progress within its
+bound; the log names the rank and the step and holds every thread's stack; a rerun resumes from the last checkpoint.
 """
 
 # The preemption handlers are installed before the slow third-party imports (see STARTUP_SIGNALS), hence E402.
@@ -103,6 +105,7 @@ from pipeline.resume import (
     ExportAndPreemptionCallback,
     MetricsCallback,
     ResumableGRPOTrainer,
+    StallWatchdogCallback,
     StepProgressCallback,
     checkpoint_path,
     checkpoint_problem,
@@ -119,6 +122,7 @@ from pipeline.run_state import (
     run_lock,
 )
 from pipeline.tracking import TrackingConfig, environment, load_tracking, tensorboard_environment, wandb_run
+from pipeline.watchdog import load_watchdog
 
 logger = logging.getLogger("pipeline.train")
 
@@ -231,6 +235,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--run-name", help="the run's name in the trackers (default: the last 3 parts of --out)")
     parser.add_argument("--tracking-dir", type=Path, help="tracker files (default: RUN_DIR/tracking)")
     parser.add_argument(
+        "--watchdog", default="{}", help="WatchdogConfig fields (the stall watchdog, pipeline.watchdog): JSON"
+    )
+    parser.add_argument(
         "--stale-checkpoints",
         choices=STALE_CHECKPOINT_ACTIONS,
         default="set_aside",
@@ -339,7 +346,7 @@ def run_fingerprint(args: argparse.Namespace, merged: dict[str, Any], config: Gr
 
 
 def build_trainer(
-    args: argparse.Namespace, signals: PreemptionSignals, tracking: TrackingConfig
+    args: argparse.Namespace, signals: PreemptionSignals, tracking: TrackingConfig, stall: StallWatchdogCallback
 ) -> tuple[ResumableGRPOTrainer, ExportAndPreemptionCallback]:
     """Validate every input (specs, export steps, rows, tokenizer, model) and assemble the trainer."""
     specs = {}
@@ -366,7 +373,7 @@ def build_trainer(
             args=config,
             train_dataset=dataset,
             processing_class=tokenizer,
-            callbacks=[MetricsCallback(working_metrics_path(args.out)), control],
+            callbacks=[MetricsCallback(working_metrics_path(args.out)), control, stall],
             export_steps=export_steps,
             exports_dir=working_exports_dir(args.out),
             run_fingerprint=run_fingerprint(args, merged, config),
@@ -393,8 +400,9 @@ def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
     if signals.received is not None:  # during the imports: stop before the slow validation and loading
         stop_before_training(signals.received_name())
     tracking = load_tracking(args.tracking)
+    stall = StallWatchdogCallback(load_watchdog(args.watchdog))
     os.environ.update(single_process_rendezvous(os.environ))
-    trainer, control = build_trainer(args, signals, tracking)
+    trainer, control = build_trainer(args, signals, tracking, stall)
     if control.stop_requested():  # during validation or model loading
         stop_before_training(signals.received_name())
     # The first process of a run holds its lock while anything in the run directory changes (bad input is refused
@@ -409,6 +417,8 @@ def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
         except CheckpointSaveError as error:
             logger.error("checkpoint not saved: %s", error)
             raise SystemExit(SAVE_FAILED_EXIT_CODE) from None
+        finally:
+            stall.watchdog.stop()  # also when training raised (an in-process caller lives on)
 
 
 def train_and_publish(

@@ -25,6 +25,7 @@ from pipeline.launch import (
     GPU_DDP_ACCELERATE_CONFIG,
     THREAD_VARIABLES,
     UPSTREAM_MAIN_PORT,
+    agreed_exit_status,
     default_main_port,
     first_host,
     plan_launch,
@@ -33,6 +34,7 @@ from pipeline.launch import (
     training_processes,
 )
 from pipeline.preemption import PREEMPTED_EXIT_CODE
+from pipeline.watchdog import STALL_EXIT_CODE
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_ARGS = ["--seed", "3", "--out", "results/runs/m/grail/seed3"]
@@ -325,6 +327,24 @@ def test_real_cpu_launch_runs_the_module_in_one_process(tmp_path: Path) -> None:
     assert written["pid"] == process.pid  # exec'd in place: signals reach the stage directly
     # Slurm's warning must not kill a launcher layer; the stage installs its own handler (tests/train).
     assert written["usr1_ignored"] and written["term_default"]
+
+
+@pytest.mark.parametrize(
+    ("statuses", "passed_on"),
+    [
+        ([75, 75], 75),
+        ([2, 2], 2),
+        ([75, 1], None),
+        ([75, None], None),
+        # a stalled rank's exit ends the others otherwise: a broken collective (1), the elastic agent's kill (none)
+        ([1, STALL_EXIT_CODE], STALL_EXIT_CODE),
+        ([STALL_EXIT_CODE, None], STALL_EXIT_CODE),
+        ([STALL_EXIT_CODE, STALL_EXIT_CODE], STALL_EXIT_CODE),
+    ],
+)
+def test_the_launcher_passes_on_the_agreed_status_or_a_stall(statuses, passed_on) -> None:
+    """(Checked by breaking it: without the stall rule, the three stall cases but the last fail.)"""
+    assert agreed_exit_status(statuses) == passed_on
 
 
 # A stage for the two-process launches: each rank records what it was started with, registers with the launcher

@@ -23,6 +23,7 @@ from pipeline.grpo_config import (
 from pipeline.launch import TRAINING_ENGINES, TrainingEngine
 from pipeline.prompts import PROMPT_TEMPLATES, PromptTemplate
 from pipeline.token_analysis import TokenAnalysisSpec
+from pipeline.watchdog import WatchdogConfig
 
 SCHEMA = load_schema()
 RANGE_KEYWORDS = {
@@ -111,6 +112,7 @@ def test_recorded_trl_defaults_are_grpo_configs(tmp_path):
         (("evaluation",), EvalSpec, EVALUATION_PLAN_KEYS),
         (("evaluation", "vllm"), VllmSettings, set()),
         (("token_analysis",), TokenAnalysisSpec, set(TOKEN_ANALYSIS_PLAN_KEYS)),
+        (("watchdog",), WatchdogConfig, set()),
     ],
 )
 def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
@@ -120,7 +122,10 @@ def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
     assert_choices_match(properties, cls)
 
 
-@pytest.mark.parametrize(("path", "cls"), [(("evaluation",), EvalSpec), (("evaluation", "vllm"), VllmSettings)])
+@pytest.mark.parametrize(
+    ("path", "cls"),
+    [(("evaluation",), EvalSpec), (("evaluation", "vllm"), VllmSettings), (("watchdog",), WatchdogConfig)],
+)
 def test_schema_defaults_are_the_stage_defaults(path, cls):
     node = schema_node(path)
     defaults = cls()

@@ -11,7 +11,11 @@ environment of a stage (run directly, through Snakemake or through Slurm):
   batch, prompt, completion) into [0, 1) instead of the outcome reward, so that every step of a tiny run has mixed rewards and a gradient
   (the resume tests compare weights, which only tells a wrong resume from a right one if every step moved them);
 - ``weight_sync_off_env()``: ``python -m pipeline.train`` never syncs the trained weights to its colocate vLLM
-  engine (the negative control of the weight-sync test).
+  engine (the negative control of the weight-sync test);
+- ``stall_training_env(rank, step)``: the process of rank ``rank`` of ``python -m pipeline.train`` holds inside
+  optimizer step ``step`` (after the callbacks' ``on_step_begin``) until it is killed;
+- ``stall_evaluation_env(batch)``: ``python -m pipeline.evaluate`` holds in the ``batch``-th generation of its hf
+  backend until it is killed (the stall watchdog's tests).
 The hook is ``sitecustomize.py`` next to this file, which Python imports at startup from ``PYTHONPATH``; it patches
 nothing in any other process.
 """
@@ -22,7 +26,14 @@ import os
 from pathlib import Path
 
 # (importing the hook here is inert: it acts only at the startup of a stage process)
-from tests.hold_stage.sitecustomize import CHECKPOINTS_VARIABLE, REWARD_VARIABLE, ROWS_VARIABLE, SYNC_OFF_VARIABLE
+from tests.hold_stage.sitecustomize import (
+    CHECKPOINTS_VARIABLE,
+    REWARD_VARIABLE,
+    ROWS_VARIABLE,
+    STALL_BATCH_VARIABLE,
+    STALL_STEP_VARIABLE,
+    SYNC_OFF_VARIABLE,
+)
 
 HOOK_DIR = Path(__file__).resolve().parent
 REPO = HOOK_DIR.parents[1]
@@ -50,3 +61,13 @@ def pseudo_random_reward_env(salt: str = "0") -> dict[str, str]:
 def weight_sync_off_env() -> dict[str, str]:
     """Environment entries that switch off TRL's weight sync to the colocate vLLM engine in a training stage."""
     return _hook_env(SYNC_OFF_VARIABLE, "1")
+
+
+def stall_training_env(rank: int, step: int) -> dict[str, str]:
+    """Environment entries that hold the training process of rank ``rank`` inside optimizer step ``step``."""
+    return _hook_env(STALL_STEP_VARIABLE, f"{rank}:{step}")
+
+
+def stall_evaluation_env(batch: int) -> dict[str, str]:
+    """Environment entries that hold an evaluation stage in the ``batch``-th generation of its hf backend."""
+    return _hook_env(STALL_BATCH_VARIABLE, str(batch))

@@ -14,6 +14,8 @@ CHECKPOINTS_VARIABLE = "GRAIL_TEST_HOLD_AFTER_CHECKPOINTS"
 ROWS_VARIABLE = "GRAIL_TEST_HOLD_AFTER_APPENDED_ROWS"
 REWARD_VARIABLE = "GRAIL_TEST_PSEUDO_RANDOM_REWARD"
 SYNC_OFF_VARIABLE = "GRAIL_TEST_WEIGHT_SYNC_OFF"
+STALL_STEP_VARIABLE = "GRAIL_TEST_STALL_TRAINING_STEP"
+STALL_BATCH_VARIABLE = "GRAIL_TEST_STALL_EVALUATION_BATCH"
 HOLD_LIMIT_S = 150
 
 
@@ -68,6 +70,40 @@ def hold_after_appended_rows(count: int) -> None:
     pipeline.io.append_jsonl_durably = append_then_hold
 
 
+def stall_in_training_step(rank: int, step: int) -> None:
+    """Once the callbacks' ``on_step_begin`` of optimizer step ``step`` (1-based) ran on the process of rank
+    ``rank``, hold it there, mid-step (the other ranks go on until they wait for it in a collective)."""
+    from transformers.trainer_callback import CallbackHandler
+
+    on_step_begin = CallbackHandler.on_step_begin
+
+    def on_step_begin_then_hold(self: CallbackHandler, args: Any, state: Any, control: Any) -> Any:
+        control = on_step_begin(self, args, state, control)
+        if state.global_step + 1 == step and int(os.environ.get("RANK", "0")) == rank:
+            hold_until(lambda: False, f"rank {rank} inside training step {step} until killed")
+        return control
+
+    CallbackHandler.on_step_begin = on_step_begin_then_hold
+
+
+def stall_evaluation_batch(number: int) -> None:
+    """Hold the ``number``-th (1-based) call of transformers' ``generate`` (the hf backend's batch) until killed: an
+    engine that stops answering."""
+    from transformers.generation.utils import GenerationMixin
+
+    generate = GenerationMixin.generate
+    calls = 0
+
+    def generate_or_hold(self: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == number:
+            hold_until(lambda: False, f"generation batch {number} until killed")
+        return generate(self, *args, **kwargs)
+
+    GenerationMixin.generate = generate_or_hold
+
+
 def pseudo_random_reward(salt: str) -> Any:
     """A TRL reward function whose reward is ``sha256(salt, position in the batch, prompt, completion)`` read as a
     number in [0, 1).
@@ -114,3 +150,7 @@ if os.environ.get(CHECKPOINTS_VARIABLE) and stage_module() == "pipeline.train":
     hold_after_checkpoints(frozenset(int(step) for step in os.environ[CHECKPOINTS_VARIABLE].split(",")))
 if os.environ.get(ROWS_VARIABLE) and stage_module() == "pipeline.evaluate":
     hold_after_appended_rows(int(os.environ[ROWS_VARIABLE]))
+if os.environ.get(STALL_STEP_VARIABLE) and stage_module() == "pipeline.train":
+    stall_in_training_step(*(int(part) for part in os.environ[STALL_STEP_VARIABLE].split(":")))
+if os.environ.get(STALL_BATCH_VARIABLE) and stage_module() == "pipeline.evaluate":
+    stall_evaluation_batch(int(os.environ[STALL_BATCH_VARIABLE]))

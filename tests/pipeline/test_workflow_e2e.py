@@ -247,6 +247,20 @@ def test_second_run_does_nothing(workdir: Path) -> None:
     assert "Nothing to be done" in result.stdout + result.stderr, reasons
 
 
+def test_watchdog_change_reruns_only_the_report(workdir: Path, tmp_path: Path) -> None:
+    """The stall watchdog's settings reach train and evaluate as a param Snakemake does not record
+    (``pipeline.config.UnrecordedParam``): they decide when a hung job stops, never what it computes. The report
+    shows the whole config, so it is remade. (Checked by breaking it: with the settings as a plain string param,
+    every train and evaluate job and all after them are planned.)"""
+    config = yaml.safe_load(CI_CONFIG.read_text())
+    config["watchdog"] = {"stall_floor_s": 60, "stall_multiple": 3, "enabled": False}
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(config))
+    result = snakemake(workdir, "-n", "--configfile", str(changed), str(PLUGIN_CONFIG))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert job_counts(result.stdout) == {"report": 1, "all": 1}
+
+
 def test_evaluation_change_reruns_no_training(workdir: Path, study: Study, tmp_path: Path) -> None:
     config = yaml.safe_load(CI_CONFIG.read_text())
     config["evaluation"]["temperature"] = 0.9

@@ -1,0 +1,113 @@
+"""The stall watchdog's parts (pipeline.watchdog): the bound, the heartbeat against a fake clock, the thread (with
+the process exit replaced by a recorder) and its settings. The real exits are tests/train/test_stall_watchdog.py
+and tests/evaluate/test_evaluate_stall.py.
+
+Checked by breaking it: with the median replaced by the mean, the slow-outlier property fails; with ``first_step_s``
+ignored (the floor used before any step), the first-step test fails; with ``check`` comparing against the bound
+with ``>=`` of the durations' minimum, the heartbeat test fails."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.io import InputError
+from pipeline.watchdog import STALL_EXIT_CODE, StallWatchdog, WatchdogConfig, load_watchdog, stall_bound
+
+CONFIG = WatchdogConfig(stall_multiple=5, stall_floor_s=10, first_step_s=100)
+durations = st.lists(st.floats(min_value=0.001, max_value=1e5), min_size=1, max_size=50)
+
+
+def test_before_any_step_the_bound_is_the_first_step_allowance():
+    assert stall_bound([], CONFIG) == 100
+    assert stall_bound([], WatchdogConfig(stall_floor_s=10, first_step_s=5)) == 5
+
+
+@given(durations)
+def test_the_bound_is_the_floor_or_the_multiple_of_the_median(steps):
+    bound = stall_bound(steps, CONFIG)
+    assert bound == max(10, 5 * statistics.median(steps))
+    assert bound >= 10
+
+
+@given(durations, st.floats(min_value=1.0, max_value=1e3))
+def test_the_bound_scales_with_the_pace_of_the_run(steps, factor):
+    assert stall_bound([factor * step for step in steps], CONFIG) >= stall_bound(steps, CONFIG)
+
+
+@given(st.lists(st.floats(min_value=1, max_value=100), min_size=5, max_size=50))
+def test_a_few_slow_steps_do_not_move_the_bound(steps):
+    """Fewer than half the steps 1000 x slower (a checkpoint save, long completions) leave the median where it was."""
+    slow = sorted(steps)[: (len(steps) - 1) // 2]
+    bound = stall_bound([*steps, *(1000 * step for step in slow)], CONFIG)
+    assert bound <= max(10, 5 * max(steps))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_heartbeat_names_the_stalled_unit_and_the_rank():
+    clock = FakeClock()
+    watchdog = StallWatchdog(CONFIG, rank=3, clock=clock)
+    watchdog.begin("training step 1")
+    clock.now = 99.0
+    assert watchdog.check() is None  # the first step's allowance: 100 s
+    watchdog.end("the gap after training step 1")
+    watchdog.begin("training step 2")
+    clock.now += 10.0
+    assert watchdog.check() is None  # bound max(10, 5 x 99) = 495 s
+    watchdog.end("the gap after training step 2")  # durations 99 and 10: median 54.5, bound 272.5 s
+    clock.now += 272.0
+    assert watchdog.check() is None
+    clock.now += 1.0
+    message = watchdog.check()
+    assert message == (
+        "stall watchdog: rank 3: no progress in the gap after training step 2 for 273.0 s (bound 272.5 s): "
+        f"thread stacks follow; exiting {STALL_EXIT_CODE} (retryable)"
+    )
+
+
+def test_the_thread_reports_a_stall_once_and_a_disabled_watchdog_starts_none():
+    stalls: list[str] = []
+    reported = threading.Event()
+
+    def record(message: str) -> None:
+        stalls.append(message)
+        reported.set()
+
+    quick = WatchdogConfig(stall_floor_s=0.05, first_step_s=0.2)
+    watchdog = StallWatchdog(quick, rank=0, on_stall=record).start("evaluation batch 1 of 2")
+    assert reported.wait(timeout=30)
+    watchdog.stop()
+    assert len(stalls) == 1 and "no progress in evaluation batch 1 of 2 for " in stalls[0]
+    off = StallWatchdog(WatchdogConfig(enabled=False, first_step_s=0.01), on_stall=record).start("step 1")
+    assert off.thread is None
+    off.stop()
+
+
+def test_the_rank_comes_from_the_launchers_environment(monkeypatch):
+    monkeypatch.setenv("RANK", "5")
+    assert StallWatchdog(CONFIG).rank == 5
+    monkeypatch.delenv("RANK")
+    assert StallWatchdog(CONFIG).rank == 0
+
+
+def test_settings_are_checked_by_name():
+    assert load_watchdog('{"stall_floor_s": 3, "enabled": false}') == WatchdogConfig(enabled=False, stall_floor_s=3.0)
+    with pytest.raises(InputError, match="unknown key"):
+        load_watchdog('{"floor": 3}')
+    with pytest.raises(InputError, match="stall_multiple"):
+        load_watchdog('{"stall_multiple": "ten"}')
+    with pytest.raises(InputError, match=r"stall_multiple: invalid value 0\.5"):
+        load_watchdog('{"stall_multiple": 0.5}')
+    with pytest.raises(InputError, match=r"stall_floor_s: invalid value 0\.0"):
+        load_watchdog('{"stall_floor_s": 0}')
