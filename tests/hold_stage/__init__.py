@@ -15,7 +15,9 @@ environment of a stage (run directly, through Snakemake or through Slurm):
 - ``stall_training_env(rank, step)``: the process of rank ``rank`` of ``python -m pipeline.train`` holds inside
   optimizer step ``step`` (after the callbacks' ``on_step_begin``) until it is killed;
 - ``stall_evaluation_env(batch)``: ``python -m pipeline.evaluate`` holds in the ``batch``-th generation of its hf
-  backend until it is killed (the stall watchdog's tests).
+  backend until it is killed (the stall watchdog's tests);
+- ``nan_loss_env(rank, step)``: the process of rank ``rank`` of ``python -m pipeline.train`` computes a NaN loss in
+  optimizer step ``step`` (the NaN guard's two-process test).
 The hook is ``sitecustomize.py`` next to this file, which Python imports at startup from ``PYTHONPATH``; it patches
 nothing in any other process.
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 # (importing the hook here is inert: it acts only at the startup of a stage process)
 from tests.hold_stage.sitecustomize import (
     CHECKPOINTS_VARIABLE,
+    NAN_LOSS_VARIABLE,
     REWARD_VARIABLE,
     ROWS_VARIABLE,
     STALL_BATCH_VARIABLE,
@@ -71,3 +74,8 @@ def stall_training_env(rank: int, step: int) -> dict[str, str]:
 def stall_evaluation_env(batch: int) -> dict[str, str]:
     """Environment entries that hold an evaluation stage in the ``batch``-th generation of its hf backend."""
     return _hook_env(STALL_BATCH_VARIABLE, str(batch))
+
+
+def nan_loss_env(rank: int, step: int) -> dict[str, str]:
+    """Environment entries that make the loss of optimizer step ``step`` NaN on the training process of rank ``rank``."""
+    return _hook_env(NAN_LOSS_VARIABLE, f"{rank}:{step}")

@@ -16,6 +16,7 @@ REWARD_VARIABLE = "GRAIL_TEST_PSEUDO_RANDOM_REWARD"
 SYNC_OFF_VARIABLE = "GRAIL_TEST_WEIGHT_SYNC_OFF"
 STALL_STEP_VARIABLE = "GRAIL_TEST_STALL_TRAINING_STEP"
 STALL_BATCH_VARIABLE = "GRAIL_TEST_STALL_EVALUATION_BATCH"
+NAN_LOSS_VARIABLE = "GRAIL_TEST_NAN_LOSS"
 HOLD_LIMIT_S = 150
 
 
@@ -104,6 +105,22 @@ def stall_evaluation_batch(number: int) -> None:
     GenerationMixin.generate = generate_or_hold
 
 
+def nan_loss_in_training_step(rank: int, step: int) -> None:
+    """Every micro-step of optimizer step ``step`` (1-based) returns a NaN loss on the process of rank ``rank`` only
+    (the other ranks' losses stay finite; the all-reduced gradient does not)."""
+    from pipeline.trainer import GrailGRPOTrainer
+
+    compute_loss = GrailGRPOTrainer._compute_loss
+
+    def poisoned(self: Any, model: Any, inputs: Any) -> Any:
+        loss = compute_loss(self, model, inputs)
+        if self.state.global_step + 1 == step and int(os.environ.get("RANK", "0")) == rank:
+            return loss * float("nan")
+        return loss
+
+    GrailGRPOTrainer._compute_loss = poisoned
+
+
 def pseudo_random_reward(salt: str) -> Any:
     """A TRL reward function whose reward is ``sha256(salt, position in the batch, prompt, completion)`` read as a
     number in [0, 1).
@@ -154,3 +171,5 @@ if os.environ.get(STALL_STEP_VARIABLE) and stage_module() == "pipeline.train":
     stall_in_training_step(*(int(part) for part in os.environ[STALL_STEP_VARIABLE].split(":")))
 if os.environ.get(STALL_BATCH_VARIABLE) and stage_module() == "pipeline.evaluate":
     stall_evaluation_batch(int(os.environ[STALL_BATCH_VARIABLE]))
+if os.environ.get(NAN_LOSS_VARIABLE) and stage_module() == "pipeline.train":
+    nan_loss_in_training_step(*(int(part) for part in os.environ[NAN_LOSS_VARIABLE].split(":")))

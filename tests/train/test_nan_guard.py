@@ -1,8 +1,12 @@
 """The NaN guard (pipeline.nan_guard) on in-process runs of ``pipeline.train`` on the untrained tiny model: a NaN
 loss at step 3, or non-finite weights before a save, stop the run with ``NONFINITE_EXIT_CODE`` and a log naming the
 step, the rank and the last finite checkpoint; no checkpoint or final model with non-finite weights is published.
+The same on two processes through the launcher (DDP over gloo): a NaN loss on rank 1 only reaches rank 0 through the
+all-reduced gradient; both ranks stop, each naming itself, and the launcher passes 70 on.
 (Checked by breaking it: without the gradient-norm check the NaN run trains on and publishes NaN checkpoints;
-without the weights check before a save the poisoned run writes checkpoint-2.)"""
+without the weights check before a save the poisoned run writes checkpoint-2; with the gradient norm left unchecked
+rank 1's message lacks it; with the launcher not passing the ranks' agreed status on, the run ends with accelerate's
+status 1, not 70.)"""
 
 from __future__ import annotations
 
@@ -13,13 +17,14 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file
-from train_support import stage_argv
+from train_support import launch_two, run_train, stage_argv, train_command
 
 from pipeline.io import run_cli
 from pipeline.nan_guard import NONFINITE_EXIT_CODE, step_problem
 from pipeline.resume import ExportAndPreemptionCallback
 from pipeline.train import main
 from pipeline.trainer import GrailGRPOTrainer
+from tests.hold_stage import nan_loss_env
 
 
 def nan_loss_during_step(step: int, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,6 +77,19 @@ def test_non_finite_training_stops_and_publishes_nothing_non_finite(
     assert not (run_dir / "final").exists() and not (run_dir / "checkpoints" / ".staging").exists()
     checkpoints = sorted(path.name for path in (run_dir / "checkpoints").glob("checkpoint-*"))
     assert checkpoints == (["checkpoint-2"] if step == 3 else [])
+    for weights in published_weights(run_dir):
+        assert all(torch.isfinite(tensor).all() for tensor in load_file(weights).values()), weights
+
+
+@pytest.mark.slow
+def test_a_nan_on_one_of_two_processes_stops_both_and_the_launcher_passes_70_on(untrained_model, train_jsonl, tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_train(launch_two(train_command(untrained_model, train_jsonl, run_dir)), nan_loss_env(rank=1, step=3))
+    assert result.returncode == NONFINITE_EXIT_CODE, result.stderr[-3000:]
+    assert "step 3, rank 1: loss nan and gradient norm nan" in result.stderr
+    assert "step 3, rank 0: gradient norm nan" in result.stderr  # its own loss was finite
+    assert not (run_dir / "final").exists()
+    assert sorted(path.name for path in (run_dir / "checkpoints").glob("checkpoint-*")) == ["checkpoint-2"]
     for weights in published_weights(run_dir):
         assert all(torch.isfinite(tensor).all() for tensor in load_file(weights).values()), weights
 
