@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline import launch
+from pipeline.exit_codes import PREEMPTED_EXIT_CODE
 from pipeline.io import InputError
 from pipeline.launch import (
     CPU_ACCELERATE_CONFIG,
@@ -32,7 +33,6 @@ from pipeline.launch import (
     threads_per_process,
     training_processes,
 )
-from pipeline.preemption import PREEMPTED_EXIT_CODE
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_ARGS = ["--seed", "3", "--out", "results/runs/m/grail/seed3"]
@@ -309,7 +309,8 @@ def test_real_cpu_launch_runs_the_module_in_one_process(tmp_path: Path) -> None:
 RANK_STAGE = """
 import json, os, signal, sys, time
 from pipeline.io import run_cli
-from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
+from pipeline.exit_codes import PREEMPTED_EXIT_CODE
+from pipeline.preemption import PreemptionSignals
 
 def main(argv):
     out, *statuses = argv

@@ -38,7 +38,7 @@ from test_train_run import (
 from train_support import REPO_ROOT, launch_two, run_train, train_command
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline.preemption import PREEMPTED_EXIT_CODE
+from pipeline.exit_codes import PREEMPTED_EXIT_CODE
 from pipeline.resume import checkpoint_problem, newest_valid_checkpoint
 
 pytest.importorskip("deepspeed")
