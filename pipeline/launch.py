@@ -471,7 +471,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             main_process_ip=args.main_process_ip,
             available_cpus=len(os.sched_getaffinity(0)),
         )
-        requeue = may_requeue(os.environ)
+        # the launcher the job step started requeues, not the per-node ones it starts (--main-process-ip)
+        windows = may_requeue(os.environ) and args.main_process_ip is None
     except InputError as error:
         print(f"pipeline.launch: error: {error}", file=sys.stderr)
         record_final_exit(INPUT_ERROR_EXIT_CODE)
@@ -482,6 +483,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"exiting {PREEMPTED_EXIT_CODE} (rerun or requeue)",
             file=sys.stderr,
         )
+        if windows:
+            close_window(PREEMPTED_EXIT_CODE, signals.received, os.environ, log_file())
         sys.exit(PREEMPTED_EXIT_CODE)
     print(
         f"pipeline.launch: mode {plan.mode} ({plan.reason}): {shlex.join(plan.argv)}",
@@ -490,12 +493,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     if plan.supervised:
         status = supervise(plan, signals)
-    elif requeue:
+    elif windows:
         status = run_child(plan)
     else:
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # kept across exec (the recording handlers are reset by it)
         os.execvp(plan.argv[0], plan.argv)
-    close_window(status, signals.received, os.environ, log_file())
+    # the stage processes record a final status too, unless their stderr is not the log (srun's per-node output)
+    record_final_exit(status)
+    if windows:
+        close_window(status, signals.received, os.environ, log_file())
     sys.exit(status)
 
 

@@ -56,8 +56,8 @@ def stage(log: Path, invocation: str, rows: Path) -> int:
 
 
 def test_a_retry_repeats_a_final_status_and_a_new_invocation_runs(tmp_path: Path) -> None:
-    """Broken on purpose: without the gate in run_cli the retry ran the stage again and its log lost the gate's
-    line; without the invocation check the run after the fix repeated the old status."""
+    """Broken on purpose: without the gate in run_cli the retry ran the stage again (on the fixed file: exit 0);
+    without the invocation check the run after the fix repeated the old status (2)."""
     log, rows = tmp_path / "b.log", tmp_path / "rows.jsonl"
     rows.write_text('{"problem": "1+1", "answer": "2"}\n{not json\n')
     assert stage(log, "first", rows) == INPUT_ERROR_EXIT_CODE
