@@ -15,6 +15,7 @@ import shlex
 import signal
 import sys
 import threading
+import uuid
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
@@ -31,7 +32,7 @@ sys.path.insert(0, workflow.basedir)
 if threading.current_thread() is threading.main_thread():  # (a Snakefile parsed in a thread cannot set handlers)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
-from pipeline import cluster, layout
+from pipeline import cluster, exit_codes, layout, time_windows
 from pipeline.code_digest import source_digest
 from pipeline.config import (
     Study,
@@ -54,6 +55,8 @@ if not workflow.overwrite_configfiles:
 CONFIG_FILES = list(workflow.overwrite_configfiles) or [DEFAULT_CONFIG]
 if workflow.exec_mode == ExecMode.DEFAULT:
     os.environ[cluster.PLANNED_CONFIG_VARIABLE] = cluster.config_file_digests(CONFIG_FILES)
+    # this invocation's id: a retry of a job whose stage exited with a final status exits at once (pipeline.exit_codes)
+    os.environ[exit_codes.INVOCATION_VARIABLE] = uuid.uuid4().hex
 elif cluster.PLANNED_CONFIG_VARIABLE in os.environ:
     if changed := cluster.changed_config_files(os.environ[cluster.PLANNED_CONFIG_VARIABLE]):
         print(
@@ -69,6 +72,9 @@ coerce_overrides(config, workflow.config_settings.config, SCHEMA)  # --config ha
 check_config_schema(config, SCHEMA)  # every bad key named, all at once
 validate(config, SCHEMA)  # Snakemake's validator: fills the schema's defaults
 STUDY = Study.from_config(config)  # cross-key checks; refuses before any job
+# The launcher's bound on Slurm time windows, through the environment: the train rule's command stays as it was
+# (Snakemake's `code` rerun trigger compares the command's text), and the setting changes no result.
+os.environ[time_windows.TIME_WINDOWS_VARIABLE] = str(STUDY.time_windows)
 
 
 IMAGE = cluster.resolve_image(STUDY.container_image, workflow.basedir)

@@ -400,6 +400,7 @@ class Study:
     library_changes: LibraryChanges = "warn"
     stale_checkpoints: StaleCheckpoints = "set_aside"
     training_engine: TrainingEngine = "auto"
+    time_windows: int = 8  # Slurm time-limit windows per training job (pipeline.time_windows)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Study:
@@ -454,6 +455,7 @@ class Study:
             library_changes=config["library_changes"],
             stale_checkpoints=config["stale_checkpoints"],
             training_engine=config["training_engine"],
+            time_windows=config["time_windows"],
         )
 
     # ----- specs passed to the stages

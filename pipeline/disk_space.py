@@ -14,8 +14,6 @@ import torch
 
 from pipeline.cost import checkpoint_bytes
 
-SAVE_FAILED_EXIT_CODE = 73  # sysexits.h EX_CANTCREAT: a checkpoint cannot be written; free space, rerun to resume
-
 
 class CheckpointSaveError(RuntimeError):
     """A checkpoint does not fit on the disk, or writing it failed; the message names the path and the free space."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from pipeline.exit_codes import INPUT_ERROR_EXIT_CODE, record_final_exit, repeat_final_exit
 from pipeline.launch_dir import record_exit_status
 
 # Checkpoint content that is training state, not part of an exported model.
@@ -203,18 +204,26 @@ def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = N
     """Run a stage's ``main``; an InputError becomes a one-line message on stderr and exit status 2.
 
     The exit status is also recorded for a supervising ``pipeline.launch`` (``pipeline.preemption``), which passes
-    it on where ``accelerate launch`` would report any failure as 1.
+    it on where ``accelerate launch`` would report any failure as 1. A final status (``pipeline.exit_codes``) leaves
+    a marker next to the job's log, and a retry of the job in the same Snakemake invocation repeats that status
+    before ``main`` runs.
     """
+    spec = getattr(sys.modules["__main__"], "__spec__", None)  # python -m pipeline.<stage>: its module
+    repeated = repeat_final_exit(spec.name if spec else "stage")
+    if repeated is not None:
+        record_exit_status(repeated)
+        raise SystemExit(repeated)
     status = 1  # an uncaught exception
     try:
         main(argv)
         status = 0
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
-        status = 2
-        raise SystemExit(2) from None
+        status = INPUT_ERROR_EXIT_CODE
+        raise SystemExit(INPUT_ERROR_EXIT_CODE) from None
     except SystemExit as stop:
         status = exit_status(stop.code)
         raise
     finally:
         record_exit_status(status)
+        record_final_exit(status)

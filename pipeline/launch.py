@@ -38,7 +38,9 @@ the job step, and only the stage processes, which install their own handler at s
 ``accelerate launch`` and torch's elastic agent would otherwise die of it (status 138) and take the job down while
 their workers save a checkpoint.
 - ``single-process`` and ``multi-node`` replace the launcher by the command (``os.execvp``): Slurm's signals reach
-  the stage (or the per-node launchers) directly and its exit status is the launcher's.
+  the stage (or the per-node launchers) directly and its exit status is the launcher's. Inside a Slurm job with
+  more than one time window (``pipeline.time_windows``) the launcher runs the command as a child instead and stays
+  to requeue the job.
 - ``cpu``, ``single-node`` and ``node`` (``accelerate launch``) keep the launcher as the parent, because torch's
   elastic agent reports any failed worker as status 1, which would turn the stage's 75 ("checkpointed, requeue
   me") into a plain failure. The launcher makes a per-launch directory (``GRAIL_LAUNCH_DIR``) where each stage
@@ -50,6 +52,12 @@ their workers save a checkpoint.
   of the GPU modes are the ones this launcher always ran, plus the training spec's ``--mixed_precision``. SIGKILL cannot be forwarded: torch's elastic agent starts
   each worker in a session of its own, so ending such a job takes its whole process tree (Slurm ends every process
   of a job step), not its process group.
+
+Time windows and final statuses. When the stage exits 75 after Slurm's time-limit warning (SIGUSR1) inside a Slurm
+job, the launcher requeues the job while windows are left (``pipeline.time_windows``: the job runs again and
+resumes, and Snakemake sees no failure). Before anything starts, a retry of a job whose earlier attempt in the same
+Snakemake invocation exited with a final status (bad input, non-finite training, a full disk) exits with that
+status at once (``pipeline.exit_codes``).
 """
 
 from __future__ import annotations
@@ -69,11 +77,19 @@ from typing import Any, Literal, get_args
 
 import yaml
 
+from pipeline.exit_codes import (
+    INPUT_ERROR_EXIT_CODE,
+    PREEMPTED_EXIT_CODE,
+    STALL_EXIT_CODE,
+    log_file,
+    record_final_exit,
+    repeat_final_exit,
+)
 from pipeline.io import InputError
 from pipeline.launch_dir import LAUNCH_DIR_VARIABLE, SIGNAL_FILE, write_small_file
-from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
+from pipeline.preemption import PreemptionSignals
 from pipeline.specs import stage_spec
-from pipeline.watchdog import STALL_EXIT_CODE
+from pipeline.time_windows import close_window, may_requeue
 
 ACCELERATE_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "accelerate"
 DEFAULT_ACCELERATE_CONFIG = ACCELERATE_CONFIGS / "zero2.yaml"
@@ -455,6 +471,15 @@ def supervise(plan: LaunchPlan, signals: PreemptionSignals) -> int:
     return status
 
 
+def run_child(plan: LaunchPlan) -> int:
+    """Run ``plan`` as a child and return its exit status (128 + N after signal N): the launcher stays to requeue the
+    Slurm job after a time window. Nothing is forwarded: Slurm signals every process of the job step, the stage too."""
+    child = subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, preexec_fn=ignore_warning_signal)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in supervise: the child handles Ctrl-C
+    status = child.wait()
+    return 128 - status if status < 0 else status
+
+
 def split_command_line(argv: Sequence[str]) -> tuple[list[str], str, list[str]]:
     """Split ``[launcher options] -- MODULE [ARGS]`` into its three parts."""
     if "--" not in argv:
@@ -491,6 +516,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     signals = PreemptionSignals().install()
+    repeated = repeat_final_exit("pipeline.launch")
+    if repeated is not None:
+        sys.exit(repeated)
     try:
         options, module, module_args = split_command_line(sys.argv[1:] if argv is None else argv)
         args = build_parser().parse_args(options)
@@ -509,15 +537,20 @@ def main(argv: Sequence[str] | None = None) -> None:
             machine_rank=args.machine_rank,
             available_cpus=len(os.sched_getaffinity(0)),
         )
+        # the launcher the job step started requeues, not the per-node ones it starts (--main-process-ip)
+        windows = may_requeue(os.environ) and args.main_process_ip is None
     except InputError as error:
         print(f"pipeline.launch: error: {error}", file=sys.stderr)
-        sys.exit(2)
+        record_final_exit(INPUT_ERROR_EXIT_CODE)
+        sys.exit(INPUT_ERROR_EXIT_CODE)
     if signals.received is not None:
         print(
             f"pipeline.launch: received {signals.received_name()} before starting {module}: nothing to save, "
             f"exiting {PREEMPTED_EXIT_CODE} (rerun or requeue)",
             file=sys.stderr,
         )
+        if windows:
+            close_window(PREEMPTED_EXIT_CODE, signals.received, os.environ, log_file())
         sys.exit(PREEMPTED_EXIT_CODE)
     print(
         f"pipeline.launch: mode {plan.mode} ({plan.reason}): {shlex.join(plan.argv)}",
@@ -525,9 +558,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         flush=True,
     )
     if plan.supervised:
-        sys.exit(supervise(plan, signals))
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # kept across exec (the recording handlers are reset by it)
-    os.execvp(plan.argv[0], plan.argv)
+        status = supervise(plan, signals)
+    elif windows:
+        status = run_child(plan)
+    else:
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # kept across exec (the recording handlers are reset by it)
+        os.execvp(plan.argv[0], plan.argv)
+    # the stage processes record a final status too, unless their stderr is not the log (srun's per-node output)
+    record_final_exit(status)
+    if windows:
+        close_window(status, signals.received, os.environ, log_file())
+    sys.exit(status)
 
 
 if __name__ == "__main__":

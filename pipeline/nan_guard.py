@@ -4,7 +4,8 @@ checkpoint or final model with non-finite weights is written.
 Every process checks the same things at the same point and the verdict is shared (``any_process``), so all ranks
 stop together instead of one waiting in a collective for the others until ``ddp_timeout``. A rerun resumes from the
 last finite checkpoint with the same seed and would diverge at the same step again: the stage exits with
-``NONFINITE_EXIT_CODE``, not with the preemption code, and the fix is a change of settings (docs/troubleshooting.md).
+``pipeline.exit_codes.NONFINITE_EXIT_CODE``, not with the preemption code (a final status: a retry in the same
+Snakemake invocation exits at once), and the fix is a change of settings (docs/troubleshooting.md).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import math
 from typing import Any
 
 import torch
-
-NONFINITE_EXIT_CODE = 70  # sysexits.h EX_SOFTWARE: the run diverged; a plain rerun would diverge again
 
 
 class NonFiniteTraining(RuntimeError):

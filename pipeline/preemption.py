@@ -1,8 +1,8 @@
 """Preemption signals: Slurm's time-limit warning (SIGUSR1, from ``--signal=USR1@<seconds>``) and SIGTERM.
 
 A stage that can checkpoint (training) records them and stops at its next step boundary with
-``PREEMPTED_EXIT_CODE``; the launcher records them until it hands over, and exits with the same code when one came
-first (nothing started yet). Light on purpose: no third-party imports, so it is installed before torch loads.
+``pipeline.exit_codes.PREEMPTED_EXIT_CODE``; the launcher records them until it hands over, and exits with the
+same code when one came first (nothing started yet). Light on purpose: no third-party imports, so it is installed before torch loads.
 A process talks to a supervising launcher through pipeline.launch_dir.
 """
 
@@ -17,7 +17,6 @@ from typing import Any
 
 from pipeline.launch_dir import SIGNAL_FILE, launch_file, write_small_file
 
-PREEMPTED_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: "temporary failure, try again" (checkpoint saved, rerun resumes)
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.io import InputError, load_spec
-from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
+from pipeline.preemption import PreemptionSignals
 from pipeline.specs import stage_spec
 
 # Run as a stage, record the signals before importing torch, transformers and TRL (seconds): Slurm's warning
@@ -84,7 +84,8 @@ from transformers import ProgressCallback
 
 from pipeline.code_digest import module_digests
 from pipeline.credit.method import credit_module
-from pipeline.disk_space import SAVE_FAILED_EXIT_CODE, CheckpointSaveError
+from pipeline.disk_space import CheckpointSaveError
+from pipeline.exit_codes import NONFINITE_EXIT_CODE, PREEMPTED_EXIT_CODE, SAVE_FAILED_EXIT_CODE
 from pipeline.file_digest import file_digest, model_identity
 from pipeline.grpo_config import GrailGRPOConfig, merge_specs, split_options
 from pipeline.io import atomic_write_text, export_model, publish_directory, read_jsonl, run_cli
@@ -99,7 +100,7 @@ from pipeline.layout import (
     working_metrics_path,
 )
 from pipeline.loading import check_model_reference, load_model, load_tokenizer
-from pipeline.nan_guard import NONFINITE_EXIT_CODE, NonFiniteTraining
+from pipeline.nan_guard import NonFiniteTraining
 from pipeline.provenance import library_versions, write_provenance
 from pipeline.resume import (
     ExportAndPreemptionCallback,

@@ -26,14 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+from pipeline.exit_codes import STALL_EXIT_CODE
 from pipeline.io import InputError, load_spec
 from pipeline.launch_dir import record_exit_status
 from pipeline.specs import dataclass_from_mapping
-
-# Outside sysexits.h's 64-78 (whose 70, 73 and 75 the other guards use), below the shell's 126-165 and not 1 or 2:
-# a stall cannot be mistaken for another failure. Retryable: a stall is transient (a node, a file system, an
-# engine), the rerun resumes from the last checkpoint.
-STALL_EXIT_CODE = 79
 
 
 @dataclass(frozen=True)

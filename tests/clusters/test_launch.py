@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline import launch
+from pipeline.exit_codes import PREEMPTED_EXIT_CODE, STALL_EXIT_CODE
 from pipeline.io import InputError
 from pipeline.launch import (
     CPU_ACCELERATE_CONFIG,
@@ -33,8 +34,6 @@ from pipeline.launch import (
     threads_per_process,
     training_processes,
 )
-from pipeline.preemption import PREEMPTED_EXIT_CODE
-from pipeline.watchdog import STALL_EXIT_CODE
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_ARGS = ["--seed", "3", "--out", "results/runs/m/grail/seed3"]
@@ -352,7 +351,8 @@ def test_the_launcher_passes_on_the_agreed_status_or_a_stall(statuses, passed_on
 RANK_STAGE = """
 import json, os, signal, sys, time
 from pipeline.io import run_cli
-from pipeline.preemption import PREEMPTED_EXIT_CODE, PreemptionSignals
+from pipeline.exit_codes import PREEMPTED_EXIT_CODE
+from pipeline.preemption import PreemptionSignals
 
 def main(argv):
     out, *statuses = argv
@@ -460,3 +460,56 @@ def test_bad_counts_exit_2_with_a_message() -> None:
     )
     assert result.returncode == 2
     assert "--gpus must be >= 0" in result.stderr
+
+
+# A stage that waits for a preemption signal and exits 75, and a stand-in `scontrol` that answers `show job` like
+# Slurm 22.05 (Restarts=0) and records a `requeue`.
+WINDOW_STAGE = """
+import sys, time
+from pipeline.exit_codes import PREEMPTED_EXIT_CODE
+from pipeline.preemption import PreemptionSignals
+
+signals = PreemptionSignals().install()
+print("stage ready", file=sys.stderr, flush=True)
+deadline = time.monotonic() + 60
+while signals.received is None and time.monotonic() < deadline:
+    time.sleep(0.05)
+sys.exit(PREEMPTED_EXIT_CODE)
+"""
+SCONTROL = """#!/bin/sh
+echo "$@" >> "$(dirname "$0")/calls"
+[ "$1" = show ] && echo "JobId=$3 JobName=grail_x Requeue=1 Restarts=0 BatchFlag=1"
+exit 0
+"""
+
+
+def test_inside_slurm_the_launcher_requeues_its_job_after_the_warning(tmp_path: Path) -> None:
+    """The launcher stays the stage's parent inside a Slurm job and, after the warning's 75, requeues the job and
+    keeps the window's log. Broken on purpose: with the launcher exec'ing as outside Slurm, nothing was left to
+    requeue (no `scontrol` call, no window log)."""
+    (tmp_path / "window_stage.py").write_text(WINDOW_STAGE)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(SCONTROL)
+    (bin_dir / "scontrol").chmod(0o755)
+    log = tmp_path / "seed0.log"
+    env = launcher_env(
+        tmp_path, SLURM_JOB_ID="41", GRAIL_TIME_WINDOWS="3", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    )
+    with open(log, "w") as handle:  # the rule's `> {log} 2>&1`
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.launch", "--gpus", "0", "--", "window_stage"],
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while "stage ready" not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGUSR1)  # Slurm signals every process of the job step
+        assert process.wait(timeout=60) == PREEMPTED_EXIT_CODE
+    assert (bin_dir / "calls").read_text().splitlines() == ["show job 41", "requeue 41"]
+    assert "time window 1 of at most 3 (time_windows) of Slurm job 41 ended" in log.read_text()
+    assert (tmp_path / "seed0.log.window1").read_text() == log.read_text()

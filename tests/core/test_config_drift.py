@@ -146,3 +146,7 @@ def test_training_engines_are_the_launchers_and_the_schema_enum():
     assert set(node["enum"]) == set(TRAINING_ENGINES) == set(typing.get_args(TrainingEngine))
     assert node["default"] == Study.__dataclass_fields__["training_engine"].default
     assert_choices_match(SCHEMA["properties"], Study)  # and library_changes, stale_checkpoints
+
+
+def test_time_windows_default_is_the_studys():
+    assert SCHEMA["properties"]["time_windows"]["default"] == Study.__dataclass_fields__["time_windows"].default

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.exit_codes import STALL_EXIT_CODE
 from pipeline.io import InputError
-from pipeline.watchdog import STALL_EXIT_CODE, StallWatchdog, WatchdogConfig, load_watchdog, stall_bound
+from pipeline.watchdog import StallWatchdog, WatchdogConfig, load_watchdog, stall_bound
 
 CONFIG = WatchdogConfig(stall_multiple=5, stall_floor_s=10, first_step_s=100)
 durations = st.lists(st.floats(min_value=0.001, max_value=1e5), min_size=1, max_size=50)

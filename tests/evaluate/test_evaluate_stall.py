@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from pipeline import evaluate as ev
+from pipeline.exit_codes import STALL_EXIT_CODE
 from pipeline.io import read_jsonl
-from pipeline.watchdog import STALL_EXIT_CODE
 from tests.evaluate.conftest import FAST_SPEC, benchmark_rows, write_jsonl
 from tests.hold_stage import stall_evaluation_env
 

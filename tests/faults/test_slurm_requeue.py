@@ -83,6 +83,17 @@ def scontrol_job(job_id: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S*)", text))
 
 
+def lift_requeue_hold(job_id: str) -> dict[str, str]:
+    """Lift the hold Slurm puts on a requeued job (``BeginTime``, about 2 minutes); the job's state."""
+    state = scontrol_job(job_id)
+    if state["JobState"] == "PENDING" and state.get("Reason") == "BeginTime":
+        # two seconds on: slurmd revoked the first run's credential at the requeue, to the second, and a start
+        # within that same second gets a credential it counts as revoked ("Killing non-startable batch job: Job
+        # credential revoked"; seen once under load), which fails the job
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now+2"], check=True)
+    return state
+
+
 def first_checkpoint_or_exit(run_dir: Path, log: Path) -> bool:
     """Whether the run published a checkpoint, or the stage already ended (the log says why)."""
     published = (run_dir / "checkpoints").is_dir() and bool(checkpoint_steps(run_dir))
@@ -134,16 +145,11 @@ def test_time_limit_warning_checkpoints_requeues_and_resumes(tmp_path: Path, job
         wait_until(lambda: "USR1 received" in log.read_text(), "the time-limit warning", timeout=90)
 
         deadline = time.monotonic() + 150
-        while (state := scontrol_job(job))["JobState"] != "COMPLETED":
+        while (state := lift_requeue_hold(job))["JobState"] != "COMPLETED":
             # SIGNALING and CONFIGURING are transient states Slurm passes through while it warns and restarts.
             alive = {"RUNNING", "PENDING", "REQUEUED", "COMPLETING", "SIGNALING", "CONFIGURING"}
             assert state["JobState"] in alive, (state, log.read_text())
             assert time.monotonic() < deadline, log.read_text()
-            if state["JobState"] == "PENDING" and state.get("Reason") == "BeginTime":
-                # two seconds on: slurmd revoked the first run's credential at the requeue, to the second, and a
-                # start within that same second gets a credential it counts as revoked ("Killing non-startable
-                # batch job: Job credential revoked"; seen once under load), which fails the job
-                subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now+2"], check=True)
             time.sleep(1)
     finally:
         subprocess.run(["scancel", job], check=False)

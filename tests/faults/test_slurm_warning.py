@@ -1,14 +1,25 @@
-"""Slurm's time-limit warning through the Slurm profile, on the real local cluster.
+"""Slurm's time-limit warning through the Slurm profile, on the real local cluster: time windows, and a final exit.
 
 configs/paper.yaml gives training `slurm_extra: --signal=USR1@600`: ten minutes before the time limit Slurm sends
 SIGUSR1 to every process of the job's steps, which under `--profile profiles/slurm` are the Snakemake that the
 jobstep executor starts with `srun`, the rule's shell, the launcher and the training stage. Only the training stage
-may act on it (checkpoint, exit 75); every layer above must survive it, or the step dies with status 138 while the
-checkpoint is still being written (on a cluster that tracks processes by cgroup, the stage is killed with it).
+acts on it (checkpoint, exit 75); every layer above must survive it, or the step dies with status 138 while the
+checkpoint is still being written. The launcher then requeues the Slurm job (`scontrol requeue`,
+pipeline.time_windows): the job keeps its id, Snakemake sees no failure, and the next run resumes.
 
 `scancel --signal=USR1 JOB` sends exactly that signal (all steps, not the batch shell) while the training job holds
-after checkpoint-2 (tests/hold_stage). Snakemake must then see the stage's exit 75, retry the job (the profile's
-`retries`), and the retry must resume from the step-3 checkpoint that the warning produced.
+after checkpoint-2 and, in its second window, after checkpoint-4 (tests/hold_stage). With `retries: 1` and
+`time_windows: 3` the run needs three windows of one Slurm job and must finish in that one attempt. Slurm holds a
+requeued job for about two minutes (BeginTime); the test lifts the hold (`scontrol update StartTime=now+2`).
+
+In the same study (one Snakemake run, to spend the Slurm polling once) a benchmark with a corrupt line makes its
+job exit 2: its stage must run once, the retry exiting at once (pipeline.exit_codes).
+
+Broken on purpose: with the launcher's requeue removed (close_window returning False before `scontrol requeue`),
+Snakemake saw the first window's 75 as a failure and retried the job in a new Slurm job, so the test's warning
+went to a job that no longer ran; with the gate removed from run_cli, the bad job's retry ran the stage again
+(its log without the "not run again" line); before the Snakefile ignored SIGUSR1 the jobstep died of the warning
+(status 138).
 """
 
 from __future__ import annotations
@@ -16,12 +27,15 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from fault_support import REPO, RUN, checkpoint_steps, small_study, stage_env, wait_until, write_study
-from test_slurm_requeue import slurm_answers
+from fault_support import REPO, RUN, checkpoint_steps, jsonl, small_study, stage_env, wait_until, write_study
+from safetensors.torch import load_file
+from test_slurm_requeue import lift_requeue_hold, scontrol_job, slurm_answers
 
+from pipeline.layout import CHECKPOINTS_DIR
 from tests.hold_stage import hold_training_env
 
 pytestmark = [
@@ -33,6 +47,7 @@ pytestmark = [
 PROFILE = REPO / "profiles" / "slurm"
 TRAIN_LOG = "results/logs/train/tiny/grpo/seed0.log"
 SUBMITTED_TRAIN_JOB = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: (\S*/slurm_logs/rule_train/\S*)\)")
+MAX_STEPS = 12
 
 
 def accounting() -> bool:
@@ -40,41 +55,77 @@ def accounting() -> bool:
     return probe.returncode == 0
 
 
-def test_warning_to_every_step_checkpoints_and_the_retry_resumes(tmp_path: Path) -> None:
+def warn_and_wait_for_the_next_window(job: str, run_dir: Path, step: int, snakemake: subprocess.Popen) -> None:
+    """Send the time-limit warning to every step of ``job``, then lift the requeue hold until the job's next run
+    published checkpoint-``step``."""
+    subprocess.run(["scancel", "--signal=USR1", job], check=True, timeout=30)
+    deadline = time.monotonic() + 300
+    while step not in checkpoint_steps(run_dir):
+        assert snakemake.poll() is None, f"Snakemake ended (status {snakemake.returncode}) before checkpoint-{step}"
+        assert time.monotonic() < deadline, f"no checkpoint-{step} within 300 s: {scontrol_job(job)}"
+        lift_requeue_hold(job)
+        time.sleep(0.5)
+
+
+def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path) -> None:
     config = small_study()
     config["resources"] = {"default": {"cpus": 1, "mem_mb": 1000, "runtime": 10}}
+    config["time_windows"] = 3
+    # beside it, a job with bad input (its stage exits 2): the profile's keep-going runs both
+    config["benchmarks"]["broken"] = {"kind": "qwen_jsonl", "path": "broken.jsonl"}
     study = tmp_path / "study"
     write_study(study, config)
+    (study / "broken.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{not json\n', encoding="utf-8")
     output = study / "snakemake.out"
+    run_dir = study / RUN
     command = [
         sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(study),
         "--configfile", str(study / "config.yaml"), "--profile", str(PROFILE), "--slurm-no-account",
-        "--slurm-status-command", "sacct" if accounting() else "squeue",
+        "--slurm-status-command", "sacct" if accounting() else "squeue", "--retries", "1",
         "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2",
-        f"{RUN}/metrics.jsonl",
+        f"{RUN}/metrics.jsonl", "eval_data/broken.jsonl",
     ]  # fmt: skip
     with open(output, "w", encoding="utf-8") as log:
         snakemake = subprocess.Popen(
-            command, cwd=study, env=stage_env(**hold_training_env(2)), stdout=log, stderr=subprocess.STDOUT
+            command, cwd=study, env=stage_env(**hold_training_env(2, 4)), stdout=log, stderr=subprocess.STDOUT
         )
         try:
-            wait_until(lambda: 2 in checkpoint_steps(study / RUN), "checkpoint-2", snakemake, timeout=400)
-            job_id, first_log = SUBMITTED_TRAIN_JOB.findall(output.read_text(encoding="utf-8"))[0]
-            subprocess.run(["scancel", "--signal=USR1", job_id], check=True, timeout=30)
-            assert snakemake.wait(timeout=600) == 0, output.read_text(encoding="utf-8")[-5000:]
+            wait_until(lambda: 2 in checkpoint_steps(run_dir), "checkpoint-2", snakemake, timeout=400)
+            job, slurm_log = SUBMITTED_TRAIN_JOB.findall(output.read_text(encoding="utf-8"))[0]
+            warn_and_wait_for_the_next_window(job, run_dir, 4, snakemake)  # window 1 saved step 3
+            resumed = (study / TRAIN_LOG).read_text(encoding="utf-8")
+            warn_and_wait_for_the_next_window(job, run_dir, MAX_STEPS, snakemake)  # window 2 saved step 5
+            assert snakemake.wait(timeout=300) == 1, output.read_text(encoding="utf-8")[-5000:]  # the bad job
         finally:
             if snakemake.poll() is None:
                 snakemake.kill()
-            subprocess.run(["scancel", "--name", "grail*", "--user", "root"], check=False, timeout=30)
+            submitted = re.findall(r"SLURM jobid (\d+)", output.read_text(encoding="utf-8"))
+            subprocess.run(["scancel", *submitted], check=False, timeout=30)
 
     text = output.read_text(encoding="utf-8")
-    train_jobs = SUBMITTED_TRAIN_JOB.findall(text)
-    assert len(train_jobs) == 2, text[-5000:]  # the warned job, then its retry
-    warned = Path(first_log).read_text(encoding="utf-8") if Path(first_log).is_absolute() else ""
-    warned = warned or (study / first_log).read_text(encoding="utf-8")
-    # The jobstep's Snakemake survived the warning and reported the stage's own exit status.
-    assert "User defined signal 1" not in warned, warned[-3000:]
-    assert "exit status 75" in warned, warned[-3000:]
-    assert 3 in checkpoint_steps(study / RUN)
-    assert f"resuming from {RUN}/checkpoints/checkpoint-3 (step 3)" in (study / TRAIN_LOG).read_text(encoding="utf-8")
-    assert (study / RUN / "final" / "model.safetensors").is_file()
+    assert SUBMITTED_TRAIN_JOB.findall(text) == [(job, slurm_log)], text[-5000:]  # one Slurm job, one attempt
+    assert "Error in rule train" not in text and re.search(r"Finished jobid: \d+ \(Rule: train\)", text), text[-5000:]
+    assert scontrol_job(job)["Restarts"] == "2"  # three windows
+    # The launcher requeued twice and kept each window's log (the jobstep's Snakemake survived the warnings: a job
+    # step that died of SIGUSR1 fails the job, which Snakemake would retry).
+    for window, stopped_at in ((1, 3), (2, 5)):
+        kept = (study / f"{TRAIN_LOG}.window{window}").read_text(encoding="utf-8")
+        assert f"saving a checkpoint at step {stopped_at} and stopping" in kept, kept[-3000:]
+        ended = f"time window {window} of at most 3 (time_windows) of Slurm job {job} ended on the time-limit warning"
+        assert f"{ended}: requeued the job" in kept, kept[-3000:]
+    # Each window resumed from the checkpoint the warning made; every step was trained and logged once.
+    assert f"resuming from {RUN}/checkpoints/checkpoint-3 (step 3)" in resumed, resumed[-3000:]
+    assert f"resuming from {RUN}/checkpoints/checkpoint-5 (step 5)" in (study / TRAIN_LOG).read_text(encoding="utf-8")
+    steps = [row["step"] for row in jsonl(run_dir / "metrics.jsonl") if "train_runtime" not in row]
+    assert steps == list(range(1, MAX_STEPS + 1))
+    final = load_file(run_dir / "final" / "model.safetensors")
+    last = load_file(run_dir / CHECKPOINTS_DIR / f"checkpoint-{MAX_STEPS}" / "model.safetensors")
+    assert final.keys() == last.keys() and all(final[name].equal(last[name]) for name in final)
+
+    # The bad job ran its stage once: the retry Snakemake submitted exited 2 at once, and its log is the first
+    # attempt's under one line saying why; Snakemake failed the study naming the log.
+    assert text.count("Error in rule prepare_benchmarks") == 2 and text.count("Trying to restart job") == 1
+    assert "log: results/logs/prepare_benchmarks/broken.log" in text
+    bad = (study / "results/logs/prepare_benchmarks/broken.log").read_text(encoding="utf-8")
+    assert bad.startswith("pipeline.prepare_benchmarks: not run again: an earlier attempt of this job in this ")
+    assert bad.count("broken.jsonl:2: not valid JSON") == 1, bad

@@ -22,7 +22,7 @@ from train_support import stage_argv
 from transformers import Trainer
 
 from pipeline import resume
-from pipeline.disk_space import SAVE_FAILED_EXIT_CODE
+from pipeline.exit_codes import SAVE_FAILED_EXIT_CODE
 from pipeline.io import run_cli
 from pipeline.train import main
 

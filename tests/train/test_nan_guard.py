@@ -19,8 +19,9 @@ import torch
 from safetensors.torch import load_file
 from train_support import launch_two, run_train, stage_argv, train_command
 
+from pipeline.exit_codes import NONFINITE_EXIT_CODE
 from pipeline.io import run_cli
-from pipeline.nan_guard import NONFINITE_EXIT_CODE, step_problem
+from pipeline.nan_guard import step_problem
 from pipeline.resume import ExportAndPreemptionCallback
 from pipeline.train import main
 from pipeline.trainer import GrailGRPOTrainer

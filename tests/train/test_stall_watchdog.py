@@ -19,7 +19,7 @@ import psutil
 import pytest
 from train_support import launch_two, run_train, train_command
 
-from pipeline.watchdog import STALL_EXIT_CODE
+from pipeline.exit_codes import STALL_EXIT_CODE
 from tests.hold_stage import stall_training_env
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from test_train_run import REWARD, assert_gradient_after, assert_same_weights, i
 from train_support import TRAINING_SPEC, launch_two, run_train, train_command, write_one_question_jsonl
 
 from pipeline import vllm_cpu
-from pipeline.preemption import PREEMPTED_EXIT_CODE
+from pipeline.exit_codes import PREEMPTED_EXIT_CODE
 from tests.hold_stage import pseudo_random_reward_env
 
 VLLM_SPEC = {

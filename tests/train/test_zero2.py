@@ -42,7 +42,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline import evaluate as ev
 from pipeline.arith import ArithmeticSpec, arithmetic_problems
-from pipeline.preemption import PREEMPTED_EXIT_CODE
+from pipeline.exit_codes import PREEMPTED_EXIT_CODE
 from pipeline.resume import checkpoint_problem, newest_valid_checkpoint
 from pipeline.train import free_port
 
