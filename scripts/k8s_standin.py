@@ -303,7 +303,10 @@ def serve(record_dir: Path, work_root: Path, kubeconfig_path: Path, port: int, k
     Handler.cluster = Cluster(record_dir, work_root, kubernetes_version)
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     address = f"http://127.0.0.1:{server.server_address[1]}"
-    kubeconfig_path.write_text(yaml.safe_dump(kubeconfig(address)))
+    # Whole or absent: a client that polls for the file must never read it half-written (seen: "kubeconfig file is empty").
+    partial = kubeconfig_path.with_name(f".{kubeconfig_path.name}.partial")
+    partial.write_text(yaml.safe_dump(kubeconfig(address)))
+    os.replace(partial, kubeconfig_path)
     print(f"k8s-standin: serving {address} (schemas of Kubernetes {kubernetes_version})", flush=True)
     try:
         server.serve_forever()
