@@ -35,6 +35,20 @@ def failed_run(argv: list[str], caplog: pytest.LogCaptureFixture) -> str:
     return next(record.getMessage() for record in caplog.records if "checkpoint not saved" in record.getMessage())
 
 
+def assert_clean_stop_then_resume(run_dir: Path, argv: list[str], caplog: pytest.LogCaptureFixture) -> None:
+    """After a failed save of checkpoint-4: no staging directory, no final model, checkpoint-2 the newest valid one;
+    then (the fault injection undone) a rerun resumes from step 2 and publishes the final model."""
+    assert not (run_dir / "checkpoints" / ".staging").exists() and not (run_dir / "final").exists()
+    assert resume.newest_valid_checkpoint(run_dir / "checkpoints")[0] == 2
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pipeline.train"):
+        run_cli(main, argv)
+    assert "(step 2)" in next(
+        record.getMessage() for record in caplog.records if "resuming from" in record.getMessage()
+    )
+    assert (run_dir / "final" / "model.safetensors").is_file()
+
+
 def test_a_checkpoint_that_does_not_fit_is_refused_naming_path_and_space(
     untrained_model, train_jsonl, tmp_path, monkeypatch, caplog
 ):
@@ -64,16 +78,8 @@ def test_a_save_that_runs_out_of_space_leaves_no_staging_and_the_rerun_resumes(
     staging = run_dir / "checkpoints" / ".staging"
     assert f"{staging / 'checkpoint-4'}: saving the checkpoint failed (OSError: [Errno 28] No space left" in message
     assert f"free at {run_dir / 'checkpoints'}" in message
-    assert not staging.exists() and not (run_dir / "final").exists()
-    assert resume.newest_valid_checkpoint(run_dir / "checkpoints")[0] == 2
     monkeypatch.undo()
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="pipeline.train"):
-        run_cli(main, argv)
-    assert "(step 2)" in next(
-        record.getMessage() for record in caplog.records if "resuming from" in record.getMessage()
-    )
-    assert (run_dir / "final" / "model.safetensors").is_file()
+    assert_clean_stop_then_resume(run_dir, argv, caplog)
 
 
 @pytest.fixture
@@ -100,14 +106,6 @@ def test_a_small_real_filesystem_stops_the_run_cleanly_and_the_rerun_resumes(
         assert "saving the checkpoint failed" in message and f"free at {run_dir / 'checkpoints'}" in message
     else:
         assert f"{run_dir / 'checkpoints' / 'checkpoint-4'}: not enough disk space for the checkpoint" in message
-    assert not (run_dir / "checkpoints" / ".staging").exists() and not (run_dir / "final").exists()
-    assert resume.newest_valid_checkpoint(run_dir / "checkpoints")[0] == 2
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_filesystem)], check=True)  # the user frees space
     monkeypatch.undo()
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="pipeline.train"):
-        run_cli(main, argv)
-    assert "(step 2)" in next(
-        record.getMessage() for record in caplog.records if "resuming from" in record.getMessage()
-    )
-    assert (run_dir / "final" / "model.safetensors").is_file()
+    assert_clean_stop_then_resume(run_dir, argv, caplog)
