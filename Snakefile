@@ -32,7 +32,7 @@ sys.path.insert(0, workflow.basedir)
 if threading.current_thread() is threading.main_thread():  # (a Snakefile parsed in a thread cannot set handlers)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
-from pipeline import cluster, exit_codes, layout, time_windows
+from pipeline import cluster, exit_codes, kernels, layout, time_windows
 from pipeline.code_digest import source_digest
 from pipeline.config import (
     Study,
@@ -75,6 +75,10 @@ STUDY = Study.from_config(config)  # cross-key checks; refuses before any job
 # The launcher's bound on Slurm time windows, through the environment: the train rule's command stays as it was
 # (Snakemake's `code` rerun trigger compares the command's text), and the setting changes no result.
 os.environ[time_windows.TIME_WINDOWS_VARIABLE] = str(STUDY.time_windows)
+# The CPU kernel path of every job (pipeline.kernels): the jobs inherit this process's environment, and a cluster
+# job's Snakemake re-reads the config and sets it again. A param of the rules that compute, so a change reruns them.
+kernels.configure(STUDY.kernel_pin)
+KERNEL_PIN = "pinned" if STUDY.kernel_pin else "native"
 
 
 IMAGE = cluster.resolve_image(STUDY.container_image, workflow.basedir)
@@ -325,6 +329,7 @@ rule warmup:
         spec=lambda wildcards: canonical_json(STUDY.models[wildcards.model].warmup_spec),
         seed=lambda wildcards: STUDY.models[wildcards.model].warmup_seed,
         model=warmup_model_argument,
+        kernels=KERNEL_PIN,
         code=source_digest("pipeline.warmup"),
     shell:
         "python -m pipeline.warmup {params.model} --spec {params.spec:q} --data {input.data:q} --seed {params.seed}"
@@ -375,6 +380,7 @@ rule train:
         tracking_dir=TRACKING_DIR,
         state_flags=shlex.join(TRAIN_STATE_ARGS),
         libraries=LIBRARIES,
+        kernels=KERNEL_PIN,
         # the job runs both, and the method's module (loaded by name, so no import leads to it)
         code=lambda wildcards: source_digest(
             "pipeline.train", "pipeline.launch", STUDY.methods[wildcards.method].credit_module
@@ -423,6 +429,7 @@ rule evaluate:
         spec=canonical_json(STUDY.evaluation.spec),
         watchdog=WATCHDOG,
         libraries=LIBRARIES,
+        kernels=KERNEL_PIN,
         code=source_digest("pipeline.evaluate"),
     shell:
         "python -m pipeline.evaluate {params.model} --benchmark {input.benchmark:q} --spec {params.spec:q}"
@@ -529,6 +536,7 @@ rule token_analysis:
         checkpoints=token_analysis_checkpoints,
         spec=canonical_json(STUDY.token_analysis.spec),
         out_dir=lambda wildcards, output: os.path.dirname(output.summary),
+        kernels=KERNEL_PIN,
         code=source_digest("pipeline.token_analysis"),
     shell:
         "python -m pipeline.token_analysis {params.checkpoints} --benchmark {input.benchmark:q}"
@@ -572,6 +580,7 @@ rule token_viewer:
         methods=canonical_json(STUDY.credit_specs()),
         per_outcome=STUDY.token_viewer.rollouts,
         seed=STUDY.token_viewer.seed,
+        kernels=KERNEL_PIN,
         code=source_digest("pipeline.token_viewer", *STUDY.credit_modules()),
     shell:
         "python -m pipeline.token_viewer {params.rollouts} --benchmark {input.benchmark:q}"

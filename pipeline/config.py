@@ -401,6 +401,7 @@ class Study:
     stale_checkpoints: StaleCheckpoints = "set_aside"
     training_engine: TrainingEngine = "auto"
     time_windows: int = 8  # Slurm time-limit windows per training job (pipeline.time_windows)
+    kernel_pin: bool = True  # every job on the AVX2 CPU kernel path (pipeline.kernels)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Study:
@@ -456,6 +457,7 @@ class Study:
             stale_checkpoints=config["stale_checkpoints"],
             training_engine=config["training_engine"],
             time_windows=config["time_windows"],
+            kernel_pin=config["kernel_pin"],
         )
 
     # ----- specs passed to the stages

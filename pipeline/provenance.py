@@ -1,8 +1,11 @@
-"""What made an output: library versions recorded beside each training run and evaluation, and accepted code changes.
+"""What made an output: library versions and the CPU kernel path recorded beside each training run and evaluation,
+and accepted code changes.
 
-Library versions: the training stage writes ``RUN_DIR/provenance.json`` and the evaluation stage
-``<benchmark>.provenance.json`` beside its samples, ``{"stage", "python", "libraries": {name: version}}`` for the
-libraries that change their numbers (``LIBRARIES``; ``absent`` when not installed). The report flags a study
+Library versions and kernel path: the training stage writes ``RUN_DIR/provenance.json`` and the evaluation stage
+``<benchmark>.provenance.json`` beside its samples, ``{"stage", "python", "libraries": {name: version}, "kernels":
+{cpu_model, machine, cpu_flags, capability, kernel_pin, variables, threads, mkl, onednn}}``: the libraries that
+change their numbers (``LIBRARIES``; ``absent`` when not installed) and what decides their last bits below the code
+(``pipeline.kernels.kernel_record``). The report flags a study
 whose outputs were made with different versions (``mixed_versions``). Whether a version change reruns them is the
 config's ``library_changes`` (warn, the default: it does not).
 
@@ -20,10 +23,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pipeline import kernels
 from pipeline.io import InputError, atomic_write_json, read_jsonl
 
 LIBRARIES = ("torch", "transformers", "trl", "vllm", "math-verify", "accelerate", "deepspeed")
 ABSENT = "absent"
+NOT_RECORDED = "not recorded"
 
 
 def package_versions(names: tuple[str, ...]) -> dict[str, str]:
@@ -47,8 +52,13 @@ def library_versions() -> dict[str, str]:
 
 
 def write_provenance(path: Path, stage: str) -> None:
-    """Record, atomically, which Python and library versions ``stage`` ran with."""
-    record = {"stage": stage, "python": platform.python_version(), "libraries": library_versions()}
+    """Record, atomically, which Python and library versions and which CPU kernel path ``stage`` ran with."""
+    record = {
+        "stage": stage,
+        "python": platform.python_version(),
+        "libraries": library_versions(),
+        "kernels": kernels.kernel_record(),
+    }
     atomic_write_json(path, record)
 
 
@@ -61,6 +71,34 @@ def read_libraries(paths: list[Path]) -> dict[str, dict[str, str]]:
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise InputError(f"{path}: not a provenance record with 'libraries' ({error})") from None
         records[str(path)] = libraries
+    return records
+
+
+def kernel_fields(record: dict[str, Any]) -> dict[str, str]:
+    """The fields of a ``kernels.kernel_record`` that decide a result's last bits, as text (``pipeline.kernels``):
+    CPU model, capability in effect, whether pinned, the kernel variables, threads, MKL and oneDNN builds."""
+    variables = record.get("variables", {})
+    return {
+        "CPU": str(record.get("cpu_model", NOT_RECORDED)),
+        "capability": str(record.get("capability", NOT_RECORDED)),
+        "kernel pin": "on" if record.get("kernel_pin") else "off",
+        "variables": " ".join(f"{name}={value}" for name, value in sorted(variables.items())) or "none",
+        "threads": str(record.get("threads", NOT_RECORDED)),
+        "MKL": str(record.get("mkl", NOT_RECORDED)),
+        "oneDNN": str(record.get("onednn", NOT_RECORDED)),
+    }
+
+
+def read_kernel_paths(paths: list[Path]) -> dict[str, dict[str, str]]:
+    """``{output: kernel_fields}`` of provenance files; a record made before kernels were recorded reads as
+    ``not recorded`` in every field."""
+    records = {}
+    for path in paths:
+        try:
+            record = json.loads(path.read_text(encoding="utf-8")).get("kernels", {})
+        except (OSError, ValueError, AttributeError) as error:
+            raise InputError(f"{path}: not a provenance record ({error})") from None
+        records[str(path)] = kernel_fields(record) if record else dict.fromkeys(kernel_fields({}), NOT_RECORDED)
     return records
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline import kernels
 from pipeline.gold_audit import clean_only_warning
 from pipeline.io import InputError, atomic_write_text, load_spec, run_cli
 from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, VARIANCE_TABLE, checkpoint_label
@@ -26,6 +27,7 @@ from pipeline.provenance import (
     mixed_versions,
     package_versions,
     read_code_changes,
+    read_kernel_paths,
     read_libraries,
     standing_code_changes,
 )
@@ -84,7 +86,12 @@ def git_commit(directory: Path) -> str:
 
 def hardware() -> dict[str, Any]:
     """Machine, CPU count and accelerators."""
-    info: dict[str, Any] = {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count()}
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_model": kernels.cpu_model(),
+        "cpus": os.cpu_count(),
+    }
     try:
         import torch
 
@@ -231,6 +238,16 @@ def token_viewer_section(page: Path, report_dir: Path) -> str:
     )
 
 
+def _mixed_listing(mixed: dict[str, dict[str, list[str]]]) -> list[str]:
+    """One line per (field, value) of ``provenance.mixed_versions``: how many outputs have it, the first five named."""
+    lines = []
+    for name, values in mixed.items():
+        for value, outputs in values.items():
+            shown = ", ".join(f"`{output}`" for output in outputs[:5]) + (" ..." if len(outputs) > 5 else "")
+            lines.append(f"- {name} {value}: {len(outputs)} outputs ({shown})")
+    return lines
+
+
 def library_versions_section(records: dict[str, dict[str, str]]) -> str:
     """Whether every training run and evaluation was made with the same library versions, and if not, which
     library differs and which outputs have which version."""
@@ -241,16 +258,45 @@ def library_versions_section(records: dict[str, dict[str, str]]) -> str:
         versions = next(iter(records.values()))
         listing = ", ".join(f"{library} {version}" for library, version in versions.items())
         return f"All {len(records)} training runs and evaluations were made with the same library versions: {listing}."
-    lines = [
-        f"**Mixed library versions**: the {len(records)} training runs and evaluations were not all made with the "
-        "same libraries, so their numbers may differ for that reason alone (config `library_changes: rerun` "
-        "reruns the outputs made with other versions than the installed ones)."
-    ]
-    for library, versions in mixed.items():
-        for version, outputs in versions.items():
-            shown = ", ".join(f"`{output}`" for output in outputs[:5]) + (" ..." if len(outputs) > 5 else "")
-            lines.append(f"- {library} {version}: {len(outputs)} outputs ({shown})")
-    return "\n".join(lines)
+    return "\n".join(
+        [
+            f"**Mixed library versions**: the {len(records)} training runs and evaluations were not all made with "
+            "the same libraries, so their numbers may differ for that reason alone (config `library_changes: rerun` "
+            "reruns the outputs made with other versions than the installed ones).",
+            *_mixed_listing(mixed),
+        ]
+    )
+
+
+def kernel_path_section(records: dict[str, dict[str, str]]) -> str:
+    """The CPU, kernel capability, pin and kernel libraries every training run and evaluation ran with
+    (pipeline.kernels), and which outputs differ when they did not all run on one path."""
+    if not records:
+        return "No training run or evaluation recorded its kernel path."
+    path_fields = {output: {k: v for k, v in fields.items() if k != "CPU"} for output, fields in records.items()}
+    mixed = mixed_versions(path_fields)
+    cpus = sorted({fields["CPU"] for fields in records.values()})
+    on = sorted(path_fields.values(), key=str)[0]
+    if not mixed:
+        listing = ", ".join(f"{name} {value}" for name, value in on.items())
+        return (
+            f"All {len(records)} training runs and evaluations ran on one CPU kernel path: {listing}; "
+            f"CPU: {'; '.join(cpus)}."
+            + (
+                " With the kernel pin on, their numbers hold on any x86-64 CPU with AVX2 (`kernel_pin`, "
+                "docs/fidelity.md)."
+                if on["kernel pin"] == "on"
+                else " **The kernel pin is off**: these numbers hold only on CPUs with this kernel capability."
+            )
+        )
+    return "\n".join(
+        [
+            f"**Mixed kernel paths**: the {len(records)} training runs and evaluations did not all run on one CPU "
+            f"kernel path (CPU: {'; '.join(cpus)}), so their numbers may differ in the last bits for that reason "
+            'alone, and RL amplifies last bits into points (docs/fidelity.md, "One kernel path").',
+            *_mixed_listing(mixed),
+        ]
+    )
 
 
 def code_changes_section(entries: list[dict[str, Any]]) -> str:
@@ -322,6 +368,7 @@ def build_report(args: argparse.Namespace) -> str:
     sections += [
         "## Provenance",
         library_versions_section(read_libraries(args.provenance)),
+        kernel_path_section(read_kernel_paths(args.provenance)),
         code_changes_section(standing_code_changes(read_code_changes(args.code_changes) if args.code_changes else [])),
         "```json\n" + json.dumps(provenance(config, args.repo_dir), indent=2) + "\n```",
     ]

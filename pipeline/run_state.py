@@ -13,6 +13,8 @@ Fingerprint: the components that decide a run's trajectory, each recorded in eve
     model      the start model by content (pipeline.file_digest.model_identity)
     code       the train rule's module digests (pipeline.code_digest: train, launch and the credit method's module)
     libraries  the library versions, only under ``library_changes: rerun``
+    kernels    the CPU kernel path (``pipeline.kernels.kernel_path``): ``pinned AVX2``, or the native capability
+               when the pin is off (an AVX-512 run's checkpoints do not resume on an AVX2 machine)
     engine     ``deepspeed``, only for a DeepSpeed run (its checkpoints shard the optimizer per rank)
     fingerprint = SHA-256 of the canonical JSON of the components
 
@@ -86,6 +88,7 @@ def fingerprint_components(
     model: Mapping[str, str],
     code: Mapping[str, str],
     libraries: Mapping[str, str] | None,
+    kernel_path: str,
     deepspeed: bool = False,
 ) -> dict[str, Any]:
     """The components of the module docstring (``continues``: leave ``max_steps`` out, see ``continuable``);
@@ -99,6 +102,7 @@ def fingerprint_components(
         "data": data_digest,
         "model": dict(model),
         "code": dict(sorted(code.items())),
+        "kernels": kernel_path,
     }
     if libraries is not None:
         components["libraries"] = dict(sorted(libraries.items()))

@@ -82,6 +82,7 @@ import torch
 from datasets import Dataset
 from transformers import ProgressCallback
 
+from pipeline import kernels
 from pipeline.code_digest import module_digests
 from pipeline.credit.method import credit_module
 from pipeline.disk_space import CheckpointSaveError
@@ -342,6 +343,7 @@ def run_fingerprint(args: argparse.Namespace, merged: dict[str, Any], config: Gr
         model=model_identity(args.model, args.model_revision),
         code=module_digests("pipeline.train", "pipeline.launch", credit_module(config.credit)),
         libraries=library_versions() if args.fingerprint_libraries else None,
+        kernel_path=kernels.kernel_path(),
     )
     return fingerprint_record(components)
 
