@@ -46,6 +46,7 @@ from make_qwen3_shaped import build_qwen3_shaped, qwen3_shaped_config
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
+from pipeline import kernels
 from pipeline.arith import ArithmeticSpec, arithmetic_problems
 from pipeline.credit.method import built_in_names, credit_method
 from pipeline.generation import chat_prompt_ids
@@ -55,6 +56,7 @@ from pipeline.prompts import build_prompt
 from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
 from pipeline.trainer import GrailGRPOConfig, GrailGRPOTrainer
 
+NATIVE_SUFFIX = "@native"
 METHODS = {
     **{name: {"credit": name} for name in built_in_names()},
     "grail_per_generation": {"credit": "grail", "grail_recompute": "per_generation"},
@@ -267,6 +269,7 @@ def run_worker(method: str, workdir: Path, options: dict[str, Any]) -> dict[str,
     fractions = [e[key] for e in trainer.state.log_history for key in e if key.endswith("/saliency_rows_frac")]
     return {
         "model_shape": model_shape(model),
+        "kernel_path": kernels.kernel_path(),
         "round_times_s": timer.round_times(0)[options["warmup_rounds"] :],
         "round_cpu_times_s": timer.round_times(1)[options["warmup_rounds"] :],
         "peak_mem_mb": peak_mb,
@@ -308,6 +311,11 @@ def prepare(workdir: Path, options: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def run_label(method: str, pinned: bool) -> str:
+    """A run's row: the method, ``@native`` when it ran with the kernel pin off."""
+    return method if pinned else f"{method}{NATIVE_SUFFIX}"
+
+
 def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
     """Per method: median step time, wall and CPU (round time / num_iterations), peak memory (max over runs),
     each also over GRPO's from the same run (``*_x_grpo``), and the fraction of rows needing a saliency pass."""
@@ -323,10 +331,14 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, f
             "saliency_rows_frac": statistics.fmean(fractions) if fractions else None,
             "rounds_measured": len(times),
         }
-    base = dict(summary["grpo"])
+    base = dict(summary["grpo"] if "grpo" in summary else summary[run_label("grpo", False)])
     for row in summary.values():
         for key in ("step_time_s", "step_cpu_time_s", "peak_mem_mb"):
             row[f"{key.rsplit('_', 1)[0]}_x_grpo"] = row[key] / base[key]
+    for label, row in summary.items():
+        if (native := summary.get(run_label(label, False))) is not None and not label.endswith(NATIVE_SUFFIX):
+            # the pin's cost: pinned over native, same method, same run
+            row["step_cpu_time_x_native"] = row["step_cpu_time_s"] / native["step_cpu_time_s"]
     return summary
 
 
@@ -363,6 +375,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="CPU: torch threads per run (1: stable timings)")
     parser.add_argument(
+        "--kernel-pin",
+        choices=["on", "off", "both"],
+        default="on",
+        help="CPU kernel path of the runs (pipeline.kernels): pinned (as every stage), native, or both side by side"
+        " (the native runs listed as METHOD@native, with the pin's cost per method)",
+    )
+    parser.add_argument(
         "--json", type=Path, default=None, help="write {settings: {...}, methods: {method: {step_time_s, ...}}}"
     )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -387,23 +406,31 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--methods must include grpo (the baseline of every ratio)")
     if args.model and not Path(args.model).is_dir():
         parser.error(f"--model {args.model}: not a directory (a local causal LM with its tokenizer)")
-    results: dict[str, list[dict[str, Any]]] = {method: [] for method in args.methods}
+    variants = {"on": [True], "off": [False], "both": [True, False]}[args.kernel_pin]
+    runs = [(method, pinned) for method in args.methods for pinned in variants]
+    results: dict[str, list[dict[str, Any]]] = {run_label(*run): [] for run in runs}
     with tempfile.TemporaryDirectory(prefix="credit_overhead_") as directory:
         workdir = Path(directory)
         lengths = prepare(workdir, options)
         for repeat in range(args.repeats):
-            for method in args.methods if repeat % 2 == 0 else args.methods[::-1]:
+            for method, pinned in runs if repeat % 2 == 0 else runs[::-1]:
                 command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])]
                 command += ["--worker", method, "--workdir", str(workdir)]
-                print(f"repeat {repeat + 1}/{args.repeats}: {method}", file=sys.stderr, flush=True)
-                done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
-                results[method].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                label = run_label(method, pinned)
+                print(f"repeat {repeat + 1}/{args.repeats}: {label}", file=sys.stderr, flush=True)
+                # this process imported the package, which pinned its environment (pipeline.kernels)
+                environment = os.environ.copy() if pinned else kernels.unpinned_environment()
+                done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=environment)
+                results[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
     settings = {
         **options,
         **lengths,
         "repeats": args.repeats,
-        "model_shape": results["grpo"][0]["model_shape"],
+        "model_shape": next(iter(results.values()))[0]["model_shape"],
         "memory": "peak CUDA memory" if cuda else "peak RSS above pre-training",
+        "kernel_pin": args.kernel_pin,
+        "cpu_model": kernels.cpu_model(),
+        "kernel_paths": {label: label_runs[0]["kernel_path"] for label, label_runs in results.items()},
     }
     summary = summarise(results)
     shape = settings["model_shape"]
@@ -414,6 +441,9 @@ def main(argv: list[str] | None = None) -> None:
         f"prompts mean {lengths['prompt_tokens_mean']:.0f} tokens"
     )
     print(table(summary, settings["memory"]))
+    for label, row in summary.items():
+        if "step_cpu_time_x_native" in row:
+            print(f"kernel pin cost, {label}: CPU time per step x{row['step_cpu_time_x_native']:.3f} of native")
     if args.json:
         atomic_write_json(args.json, {"settings": settings, "methods": summary})
 

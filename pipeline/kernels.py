@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import MutableMapping
 from functools import cache
 from typing import Any
 
@@ -62,19 +63,34 @@ def apply() -> None:
         os.environ[name] = value
 
 
-def configure(enabled: bool) -> None:
-    """The study's ``kernel_pin`` for this process and every job it starts: pinned, or the environment as it was
-    before ``apply`` (a variable set from outside stays)."""
-    os.environ[KERNEL_PIN_VARIABLE] = "1" if enabled else "0"
-    if enabled:
-        apply()
-        return
+def _unpin(environment: MutableMapping[str, str]) -> None:
+    """``environment`` as it was before ``apply`` pinned it, with the pin marked off (a variable set from outside
+    stays)."""
+    environment[KERNEL_PIN_VARIABLE] = "0"
     for name, value in _BEFORE_PIN.items():
         if value is None:
-            os.environ.pop(name, None)
+            environment.pop(name, None)
         else:
-            os.environ[name] = value
-    _BEFORE_PIN.clear()
+            environment[name] = value
+
+
+def configure(enabled: bool) -> None:
+    """The study's ``kernel_pin`` for this process and every job it starts: pinned, or the environment as it was
+    before ``apply``."""
+    if enabled:
+        os.environ[KERNEL_PIN_VARIABLE] = "1"
+        apply()
+    else:
+        _unpin(os.environ)
+        _BEFORE_PIN.clear()
+
+
+def unpinned_environment() -> dict[str, str]:
+    """This process's environment for a child that must run on the machine's native kernels (a benchmark's
+    unpinned side), this process left as it is."""
+    environment = dict(os.environ)
+    _unpin(environment)
+    return environment
 
 
 def cpu_model() -> str:

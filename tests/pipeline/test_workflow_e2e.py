@@ -274,6 +274,35 @@ def test_evaluation_change_reruns_no_training(workdir: Path, study: Study, tmp_p
     assert not {"train", "warmup", "prepare_data", "prepare_benchmarks"} & set(counts), counts
 
 
+def test_kernel_pin_change_reruns_the_stages_that_compute(workdir: Path, study: Study, tmp_path: Path) -> None:
+    """``kernel_pin: false`` moves last bits (pipeline.kernels): warm-up, training, evaluation, token analysis and the
+    viewer are planned again, data preparation is not."""
+    config = yaml.safe_load(CI_CONFIG.read_text())
+    config["kernel_pin"] = False
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(config))
+    result = snakemake(workdir, "-n", "--configfile", str(changed), str(PLUGIN_CONFIG))
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert counts["warmup"] == 1 and counts["train"] == len(study.runs()) and counts["token_viewer"] == 1
+    assert counts["evaluate"] == len(study.evaluations()) and "token_analysis" in counts
+    assert not {"prepare_data", "prepare_benchmarks"} & set(counts), counts
+
+
+def test_every_run_and_evaluation_records_the_pinned_kernel_path(workdir: Path) -> None:
+    """Provenance beside each run and samples file, and the report's provenance section (pipeline.kernels)."""
+    results = workdir / "results"
+    records = [*results.glob("runs/*/*/seed*/provenance.json"), *results.glob("eval/**/*.provenance.json")]
+    assert len(records) > 4
+    for path in records:
+        kernel = json.loads(path.read_text())["kernels"]
+        assert kernel["capability"] == "AVX2" and kernel["kernel_pin"] is True, path
+        assert kernel["variables"]["MKL_CBWR"] == "AVX2,STRICT" and kernel["cpu_model"], path
+    report = (results / "report.md").read_text()
+    assert f"All {len(records)} training runs and evaluations ran on one CPU kernel path: capability AVX2" in report
+    assert '"cpu_model"' in report
+
+
 def code_copy(tmp_path: Path, edits: dict[str, str] | None = None) -> Path:
     """The Snakefile, configs and package copied under ``tmp_path`` (the finished study's code), with ``edits``
     (module path -> text appended) applied: a study planned by it sees the edited code."""

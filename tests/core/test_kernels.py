@@ -1,0 +1,94 @@
+"""The CPU kernel pin (pipeline.kernels): in effect in every stage's process, off on request, recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pipeline import kernels
+from pipeline.provenance import kernel_fields, write_provenance
+from pipeline.report import kernel_path_section
+
+pytestmark = pytest.mark.skipif(not kernels.applies_here(), reason="the pin's variables are x86-64's")
+
+PROBE = (
+    "import json, os, torch, pipeline; from pipeline import kernels; "
+    "print(json.dumps({'capability': torch.backends.cpu.get_cpu_capability(), "
+    "'variables': {name: os.environ.get(name) for name in kernels.OBSERVED}, 'path': kernels.kernel_path()}))"
+)
+
+
+def probe(**variables: str) -> dict:
+    """What a fresh process that imports the package runs on, with ``variables`` set and the pin's unset."""
+    environment = {k: v for k, v in os.environ.items() if k not in {*kernels.OBSERVED, kernels.KERNEL_PIN_VARIABLE}}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], env={**environment, **variables}, capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout)
+
+
+def native_capability() -> str:
+    """torch's own choice on this machine, without the package (and its pin) imported."""
+    environment = {k: v for k, v in os.environ.items() if k not in kernels.OBSERVED}
+    command = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    return subprocess.run([sys.executable, "-c", command], env=environment, capture_output=True, text=True).stdout
+
+
+def test_importing_the_package_pins_torch_mkl_and_onednn_before_torch_reads_them() -> None:
+    pinned = probe()
+    assert pinned["capability"] == "AVX2"
+    assert {name: pinned["variables"][name] for name in kernels.PINNED} == kernels.PINNED
+    assert pinned["path"] == "pinned AVX2"
+
+
+def test_the_pin_overrides_a_variable_set_from_outside_and_stays_off_on_request() -> None:
+    assert probe(ATEN_CPU_CAPABILITY="default")["capability"] == "AVX2"
+    unpinned = probe(**{kernels.KERNEL_PIN_VARIABLE: "0"})
+    assert unpinned["capability"] == native_capability().strip()
+    assert unpinned["path"] == f"native {unpinned['capability']}"
+    assert not any(unpinned["variables"].values())
+
+
+def test_configure_off_puts_back_what_the_environment_held_before_the_pin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Snakefile imports the package (which pins) and then applies the study's key: off must leave a variable
+    set from outside as it was, and drop the ones only the pin set."""
+    monkeypatch.setenv("MKL_CBWR", "AUTO")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv(kernels.KERNEL_PIN_VARIABLE, raising=False)
+    monkeypatch.setattr(kernels, "_BEFORE_PIN", {})
+    kernels.apply()
+    assert {name: os.environ[name] for name in kernels.PINNED} == kernels.PINNED
+    kernels.configure(False)
+    assert os.environ[kernels.KERNEL_PIN_VARIABLE] == "0"
+    assert os.environ["MKL_CBWR"] == "AUTO"
+    assert "ATEN_CPU_CAPABILITY" not in os.environ and "ONEDNN_MAX_CPU_ISA" not in os.environ
+    kernels.configure(True)
+    assert {name: os.environ[name] for name in kernels.PINNED} == kernels.PINNED
+
+
+def test_provenance_records_the_cpu_the_capability_and_the_pins(tmp_path) -> None:
+    write_provenance(tmp_path / "provenance.json", "evaluate")
+    record = json.loads((tmp_path / "provenance.json").read_text())["kernels"]
+    assert record["cpu_model"] == kernels.cpu_model() and record["cpu_model"] != "unknown"
+    assert record["capability"] == "AVX2" and record["kernel_pin"] is True  # this test process imported the package
+    assert record["variables"]["MKL_CBWR"] == "AVX2,STRICT"
+    assert record["mkl"] and record["onednn"] and record["threads"] >= 1
+
+
+def test_the_report_names_one_kernel_path_or_every_output_off_it() -> None:
+    pinned = {"cpu_model": "CPU A", "capability": "AVX2", "kernel_pin": True, "variables": kernels.PINNED}
+    native = {"cpu_model": "CPU B", "capability": "AVX512", "kernel_pin": False, "variables": {}}
+    same = kernel_path_section({"run": kernel_fields(pinned), "eval": kernel_fields({**pinned, "cpu_model": "CPU B"})})
+    assert "ran on one CPU kernel path: capability AVX2, kernel pin on" in same
+    assert "ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2,STRICT ONEDNN_MAX_CPU_ISA=AVX2" in same
+    assert "CPU: CPU A; CPU B" in same and "hold on any x86-64 CPU with AVX2" in same
+    mixed = kernel_path_section({"run": kernel_fields(pinned), "eval": kernel_fields(native)})
+    assert mixed.startswith("**Mixed kernel paths**")
+    assert "- capability AVX512: 1 outputs (`eval`)" in mixed and "- kernel pin off: 1 outputs (`eval`)" in mixed
+    alone = kernel_path_section({"eval": kernel_fields(native)})
+    assert "**The kernel pin is off**" in alone
