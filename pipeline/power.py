@@ -42,8 +42,9 @@ replicates; a run's benchmarks share its luck, so they add none):
 
 with X_gbs the accuracy of run s on benchmark b (``pipeline.variance``'s ANOVA estimate of var_seed, before its
 clipping at 0; rho only over the (model, method)s with 2 benchmarks or more). When a compared method has no second
-seed, or the two together fall short of the minimum below, the seed terms pool every trained method's runs, and
-the source says so and which method contributes most (its part of sum_g (S_g - 1) |v_g|). A seed term from fewer
+seed, or the two together fall short of the minimum below, the seed terms pool every trained method's runs if that
+reaches it, and the source says so and which method contributes most (its part of sum_g (S_g - 1) |v_g|); if it
+does not, the compared methods' own runs give the raw estimate the fallback reports. A seed term from fewer
 degrees of freedom than its minimum falls back to its default, flagged, with the raw estimate and its degrees of
 freedom; a raw estimate out of range (a negative seed variance, rho outside [0, 1]) is clipped and the source says
 so. The minimums, chosen for the direction in which a wrong component misleads the planner:
@@ -356,7 +357,8 @@ def fallback(name: str, reason: str) -> Component:
     default = DEFAULTS[name]
     return Component(
         default.value,
-        f"{reason}: fallback to the default {component_text(name, default.value)}; the default's source: {default.source}",
+        f"{reason}: fallback to the default {component_text(name, default.value)}; the default's source: "
+        f"{default.source}",
         fallback=True,
     )
 
