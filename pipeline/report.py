@@ -177,7 +177,8 @@ def variance_section(path: Path, checkpoint: str) -> str:
             "or test in this report counts the training seed, so a difference between two trained methods may be "
             "one seed's luck however small its item-level p; the summary table has no std; and the planner "
             "(`python -m pipeline.power`) can only use documented defaults for the seed terms. Two or more seeds "
-            "per method give the estimate, three or more an exact permutation test per cell."
+            "per method give the estimate (the planner uses it from 6 degrees of freedom of the compared methods' "
+            "runs, 10 for the seed correlation across benchmarks), three or more an exact permutation test per cell."
         )
     return "\n\n".join(parts)
 

@@ -217,18 +217,20 @@ def test_variance_and_seed_aware_rows_follow_from_the_tables(workdir: Path, stud
 
 
 def test_planner_reads_the_finished_study_as_its_pilot(workdir: Path, capsys) -> None:
-    """``python -m pipeline.power --pilot``: the sampling variance is the mean of the trained runs' final
-    estimates in tables/variance.csv; one seed leaves the seed terms at their documented defaults."""
+    """``python -m pipeline.power --pilot``: the sampling variance is the mean of the compared methods' (GRAIL's
+    and GRPO's) final estimates in tables/variance.csv; one seed leaves the seed terms at their documented
+    defaults, flagged as fallbacks."""
     variance = pd.read_csv(workdir / "results" / "tables" / "variance.csv", dtype={"checkpoint": str})
-    trained = variance[(variance["checkpoint"] == "final") & (variance["method"] != "base")]
-    pilot = power.pilot_variance(workdir / "results")
-    assert pilot.sampling.value == pytest.approx(trained["var_sampling"].mean())
-    assert pilot.seed_sd.value == power.DEFAULTS["seed_sd"].value
-    assert pilot.seed_sd.source.startswith("default, not estimable from the pilot")
+    compared = variance[(variance["checkpoint"] == "final") & variance["method"].isin(["grail", "grpo"])]
+    pilot = power.pilot_variance(workdir / "results", ("grail", "grpo"))
+    assert pilot.sampling.value == pytest.approx(compared["var_sampling"].mean())
+    assert pilot.seed_sd.fallback and pilot.seed_sd.value == power.DEFAULTS["seed_sd"].value
+    assert "no (model, method) has 2 seeds (0 degrees of freedom, minimum 6)" in pilot.seed_sd.source
     configfile = str(REPO / "configs" / "paper.yaml")
     power.main(["--configfile", configfile, "--pilot", str(workdir / "results"), "--replications", "100", "--no-cost"])
     out = capsys.readouterr().out
-    assert f"(pilot {workdir / 'results'}: {len(trained)} (model, method, benchmark) cells, 1 seed(s))" in out
+    assert f"(pilot {workdir / 'results'}: {len(compared)} (model, benchmark) cells of grail and grpo)" in out
+    assert "  seed sd 2.00 points [fallback] (pilot " in out
 
 
 def test_snakemake_html_report(workdir: Path, tmp_path: Path) -> None:

@@ -4,13 +4,16 @@ config."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from pipeline import power
 from pipeline.cost import PlannedJob, scaled_gpu_hours
+from pipeline.io import InputError
 from pipeline.power import Component, Design, VarianceModel
 from pipeline.seed_aware import Runs, compared_cells, stratified_permutation_pvalues, study_permutation_strata
 from pipeline.significance import wilcoxon_rows
@@ -127,3 +130,112 @@ def test_the_paper_config_with_documented_defaults(capsys) -> None:
     assert len(configured) == 9  # name, GPU-h, samples, 2 x false positives, 2 x power, 2 x MDE
     # one seed: the seed-aware test flips the sign of each of the 5 models' difference (32 labellings)
     assert float(configured[4]) <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 200)
+
+
+# --------------------------------------------------------------------------------------------- the pilot
+
+SAMPLES_PER_ITEM = 100
+
+
+def write_pilot(write_samples, accuracies: dict[tuple[str, str, int, str], float]) -> None:
+    """Final samples files of runs (model, method, seed, benchmark) -> accuracy (a multiple of 1 / 100): each of
+    the 10 items gets that accuracy, so a run's score holds no item noise and the pilot's seed terms are those of
+    the planned accuracies."""
+    for (model, method, seed, benchmark), accuracy in accuracies.items():
+        correct = round(accuracy * SAMPLES_PER_ITEM)
+        flags = [True] * correct + [False] * (SAMPLES_PER_ITEM - correct)
+        write_samples(model, method, seed, "final", benchmark, {f"i{item}": flags for item in range(10)})
+
+
+def spread_runs(models: int, methods: dict[str, float], seeds: int = 2, same_sign: int | None = None) -> dict:
+    """Runs of each (model, method) at 0.5 +- the method's spread on benchmarks b1 and b2: seed s is at +spread
+    on both for even s and at -spread for odd s; b2's shift has the opposite sign in the (model, method)s past
+    the first ``same_sign`` (counted over models within methods), which makes rho (2 same_sign - groups) / groups."""
+    accuracies = {}
+    for index, (model, (method, spread)) in enumerate(itertools.product(range(models), methods.items())):
+        b2_sign = 1 if same_sign is None or index < same_sign else -1
+        for seed in range(seeds):
+            shift = spread if seed % 2 == 0 else -spread
+            accuracies[f"m{model}", method, seed, "b1"] = 0.5 + shift
+            accuracies[f"m{model}", method, seed, "b2"] = 0.5 + b2_sign * shift
+    return accuracies
+
+
+def test_a_correlation_from_one_degree_of_freedom_falls_back_to_its_default(write_samples, tmp_path, capsys) -> None:
+    """One model, GRAIL's 2 seeds and GRPO's 1: rho from 1 degree of freedom, raw -1 (b2 moves against b1), is not
+    clipped to 0 but replaced by the default 0.5, flagged, with the raw value, its degrees of freedom and the
+    minimum in the source; the printed summary marks it."""
+    runs = spread_runs(1, {"grail": 0.05}, same_sign=0)
+    runs |= {("m0", "grpo", 0, "b1"): 0.5, ("m0", "grpo", 0, "b2"): 0.5}
+    write_pilot(write_samples, runs)
+    pilot = power.pilot_variance(tmp_path, ("grail", "grpo"))
+    rho = pilot.seed_correlation
+    assert rho.fallback and rho.value == power.DEFAULTS["seed_correlation"].value
+    assert "raw -1.00 from 1 degree of freedom of grail, under the minimum of 10: fallback to the default 0.50" in (
+        rho.source
+    )
+    assert pilot.seed_sd.fallback and "under the minimum of 6" in pilot.seed_sd.source
+    power.main(["--configfile", "configs/paper.yaml", "--pilot", str(tmp_path), "--replications", "100", "--no-cost"])
+    out = capsys.readouterr().out
+    assert "variance components (fallback to the default: seed sd, seed correlation across benchmarks):" in out
+    assert "  seed correlation across benchmarks 0.50 [fallback] (pilot " in out
+
+
+@pytest.mark.parametrize(("same_sign", "rho", "said"), [(8, 0.6, "(minimum 10)"), (2, 0.0, "clipped to 0")])
+def test_seed_terms_from_enough_degrees_of_freedom_are_used_as_measured(
+    write_samples, tmp_path, same_sign: int, rho: float, said: str
+) -> None:
+    """5 models x GRAIL and GRPO x 2 seeds: 10 degrees of freedom for both seed terms. The seed sd is the runs'
+    (spread 2 points: sd 2 sqrt(2)) and rho theirs: 0.6 with 8 of the 10 (model, method)s moving b2 with b1; with 2,
+    the raw -0.6 is clipped to 0, and the source says so."""
+    write_pilot(write_samples, spread_runs(5, {"grail": 0.02, "grpo": 0.02}, same_sign=same_sign))
+    pilot = power.pilot_variance(tmp_path, ("grail", "grpo"))
+    assert not pilot.seed_sd.fallback and pilot.seed_sd.value == pytest.approx(0.02 * math.sqrt(2))
+    assert "10 degrees of freedom of grail and grpo (minimum 6)" in pilot.seed_sd.source
+    assert not pilot.seed_correlation.fallback and pilot.seed_correlation.value == pytest.approx(rho)
+    assert f"{2 * same_sign / 10 - 1:.2f} from 10 degrees of freedom of grail and grpo" in pilot.seed_correlation.source
+    assert said in pilot.seed_correlation.source
+
+
+def test_the_compared_methods_own_seed_spread_not_another_methods(write_samples, tmp_path) -> None:
+    """3 models: OAR-G's seeds 20 points apart, GRAIL's and GRPO's 2 (6 degrees of freedom of their own). GRAIL
+    vs GRPO gets their seed sd, sqrt(2) points, whatever OAR-G's runs do; OAR-G vs GRAIL gets theirs."""
+    write_pilot(write_samples, spread_runs(3, {"grail": 0.01, "grpo": 0.01, "oar_g": 0.1}))
+    pilot = power.pilot_variance(tmp_path, ("grail", "grpo"))
+    assert pilot.seed_sd.value == pytest.approx(0.01 * math.sqrt(2))
+    assert "of grail and grpo" in pilot.seed_sd.source and "oar_g" not in pilot.seed_sd.source
+    spread = power.pilot_variance(tmp_path, ("oar_g", "grail")).seed_sd.value
+    assert spread == pytest.approx(math.sqrt((0.01**2 + 0.1**2) / 2 * 2))
+    assert power.compared_pair(["grpo", "grail", "oar_g"], ["oar_g", "grail"]) == ("oar_g", "grail")
+    with pytest.raises(InputError, match="--methods"):
+        power.compared_pair(["grpo", "grail"], ["grail", "oar_g"])
+
+
+def test_pooling_says_so_and_names_the_method_that_dominates(write_samples, tmp_path) -> None:
+    """GRAIL has one seed per model: the seed sd pools GRPO's and OAR-G's runs (8 degrees of freedom), and the
+    source says that it pools, why, and that OAR-G's 20-point spread contributes most (99 %)."""
+    runs = spread_runs(4, {"grpo": 0.01, "oar_g": 0.1})
+    runs |= {(f"m{model}", "grail", 0, b): 0.5 for model in range(4) for b in ("b1", "b2")}
+    write_pilot(write_samples, runs)
+    seed_sd = power.pilot_variance(tmp_path, ("grail", "grpo")).seed_sd
+    assert not seed_sd.fallback and seed_sd.value == pytest.approx(math.sqrt((0.01**2 + 0.1**2) / 2 * 2))
+    assert "from 8 degrees of freedom pooled over grpo, oar_g (the compared methods' own runs: grail 0, grpo 4" in (
+        seed_sd.source
+    )
+    assert "oar_g contributes most, 99 %" in seed_sd.source
+
+
+def test_minimum_degrees_of_freedom_follow_their_criteria() -> None:
+    """The module docstring's reasons: from MIN_SEED_SD_DF on, the chance that the estimated seed sd is under half
+    the true one, P(chi2_nu < nu / 4), is under 5 %; from MIN_SEED_CORRELATION_DF on, the 95 % Fisher interval of
+    an estimate of 0.5 is narrower than [0, 1]; one degree of freedom fewer meets neither."""
+
+    def under_half(nu: int) -> float:
+        return stats.chi2.cdf(nu / 4, nu)
+
+    def interval_width(nu: int) -> float:
+        half = stats.norm.ppf(0.975) / math.sqrt(nu - 2)
+        return math.tanh(math.atanh(0.5) + half) - math.tanh(math.atanh(0.5) - half)
+
+    assert under_half(power.MIN_SEED_SD_DF) < 0.05 <= under_half(power.MIN_SEED_SD_DF - 1)
+    assert interval_width(power.MIN_SEED_CORRELATION_DF) < 1 <= interval_width(power.MIN_SEED_CORRELATION_DF - 1)
