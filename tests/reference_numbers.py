@@ -269,10 +269,11 @@ def failure_message(differences: Iterable[str]) -> str:
 
 
 def stage_cpu_capability() -> str:
-    """The kernel capability torch picks in a stage's process: asked of a fresh interpreter that imports pipeline
-    first, as every stage does (so a kernel pin that pipeline sets before torch loads is seen)."""
+    """The kernel capability torch picks in a stage's process: asked of a fresh interpreter that imports this
+    checkout's pipeline first, as every stage does (so a kernel pin that pipeline sets before torch loads is seen)."""
     code = "import pipeline, torch; print(torch.backends.cpu.get_cpu_capability())"
-    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+    command = [sys.executable, "-c", code]
+    return subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO).stdout.strip()
 
 
 def header() -> dict[str, Any]:
