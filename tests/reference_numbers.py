@@ -11,7 +11,8 @@ the kernel path pinned the numbers hold bit for bit across machines. What is hel
 - per training run (``model/method/seedN``): per logged step the ``STEP_METRICS`` exactly as ``metrics.jsonl``
   logged them, and a digest of the final model's tensors. Besides loss, reward and gradient norm, the entropy and
   the tokens seen: in the CI study the tiny model never earns a reward in four steps (reward, loss and gradient
-  norm are 0.0 at every step of every method), so those two are what a change to the rollouts moves;
+  norm are 0.0 at every step of every method, and every final model is the start model), so those two are what a
+  change to the rollouts moves (an extra random draw before training's generation moved only them);
 - per evaluation samples file (``model/method/seedN/checkpoint/benchmark``): each item's correctness, one
   character per sample in sample order (``1`` correct, ``0`` wrong), and a short digest of its completions and
   token counts. The digest is there for the same reason: no CI evaluation answers an item correctly, so a change
