@@ -48,7 +48,7 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_DIR, capture_output=True, text=True)
     return done.stdout.strip() or "unknown"
 
@@ -116,7 +116,7 @@ def reproductions(results_dir: Path, others: list[Path]) -> list[dict[str, Any]]
     return found
 
 
-def record(study: str, results_dir: Path, config: str, same_as: list[Path]) -> dict[str, Any]:
+def record(study: str, results_dir: Path, config: str, same_as: list[Path], commit: str) -> dict[str, Any]:
     """The summary of a finished study (module docstring), with the runs that reproduced it bit for bit."""
     scores = pd.read_csv(results_dir / TABLES_DIR / "scores.csv")
     wanted = scores["metric"].str.match(r"^(acc|pass)@\d+$") & scores["checkpoint"].isin(
@@ -131,7 +131,7 @@ def record(study: str, results_dir: Path, config: str, same_as: list[Path]) -> d
         "study": study,
         "config": config,
         "recorded": datetime.date.today().isoformat(),
-        "commit": _git_commit(),
+        "commit": commit,
         "reference_sha256": file_sha256(REFERENCE),
         **run_environment(results_dir),
         "reproduced_by": reproductions(results_dir, same_as),
@@ -441,12 +441,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--same-as", nargs="*", type=Path, default=[], help="with --record: other runs of it, checked bit for bit"
     )
+    parser.add_argument("--commit", default=None, help="with --record: the commit it ran (default: the checkout's)")
     parser.add_argument("--config", default=None, help="with --record: the config it ran (default configs/STUDY.yaml)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a generated block is stale")
     args = parser.parse_args(argv)
     if args.record:
         study, results_dir = args.record
-        summary = record(study, Path(results_dir), args.config or f"configs/{study}.yaml", args.same_as)
+        summary = record(
+            study, Path(results_dir), args.config or f"configs/{study}.yaml", args.same_as, args.commit or git_commit()
+        )
         atomic_write_json(NUMBERS_DIR / f"{study}.json", summary)
         print(f"recorded {NUMBERS_DIR / f'{study}.json'}")
     studies = load_studies()

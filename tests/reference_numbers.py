@@ -10,13 +10,11 @@ the kernel path pinned the numbers hold bit for bit across machines. What is hel
   the model's tensors;
 - per training run (``model/method/seedN``): per logged step the ``STEP_METRICS`` exactly as ``metrics.jsonl``
   logged them, and a digest of the final model's tensors. Besides loss, reward and gradient norm, the entropy and
-  the tokens seen: in the CI study the tiny model never earns a reward in four steps (reward, loss and gradient
-  norm are 0.0 at every step of every method, and every final model is the start model), so those two are what a
-  change to the rollouts moves (an extra random draw before training's generation moved only them);
+  the tokens seen, which move with the rollouts even in a step where no group has mixed rewards (ci.yaml's warm-up
+  makes the model earn some reward, so the losses, gradient norms and weights also move, and differ by method);
 - per evaluation samples file (``model/method/seedN/checkpoint/benchmark``): each item's correctness, one
   character per sample in sample order (``1`` correct, ``0`` wrong), and a short digest of its completions and
-  token counts. The digest is there for the same reason: no CI evaluation answers an item correctly, so a change
-  to sampling shows only in the completions.
+  token counts, which a change to sampling moves even where it flips no item.
 
 A digest covers tensor content (sorted names, dtype, shape and bytes, read with safetensors), not the file's bytes,
 so that a change in how a file is written does not count as a change of numbers. Timings are left out (they vary
@@ -46,11 +44,11 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from pipeline.docs_numbers import REFERENCE
 from pipeline.layout import FINAL_CHECKPOINT, METRICS_FILE, RUN_DIR, SAMPLES, START_MODEL
 from pipeline.provenance import library_versions
 from tests.shared_studies import REPO, run_ci_study
 
-REFERENCE = REPO / "tests" / "reference" / "ci_study.json"
 UPDATE_COMMAND = "python -m tests.reference_numbers --update"
 STEP_METRICS = ("loss", "reward", "grad_norm", "entropy", "num_tokens")
 WARMUP_LOG = "warmup_log.json"  # pipeline.warmup's record beside the start model: {"losses": [per step], ...}
