@@ -111,10 +111,11 @@ class Component:
 DEFAULTS = {
     "seed_sd": Component(
         0.02,
-        "2 points: the compared methods' seed spread in this project's default study (docs/lab-notes.md, \"The tiny "
-        'study (configs/default.yaml)": acc@4 on arith_add, 400 items x 4 samples, sd over 2 seeds GRPO 1.2 and '
-        "GRAIL 2.3 points, 1.8 pooled, item noise included; OAR-G's 4.3 left out; the 2 December rerun there: 0.2 "
-        "and 0.4); no published measurement for the paper's models",
+        "2 points: an assumption of the order this project has measured for the compared methods on its default "
+        "study (acc@4 on arith_add, 400 items x 4 samples, sd over 2 seeds, item noise included): GRPO 0.0 and GRAIL "
+        "0.4 points in the recorded run docs/numbers/default.json (pinned kernels), GRPO 1.2 and GRAIL 2.3 before "
+        "the kernel pin (docs/lab-notes.md, 30 November); from 1 degree of freedom each, neither sets it; no "
+        "published measurement for the paper's models",
     ),
     "seed_correlation": Component(
         0.5, "an assumption: how much a run's seed luck carries across its benchmarks (pilot: measured)"

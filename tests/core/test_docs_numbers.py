@@ -111,3 +111,17 @@ def test_a_reproduction_is_bit_for_bit_but_for_wall_clock_fields(tmp_path: Path)
     third = write_study(tmp_path / "third", '{"id": 1, "correct": false}\n')
     with pytest.raises(InputError, match=r"1 of 3 outputs differ .*: eval/tiny/grpo/seed0/final/arith_add.jsonl"):
         docs_numbers.reproductions(first, [third])
+
+
+def test_the_planners_default_seed_spread_cites_the_recorded_default_study() -> None:
+    """pipeline.power's DEFAULTS['seed_sd'] quotes GRPO's and GRAIL's sd over seeds in the recorded default study."""
+    from pipeline.power import DEFAULTS
+
+    default = STUDIES["default"]
+    metric = docs_numbers.accuracy_metric(default)
+    grpo, grail = (
+        docs_numbers.mean_sd(docs_numbers.run_scores(default, method, "arith_add", metric))[1]
+        for method in ("grpo", "grail")
+    )
+    cited = f"GRPO {grpo:.1f} and GRAIL {grail:.1f} points in the recorded run docs/numbers/default.json"
+    assert cited in DEFAULTS["seed_sd"].source
