@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline.aggregate import AVERAGE_BENCHMARKS
 from pipeline.io import InputError, atomic_write_json, atomic_write_text, read_jsonl, run_cli
 from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, SIGNIFICANCE, START_CHECKPOINT, TABLES_DIR
 
@@ -150,7 +151,7 @@ def accuracy_metric(summary: dict[str, Any]) -> str:
 
 
 def run_scores(summary: dict[str, Any], method: str, benchmark: str, metric: str) -> list[float]:
-    """A method's per-seed scores in points (the baseline's at its start checkpoint), in seed order."""
+    """A method's per-seed scores as fractions (the baseline's at its start checkpoint), in seed order."""
     checkpoint = START_CHECKPOINT if method == BASELINE_METHOD else FINAL_CHECKPOINT
     rows = [
         row
@@ -158,17 +159,18 @@ def run_scores(summary: dict[str, Any], method: str, benchmark: str, metric: str
         if (row["method"], row["benchmark"], row["metric"], row["checkpoint"])
         == (method, benchmark, metric, checkpoint)
     ]
-    return [100 * row["value"] for row in sorted(rows, key=lambda row: row["seed"])]
+    return [row["value"] for row in sorted(rows, key=lambda row: row["seed"])]
 
 
 def mean_sd(values: list[float]) -> tuple[float, float]:
-    """Mean and sample sd (ddof 1; NaN for one value)."""
+    """Mean and sample sd (ddof 1; NaN for one value) of fractions, in points: scaled after the mean, as the
+    report's tables (pipeline.aggregate), so that the docs round as the report does."""
     series = pd.Series(values, dtype=float)
-    return float(series.mean()), float(series.std())
+    return 100 * float(series.mean()), 100 * float(series.std())
 
 
 def mean_sd_text(values: list[float]) -> str:
-    """'mean ± sd' with one decimal, as the report's tables."""
+    """'mean ± sd' in points with one decimal, as the report's tables."""
     mean, sd = mean_sd(values)
     return f"{mean:.1f}" if math.isnan(sd) else f"{mean:.1f} ± {sd:.1f}"
 
@@ -191,14 +193,18 @@ def item_test(summary: dict[str, Any], test: str, method_a: str, method_b: str, 
 
 
 def benchmarks(summary: dict[str, Any]) -> list[str]:
-    return list(dict.fromkeys(row["benchmark"] for row in summary["scores"]))
+    """The study's benchmarks in table order, without the aggregate's averages over them."""
+    names = (row["benchmark"] for row in summary["scores"] if row["benchmark"] not in AVERAGE_BENCHMARKS)
+    return list(dict.fromkeys(names))
 
 
 def trained_methods(summary: dict[str, Any]) -> list[str]:
+    """The study's trained methods in table order (the baseline left out)."""
     return list(dict.fromkeys(row["method"] for row in summary["scores"] if row["method"] != BASELINE_METHOD))
 
 
 def name(method: str) -> str:
+    """A method as the docs write it (GRPO, GRAIL, OAR-G, base; any other in code style)."""
     return DISPLAY.get(method, f"`{method}`")
 
 
@@ -312,7 +318,7 @@ def scores_table(studies: dict[str, dict[str, Any]], study: str) -> str:
     ]
     for method in [BASELINE_METHOD, *trained_methods(summary)]:
         cells = [mean_sd_text(run_scores(summary, method, b, metric)) for b in names]
-        runs = " / ".join(f"{value:.1f}" for value in run_scores(summary, method, names[0], metric))
+        runs = " / ".join(f"{100 * value:.1f}" for value in run_scores(summary, method, names[0], metric))
         lines.append(f"| {name(method)} | " + " | ".join(cells) + f" | {runs} |")
     return "\n".join(lines)
 
@@ -326,17 +332,20 @@ def comparisons_table(studies: dict[str, dict[str, Any]], study: str, against: t
         f"| comparison ({benchmark}) | difference | 95 % CI (items) | p (items) | p (items, Holm) |",
         "|---|---|---|---|---|",
     ]
+    holm = []
     for reference in against:
         for method in trained_methods(summary):
             if method in against[: against.index(reference) + 1]:
                 continue
             interval = item_test(summary, "paired_bootstrap", method, reference, benchmark)
             wilcoxon = item_test(summary, "wilcoxon_items", method, reference, benchmark)
+            holm.append(wilcoxon["p_holm"])
             lines.append(
                 f"| {method} vs {reference} | {100 * interval['statistic']:+.1f} | "
                 f"[{100 * interval['ci_low']:+.1f}, {100 * interval['ci_high']:+.1f}] | {p_text(wilcoxon['p_value'])} | "
                 f"{p_text(wilcoxon['p_holm'])} |"
             )
+    lines += ["", f"The smallest Holm-corrected p over items in this table: {p_text(min(holm))}."]
     return "\n".join(lines)
 
 

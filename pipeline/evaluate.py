@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from pipeline import kernels
 from pipeline.boxed import ExtractionMode, last_boxed
 from pipeline.file_digest import model_identity
 from pipeline.generation import chat_prompt_ids, derive_seed, stable_hash
@@ -681,6 +682,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     spec = parse_eval_spec(load_spec(args.spec))
+    if detect_backend(spec.backend) == "vllm" and vllm_device_type() == "cpu":
+        arguments = sys.argv[1:] if argv is None else argv
+        kernels.run_natively("pipeline.evaluate", arguments, "vLLM's CPU kernels are built for this machine")
     watchdog = load_watchdog(args.watchdog)
     if args.audit and spec.grading == "clean":
         warning = clean_only_warning(json.loads(Path(args.audit).read_text()))

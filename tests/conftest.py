@@ -20,6 +20,12 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+# The test processes themselves run on the machine's native kernels: several run a vLLM engine in-process, whose CPU
+# kernels abort under the kernel pin (pipeline.kernels). Set before anything imports the package (which pins);
+# every study a test runs through the Snakefile is pinned by its config all the same, and tests/core/test_kernels.py
+# checks the pin in fresh processes.
+os.environ.setdefault("GRAIL_KERNEL_PIN", "0")
+
 from tests.shared_studies import RUN_DIR_VARIABLE, run_ci_study, shared_artifact
 
 settings.register_profile("local", deadline=None)

@@ -74,7 +74,7 @@ def test_scores_and_the_orientation_of_a_pair_tested_the_other_way_round() -> No
             }
         ],
     )
-    assert docs_numbers.run_scores(made, "base", "a", "acc@4") == pytest.approx([50.0, 60.0])
+    assert docs_numbers.run_scores(made, "base", "a", "acc@4") == pytest.approx([0.5, 0.6])
     assert docs_numbers.mean_sd_text(docs_numbers.run_scores(made, "base", "a", "acc@4")) == "55.0 ± 7.1"
     assert docs_numbers.mean_sd_text(docs_numbers.run_scores(made, "grpo", "a", "acc@4")) == "70.0"
     assert docs_numbers.gain(made, "grpo", "a", "acc@4") == pytest.approx(15.0)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from pipeline import kernels
-from pipeline.provenance import kernel_fields, write_provenance
+from pipeline.provenance import kernel_fields
 from pipeline.report import kernel_path_section
 
 pytestmark = pytest.mark.skipif(not kernels.applies_here(), reason="the pin's variables are x86-64's")
@@ -72,12 +72,40 @@ def test_configure_off_puts_back_what_the_environment_held_before_the_pin(monkey
 
 
 def test_provenance_records_the_cpu_the_capability_and_the_pins(tmp_path) -> None:
-    write_provenance(tmp_path / "provenance.json", "evaluate")
-    record = json.loads((tmp_path / "provenance.json").read_text())["kernels"]
+    """A stage's provenance (written in a fresh process that imports the package, as a stage does)."""
+    path = tmp_path / "provenance.json"
+    write = f"from pipeline.provenance import write_provenance; write_provenance(__import__('pathlib').Path({str(path)!r}), 'evaluate')"
+    environment = {k: v for k, v in os.environ.items() if k not in {*kernels.OBSERVED, kernels.KERNEL_PIN_VARIABLE}}
+    subprocess.run([sys.executable, "-c", write], env=environment, check=True)
+    record = json.loads(path.read_text())["kernels"]
     assert record["cpu_model"] == kernels.cpu_model() and record["cpu_model"] != "unknown"
-    assert record["capability"] == "AVX2" and record["kernel_pin"] is True  # this test process imported the package
+    assert record["capability"] == "AVX2" and record["kernel_pin"] is True
     assert record["variables"]["MKL_CBWR"] == "AVX2,STRICT"
     assert record["mkl"] and record["onednn"] and record["threads"] >= 1
+
+
+PROBE_STAGE = """import sys, torch
+from pipeline import kernels
+kernels.run_natively("probe_stage", sys.argv[1:], "a test")
+print(torch.backends.cpu.get_cpu_capability(), sys.argv[1:])
+"""
+
+
+def test_run_natively_runs_the_stage_again_unpinned_with_its_arguments(tmp_path) -> None:
+    """What the evaluation stage does before it starts vLLM on the CPU, whose kernels abort under the pin."""
+    (tmp_path / "probe_stage.py").write_text(PROBE_STAGE)
+    environment = {k: v for k, v in os.environ.items() if k not in {*kernels.OBSERVED, kernels.KERNEL_PIN_VARIABLE}}
+    done = subprocess.run(
+        [sys.executable, "-m", "probe_stage", "--out", "x y"],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == f"{native_capability().strip()} ['--out', 'x y']"
+    assert "probe_stage: a test: running on the machine's native kernels (no kernel pin)" in done.stderr
+    assert done.stderr.count("running on the machine's native kernels") == 1  # the unpinned run goes on
 
 
 def test_the_report_names_one_kernel_path_or_every_output_off_it() -> None:
