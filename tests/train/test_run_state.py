@@ -138,18 +138,29 @@ def test_larger_max_steps_continues_a_constant_schedule_and_restarts_a_decaying_
     assert steps == [json.loads(line)["step"] for line in (fresh / "metrics.jsonl").open()]
 
 
+# the fingerprint components other than the spec (pipeline.run_state.fingerprint_components)
+COMPONENTS = {
+    "seed": 0,
+    "processes": 1,
+    "data_digest": "d",
+    "model": {"content": "m"},
+    "code": {},
+    "libraries": None,
+    "kernel_path": "pinned AVX2",
+}
+
+
+def test_the_kernel_path_is_in_the_fingerprint() -> None:
+    """Checkpoints made on the machine's native AVX-512 kernels (kernel pin off) do not resume a pinned run."""
+    pinned = fingerprint_record(fingerprint_components(LINEAR, continues=False, **COMPONENTS))
+    native = {**COMPONENTS, "kernel_path": "native AVX512"}
+    assert pinned != fingerprint_record(fingerprint_components(LINEAR, continues=False, **native))
+
+
 def test_a_deepspeed_run_has_a_fingerprint_of_its_own_and_the_others_keep_theirs() -> None:
     """DeepSpeed's checkpoints (one optimizer shard per rank) do not resume under DDP, nor DDP's under DeepSpeed;
     the runs made before the engine was recorded keep their fingerprints."""
-    common = {
-        "seed": 0,
-        "processes": 2,
-        "data_digest": "d",
-        "model": {"content": "m"},
-        "code": {},
-        "libraries": None,
-        "kernel_path": "pinned AVX2",
-    }
+    common = {**COMPONENTS, "processes": 2}
     ddp = fingerprint_components(LINEAR, continues=False, **common)
     zero2 = fingerprint_components(LINEAR, continues=False, deepspeed=True, **common)
     assert "engine" not in ddp and zero2 == {**ddp, "engine": "deepspeed"}
@@ -158,15 +169,7 @@ def test_a_deepspeed_run_has_a_fingerprint_of_its_own_and_the_others_keep_theirs
 
 def test_max_steps_is_in_the_fingerprint_unless_the_schedule_is_continuable(tmp_path, caplog) -> None:
     """A decaying schedule's rate at step 1 depends on max_steps: a larger max_steps sets the old run aside."""
-    common = {
-        "seed": 0,
-        "processes": 1,
-        "data_digest": "d",
-        "model": {"content": "m"},
-        "code": {},
-        "libraries": None,
-        "kernel_path": "pinned AVX2",
-    }
+    common = COMPONENTS
     short, long = ({**LINEAR, "max_steps": steps} for steps in (2, 4))
     decaying = [fingerprint_record(fingerprint_components(spec, continues=False, **common)) for spec in (short, long)]
     constant = [fingerprint_record(fingerprint_components(spec, continues=True, **common)) for spec in (short, long)]
@@ -184,15 +187,7 @@ def test_max_steps_is_in_the_fingerprint_unless_the_schedule_is_continuable(tmp_
 
 def test_keeping_and_waiting_settings_are_not_in_the_fingerprint() -> None:
     """save_steps, save_total_limit and ddp_timeout do not change what is trained: a rerun with new values resumes."""
-    common = {
-        "seed": 0,
-        "processes": 1,
-        "data_digest": "d",
-        "model": {"content": "m"},
-        "code": {},
-        "libraries": None,
-        "kernel_path": "pinned AVX2",
-    }
+    common = COMPONENTS
     specs = [LINEAR, {**LINEAR, "save_steps": 3, "save_total_limit": 1, "ddp_timeout": 60}]
     records = [fingerprint_record(fingerprint_components(spec, continues=False, **common)) for spec in specs]
     assert records[0] == records[1]
