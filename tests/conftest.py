@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-# The test processes themselves run on the machine's native kernels: several run a vLLM engine in-process, whose CPU
-# kernels abort under the kernel pin (pipeline.kernels). Set before anything imports the package (which pins);
-# every study a test runs through the Snakefile is pinned by its config all the same, and tests/core/test_kernels.py
-# checks the pin in fresh processes.
-os.environ.setdefault("GRAIL_KERNEL_PIN", "0")
+from tests.shared_studies import KERNEL_PIN_VARIABLE, RUN_DIR_VARIABLE, run_ci_study, shared_artifact
 
-from tests.shared_studies import RUN_DIR_VARIABLE, run_ci_study, shared_artifact
+# The test processes themselves run on the machine's native kernels: several run a vLLM engine in-process, whose CPU
+# kernels abort under the kernel pin (pipeline.kernels). Set before anything imports the package (which pins). Every
+# study a test runs through the Snakefile is pinned by its config all the same, a stage run by hand to compare with
+# one is given STUDY_KERNELS (tests/shared_studies.py), and tests/core/test_kernels.py checks the pin in fresh
+# processes.
+os.environ.setdefault(KERNEL_PIN_VARIABLE, "0")
 
 settings.register_profile("local", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True)

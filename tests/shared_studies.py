@@ -23,6 +23,12 @@ CI_CONFIG = REPO / "tests" / "pipeline" / "configs" / "ci.yaml"
 PLUGIN_CONFIG = CI_CONFIG.with_name("ci_plugin.yaml")  # adds docs/examples/halfway.py as `examples.halfway`
 CI_CONFIG_FILES = ("--configfile", str(CI_CONFIG), str(PLUGIN_CONFIG))
 EXAMPLES_DIR = REPO / "docs"
+# pipeline.kernels.KERNEL_PIN_VARIABLE, written out: importing the package would pin this process (tests/conftest.py
+# keeps the test processes native; tests/core/test_kernels.py holds the two names together)
+KERNEL_PIN_VARIABLE = "GRAIL_KERNEL_PIN"
+# A stage a test runs by hand runs on the kernel path a study's jobs run on (`kernel_pin`, default on), so that its
+# numbers can be compared with a study's.
+STUDY_KERNELS = {KERNEL_PIN_VARIABLE: "1"}
 
 
 def shared_artifact(name: str, build: Callable[[Path], None]) -> Path:
@@ -46,9 +52,10 @@ def shared_artifact(name: str, build: Callable[[Path], None]) -> Path:
 
 
 def with_examples(*paths: Path) -> dict[str, str]:
-    """The environment with ``paths`` and docs/ (where ``examples.halfway`` lives) on PYTHONPATH."""
+    """The environment of a study's job: ``paths`` and docs/ (where ``examples.halfway`` lives) on PYTHONPATH, the
+    study's kernel path."""
     entries = [*map(str, paths), str(EXAMPLES_DIR), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(entry for entry in entries if entry)}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(entry for entry in entries if entry), **STUDY_KERNELS}
 
 
 def run_ci_study(directory: Path) -> None:

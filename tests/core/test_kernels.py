@@ -12,6 +12,7 @@ import pytest
 from pipeline import kernels
 from pipeline.provenance import kernel_fields
 from pipeline.report import kernel_path_section
+from tests.shared_studies import KERNEL_PIN_VARIABLE
 
 pytestmark = pytest.mark.skipif(not kernels.applies_here(), reason="the pin's variables are x86-64's")
 
@@ -36,6 +37,10 @@ def native_capability() -> str:
     environment = {k: v for k, v in os.environ.items() if k not in kernels.OBSERVED}
     command = "import torch; print(torch.backends.cpu.get_cpu_capability())"
     return subprocess.run([sys.executable, "-c", command], env=environment, capture_output=True, text=True).stdout
+
+
+def test_the_tests_name_the_pins_variable_as_the_package_does() -> None:
+    assert KERNEL_PIN_VARIABLE == kernels.KERNEL_PIN_VARIABLE
 
 
 def test_importing_the_package_pins_torch_mkl_and_onednn_before_torch_reads_them() -> None:

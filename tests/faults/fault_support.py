@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-CI_CONFIG = REPO / "tests" / "pipeline" / "configs" / "ci.yaml"
+from tests.shared_studies import CI_CONFIG, REPO, STUDY_KERNELS
+
 MAX_STEPS = 12
 SAVE_STEPS = 2
 EXPORT_STEP = 4
@@ -72,6 +72,7 @@ def stage_env(**extra: str) -> dict[str, str]:
         "PYTHONPATH": str(REPO),
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        **STUDY_KERNELS,
         **extra,
     }
 

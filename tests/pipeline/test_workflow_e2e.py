@@ -422,7 +422,7 @@ def test_same_seed_same_metrics(workdir: Path, study: Study, tmp_path: Path) -> 
         "--method-spec", canonical_json(study.methods[method].spec),
         "--data", str(results / "data" / "train.jsonl"), "--seed", str(seed), "--out", str(tmp_path / "run"),
     ]  # fmt: skip
-    subprocess.run(train, check=True, capture_output=True, cwd=REPO, timeout=1800)
+    subprocess.run(train, check=True, capture_output=True, cwd=REPO, timeout=1800, env=with_examples())
     original = results / "runs" / model / method / f"seed{seed}" / "metrics.jsonl"
     assert _without_timings(tmp_path / "run" / "metrics.jsonl") == _without_timings(original)
 
@@ -432,6 +432,6 @@ def test_same_seed_same_metrics(workdir: Path, study: Study, tmp_path: Path) -> 
         "--benchmark", str(workdir / "eval_data" / f"{benchmark}.jsonl"),
         "--spec", canonical_json(study.evaluation.spec), "--seed", str(seed), "--out", str(tmp_path / "base.jsonl"),
     ]  # fmt: skip
-    subprocess.run(evaluate, check=True, capture_output=True, cwd=REPO, timeout=1800)
+    subprocess.run(evaluate, check=True, capture_output=True, cwd=REPO, timeout=1800, env=with_examples())
     samples = results / "eval" / model / "base" / f"seed{seed}" / "start" / f"{benchmark}.jsonl"
     assert (tmp_path / "base.jsonl").read_text() == samples.read_text()
