@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -418,8 +417,7 @@ def main(argv: list[str] | None = None) -> None:
                 command += ["--worker", method, "--workdir", str(workdir)]
                 label = run_label(method, pinned)
                 print(f"repeat {repeat + 1}/{args.repeats}: {label}", file=sys.stderr, flush=True)
-                # this process imported the package, which pinned its environment (pipeline.kernels)
-                environment = os.environ.copy() if pinned else kernels.unpinned_environment()
+                environment = kernels.pinned_environment() if pinned else kernels.unpinned_environment()
                 done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=environment)
                 results[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
     settings = {

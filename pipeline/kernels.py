@@ -88,6 +88,13 @@ def configure(enabled: bool) -> None:
         _BEFORE_PIN.clear()
 
 
+def pinned_environment() -> dict[str, str]:
+    """This process's environment for a child that must run pinned, whatever this process runs on (a benchmark's
+    pinned side)."""
+    environment = {**os.environ, KERNEL_PIN_VARIABLE: "1"}
+    return {**environment, **PINNED} if applies_here() else environment
+
+
 def unpinned_environment() -> dict[str, str]:
     """This process's environment for a child that must run on the machine's native kernels (a benchmark's
     unpinned side), this process left as it is."""

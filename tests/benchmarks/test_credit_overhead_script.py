@@ -43,3 +43,22 @@ def test_measures_the_given_model_directory_and_writes_ratios_over_grpo(tmp_path
         assert methods["grail"][ratio] == pytest.approx(methods["grail"][measure] / methods["grpo"][measure])
     # the replayed completions end in a box in the model's own tokens: GRAIL finds answers to reweight
     assert 0 < methods["grail"]["saliency_rows_frac"] <= 1
+
+
+def test_kernel_pin_both_measures_each_method_pinned_and_native_side_by_side(tmp_path):
+    """``--kernel-pin both``: every method twice, on the kernel path each row says, with the pin's cost."""
+    model_dir = save_tiny_model(TinyModelSpec(num_hidden_layers=1, seed=1), tmp_path / "model")
+    out = tmp_path / "pin.json"
+    command = [sys.executable, str(REPO / "benchmarks" / "credit_overhead.py"), "--model", str(model_dir)]
+    command += ["--methods", "grpo", "--kernel-pin", "both", "--repeats", "1", "--warmup-rounds", "1"]
+    command += ["--rounds", "1", "--prompts-per-round", "1", "--completion-length", "24", "--json", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run(command, check=True, cwd=tmp_path, capture_output=True, text=True, env=env)
+
+    result = json.loads(out.read_text())
+    native = result["settings"]["kernel_paths"]["grpo@native"]
+    assert result["settings"]["kernel_paths"]["grpo"] == "pinned AVX2" and native.startswith("native ")
+    grpo = result["methods"]["grpo"]
+    assert grpo["step_cpu_time_x_native"] == pytest.approx(
+        grpo["step_cpu_time_s"] / result["methods"]["grpo@native"]["step_cpu_time_s"]
+    )
