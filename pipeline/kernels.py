@@ -30,20 +30,22 @@ runs a vLLM engine on the CPU runs natively (``run_natively``), and its provenan
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from functools import cache
 from typing import Any
 
 KERNEL_PIN_VARIABLE = "GRAIL_KERNEL_PIN"
+# What the kernel variables were before the pin, as JSON, for the processes that inherit a pinned environment: a
+# stage that must leave the pin (``run_natively``) puts back these, not the pinned values it inherited.
+OUTSIDE_VARIABLE = "GRAIL_KERNEL_OUTSIDE"
 PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 # Variables that also decide a kernel path when set from outside (an AVX2-only machine is emulated with them).
 OBSERVED = (*PINNED, "MKL_ENABLE_INSTRUCTIONS", "DNNL_MAX_CPU_ISA")
 X86_64 = {"x86_64", "amd64"}
-# What the environment held before `apply` pinned it: `configure(False)` puts it back.
-_BEFORE_PIN: dict[str, str | None] = {}
 
 
 def applies_here() -> bool:
@@ -51,62 +53,66 @@ def applies_here() -> bool:
     return platform.machine().lower() in X86_64
 
 
-def pin_requested(environment: os._Environ[str] | dict[str, str] = os.environ) -> bool:
+def pin_requested(environment: Mapping[str, str] = os.environ) -> bool:
     """``GRAIL_KERNEL_PIN`` is unset or anything but 0/false/off/no."""
     return environment.get(KERNEL_PIN_VARIABLE, "1").strip().lower() not in {"0", "false", "off", "no"}
 
 
-def apply() -> None:
-    """Put ``PINNED`` into this process's environment (inherited by its children) when requested and applicable;
-    called at ``import pipeline``, before torch reads it."""
-    if not (pin_requested() and applies_here()):
-        return
-    for name, value in PINNED.items():
-        _BEFORE_PIN.setdefault(name, os.environ.get(name))
-        os.environ[name] = value
+def _pin(environment: MutableMapping[str, str]) -> None:
+    """``environment`` pinned, with the values the pin replaces recorded once (``OUTSIDE_VARIABLE``)."""
+    if OUTSIDE_VARIABLE not in environment:
+        environment[OUTSIDE_VARIABLE] = json.dumps({name: environment.get(name) for name in PINNED})
+    environment.update(PINNED)
 
 
 def _unpin(environment: MutableMapping[str, str]) -> None:
-    """``environment`` as it was before ``apply`` pinned it, with the pin marked off (a variable set from outside
-    stays)."""
+    """``environment`` as it was before the pin (a variable set from outside stays), with the pin marked off."""
     environment[KERNEL_PIN_VARIABLE] = "0"
-    for name, value in _BEFORE_PIN.items():
+    for name, value in json.loads(environment.pop(OUTSIDE_VARIABLE, "{}")).items():
         if value is None:
             environment.pop(name, None)
         else:
             environment[name] = value
 
 
+def apply() -> None:
+    """Pin this process's environment (inherited by its children) when requested and applicable; called at
+    ``import pipeline``, before torch reads it."""
+    if pin_requested() and applies_here():
+        _pin(os.environ)
+
+
 def configure(enabled: bool) -> None:
     """The study's ``kernel_pin`` for this process and every job it starts: pinned, or the environment as it was
-    before ``apply``."""
+    before the pin."""
     if enabled:
         os.environ[KERNEL_PIN_VARIABLE] = "1"
         apply()
     else:
         _unpin(os.environ)
-        _BEFORE_PIN.clear()
 
 
 def pinned_environment() -> dict[str, str]:
     """This process's environment for a child that must run pinned, whatever this process runs on (a benchmark's
     pinned side)."""
     environment = {**os.environ, KERNEL_PIN_VARIABLE: "1"}
-    return {**environment, **PINNED} if applies_here() else environment
+    if applies_here():
+        _pin(environment)
+    return environment
 
 
 def unpinned_environment() -> dict[str, str]:
-    """This process's environment for a child that must run on the machine's native kernels (a benchmark's
-    unpinned side), this process left as it is."""
+    """This process's environment for a child that must run on the machine's native kernels, this process left as
+    it is."""
     environment = dict(os.environ)
     _unpin(environment)
     return environment
 
 
 def run_natively(module: str, arguments: list[str], reason: str) -> None:
-    """Run this stage (``python -m module arguments``) again on the machine's native kernels,
-    when it runs pinned: its environment is read once, at library initialisation, so only a fresh process can
-    leave the pin. Returns only when the process already runs natively (or the pin does not apply here)."""
+    """Run this stage (``python -m module arguments``) again on the machine's native kernels, when it runs pinned:
+    its environment is read once, at library initialisation, so only a fresh process can leave the pin. Returns only
+    when the process already runs natively (or the pin does not apply here)."""
     if not (pin_requested() and applies_here()):
         return
     print(f"{module}: {reason}: running on the machine's native kernels (no kernel pin)", file=sys.stderr, flush=True)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from tests.shared_studies import KERNEL_PIN_VARIABLE
 
 pytestmark = pytest.mark.skipif(not kernels.applies_here(), reason="the pin's variables are x86-64's")
 
+REPO = Path(__file__).resolve().parents[2]
 PROBE = (
     "import json, os, torch, pipeline; from pipeline import kernels; "
     "print(json.dumps({'capability': torch.backends.cpu.get_cpu_capability(), "
@@ -25,7 +27,11 @@ PROBE = (
 
 def probe(**variables: str) -> dict:
     """What a fresh process that imports the package runs on, with ``variables`` set and the pin's unset."""
-    environment = {k: v for k, v in os.environ.items() if k not in {*kernels.OBSERVED, kernels.KERNEL_PIN_VARIABLE}}
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {*kernels.OBSERVED, kernels.KERNEL_PIN_VARIABLE, kernels.OUTSIDE_VARIABLE}
+    }
     done = subprocess.run(
         [sys.executable, "-c", PROBE], env={**environment, **variables}, capture_output=True, text=True, check=True
     )
@@ -65,7 +71,7 @@ def test_configure_off_puts_back_what_the_environment_held_before_the_pin(monkey
     monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.delenv(kernels.KERNEL_PIN_VARIABLE, raising=False)
-    monkeypatch.setattr(kernels, "_BEFORE_PIN", {})
+    monkeypatch.delenv(kernels.OUTSIDE_VARIABLE, raising=False)
     kernels.apply()
     assert {name: os.environ[name] for name in kernels.PINNED} == kernels.PINNED
     kernels.configure(False)
@@ -80,7 +86,11 @@ def test_provenance_records_the_cpu_the_capability_and_the_pins(tmp_path) -> Non
     """A stage's provenance (written in a fresh process that imports the package, as a stage does)."""
     path = tmp_path / "provenance.json"
     write = f"from pipeline.provenance import write_provenance; write_provenance(__import__('pathlib').Path({str(path)!r}), 'evaluate')"
-    environment = {k: v for k, v in os.environ.items() if k not in {*kernels.OBSERVED, kernels.KERNEL_PIN_VARIABLE}}
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {*kernels.OBSERVED, kernels.KERNEL_PIN_VARIABLE, kernels.OUTSIDE_VARIABLE}
+    }
     subprocess.run([sys.executable, "-c", write], env=environment, check=True)
     record = json.loads(path.read_text())["kernels"]
     assert record["cpu_model"] == kernels.cpu_model() and record["cpu_model"] != "unknown"
@@ -89,26 +99,31 @@ def test_provenance_records_the_cpu_the_capability_and_the_pins(tmp_path) -> Non
     assert record["mkl"] and record["onednn"] and record["threads"] >= 1
 
 
-PROBE_STAGE = """import sys, torch
+PROBE_STAGE = """import os, sys, torch
 from pipeline import kernels
 kernels.run_natively("probe_stage", sys.argv[1:], "a test")
-print(torch.backends.cpu.get_cpu_capability(), sys.argv[1:])
+print(torch.backends.cpu.get_cpu_capability(), sys.argv[1:], os.environ.get("ONEDNN_MAX_CPU_ISA"), os.environ.get("MKL_CBWR"))
 """
 
 
 def test_run_natively_runs_the_stage_again_unpinned_with_its_arguments(tmp_path) -> None:
-    """What the evaluation stage does before it starts vLLM on the CPU, whose kernels abort under the pin."""
+    """What the evaluation stage does before it starts vLLM on the CPU, whose kernels abort under the pin: in a job
+    of a pinned study, which inherits the pinned variables from Snakemake, and with one set from outside."""
     (tmp_path / "probe_stage.py").write_text(PROBE_STAGE)
-    environment = {k: v for k, v in os.environ.items() if k not in {*kernels.OBSERVED, kernels.KERNEL_PIN_VARIABLE}}
+    outside = {k: v for k, v in os.environ.items() if k not in {*kernels.OBSERVED, kernels.OUTSIDE_VARIABLE}}
+    with pytest.MonkeyPatch.context() as patch:  # as the Snakefile's configure(True) leaves the job environment
+        patch.setattr(os, "environ", {**outside, "MKL_CBWR": "AUTO"})
+        environment = kernels.pinned_environment()
+    assert environment["ONEDNN_MAX_CPU_ISA"] == "AVX2" and environment["MKL_CBWR"] == "AVX2,STRICT"
     done = subprocess.run(
         [sys.executable, "-m", "probe_stage", "--out", "x y"],
         cwd=tmp_path,
-        env=environment,
+        env={**environment, "PYTHONPATH": str(REPO)},  # this checkout's package, as the Snakefile's jobs import it
         capture_output=True,
         text=True,
         check=True,
     )
-    assert done.stdout.strip() == f"{native_capability().strip()} ['--out', 'x y']"
+    assert done.stdout.strip() == f"{native_capability().strip()} ['--out', 'x y'] None AUTO"
     assert "probe_stage: a test: running on the machine's native kernels (no kernel pin)" in done.stderr
     assert done.stderr.count("running on the machine's native kernels") == 1  # the unpinned run goes on
 
