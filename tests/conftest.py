@@ -29,6 +29,24 @@ from tests.shared_studies import KERNEL_PIN_VARIABLE, RUN_DIR_VARIABLE, run_ci_s
 # processes.
 os.environ.setdefault(KERNEL_PIN_VARIABLE, "0")
 
+
+@pytest.fixture(autouse=True)
+def kernel_variables_restored() -> Iterator[None]:
+    """A test that runs the Snakefile in this process (the planner, why_rerun) pins this process's environment for
+    the study's jobs (pipeline.kernels.configure): put it back, so that a later test's vLLM subprocess is not
+    started pinned (its CPU kernels abort under the pin)."""
+    from pipeline import kernels
+
+    names = (*kernels.OBSERVED, kernels.KERNEL_PIN_VARIABLE, kernels.OUTSIDE_VARIABLE)
+    saved = {name: os.environ.get(name) for name in names}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 settings.register_profile("local", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True)
 settings.load_profile("ci" if os.environ.get("CI") == "true" else "local")
