@@ -18,7 +18,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 from snakemake_interface_executor_plugins.settings import DeploymentMethod, ExecMode
 
 min_version("9.0")
@@ -32,17 +32,13 @@ sys.path.insert(0, workflow.basedir)
 if threading.current_thread() is threading.main_thread():  # (a Snakefile parsed in a thread cannot set handlers)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
-from pipeline import cluster, exit_codes, kernels, layout, time_windows
-from pipeline.code_digest import source_digest
-from pipeline.config import (
-    Study,
-    UnrecordedParam,
-    canonical_json,
-    check_config_schema,
-    coerce_overrides,
-)
-from pipeline.io import InputError
-from pipeline.provenance import library_versions
+from pipeline.core import exit_codes, kernels, layout
+from pipeline.core.io import InputError, canonical_json
+from pipeline.core.provenance import library_versions
+from pipeline.core.source_digest import source_digest
+from pipeline.runtime import cluster, time_windows
+from pipeline.study.config import UnrecordedParam
+from pipeline.study.load import load_study
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
 DEFAULT_CONFIG = os.path.join(workflow.basedir, "configs", "default.yaml")
@@ -51,11 +47,11 @@ if not workflow.overwrite_configfiles:
     configfile: DEFAULT_CONFIG
 
 
-# A cluster job re-reads the config files: it must find what the controller planned (pipeline/cluster.py).
+# A cluster job re-reads the config files: it must find what the controller planned (pipeline/runtime/cluster.py).
 CONFIG_FILES = list(workflow.overwrite_configfiles) or [DEFAULT_CONFIG]
 if workflow.exec_mode == ExecMode.DEFAULT:
     os.environ[cluster.PLANNED_CONFIG_VARIABLE] = cluster.config_file_digests(CONFIG_FILES)
-    # this invocation's id: a retry of a job whose stage exited with a final status exits at once (pipeline.exit_codes)
+    # this invocation's id: a retry of a job whose stage exited with a final status exits at once (pipeline.core.exit_codes)
     os.environ[exit_codes.INVOCATION_VARIABLE] = uuid.uuid4().hex
 elif cluster.PLANNED_CONFIG_VARIABLE in os.environ:
     if changed := cluster.changed_config_files(os.environ[cluster.PLANNED_CONFIG_VARIABLE]):
@@ -67,15 +63,13 @@ elif cluster.PLANNED_CONFIG_VARIABLE in os.environ:
         sys.exit(2)
 
 
-SCHEMA = os.path.join(workflow.basedir, "configs", "schema.yaml")
-coerce_overrides(config, workflow.config_settings.config, SCHEMA)  # --config hands nested values over as text
-check_config_schema(config, SCHEMA)  # every bad key named, all at once
-validate(config, SCHEMA)  # Snakemake's validator: fills the schema's defaults
-STUDY = Study.from_config(config)  # cross-key checks; refuses before any job
+# The one study loader (pipeline.study.load): the config files and --config overrides, schema-checked (every bad
+# key named at once), defaults filled, cross-key checks; refuses before any job.
+STUDY = load_study(CONFIG_FILES, workflow.config_settings.config)
 # The launcher's bound on Slurm time windows, through the environment: the train rule's command stays as it was
 # (Snakemake's `code` rerun trigger compares the command's text), and the setting changes no result.
 os.environ[time_windows.TIME_WINDOWS_VARIABLE] = str(STUDY.time_windows)
-# The CPU kernel path of every job (pipeline.kernels): the jobs inherit this process's environment, and a cluster
+# The CPU kernel path of every job (pipeline.core.kernels): the jobs inherit this process's environment, and a cluster
 # job's Snakemake re-reads the config and sets it again. A param of the rules that compute, so a change reruns them.
 kernels.configure(STUDY.kernel_pin)
 KERNEL_PIN = "pinned" if STUDY.kernel_pin else "native"
@@ -101,7 +95,7 @@ E = STUDY.eval_data_dir
 # (Snakemake itself exports OMP_NUM_THREADS and its BLAS cousins = the job's threads.)
 shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 
-# The results layout (names and templates) is pipeline/layout.py's, shared with the stages.
+# The results layout (names and templates) is pipeline/core/layout.py's, shared with the stages.
 BENCHMARK_FILE = f"{E}/{{benchmark}}.jsonl"
 AUDIT = f"{R}/{layout.AUDIT}"
 TRAIN_DATA = f"{R}/{layout.TRAIN_DATA}"
@@ -114,9 +108,9 @@ RUN_PROVENANCE = f"{RUN_DIR}/{layout.PROVENANCE_FILE}"
 SAMPLES = f"{R}/{layout.SAMPLES}"
 SAMPLES_PROVENANCE = f"{R}/{layout.SAMPLES_PROVENANCE}"
 CODE_CHANGES = f"{R}/{layout.CODE_CHANGES}"
-# library_changes: rerun makes the versions a param of training and evaluation (pipeline.provenance)
+# library_changes: rerun makes the versions a param of training and evaluation (pipeline.core.provenance)
 LIBRARIES = canonical_json(library_versions()) if STUDY.library_changes == "rerun" else ""
-# ... and part of a training run's fingerprint (what its checkpoints may be resumed by: pipeline.run_state). A change
+# ... and part of a training run's fingerprint (what its checkpoints may be resumed by: pipeline.training.run_state). A change
 # of either flag reruns the train jobs, which find checkpoints of their own fingerprint (it leaves both flags out) at
 # max_steps and only republish them.
 TRAIN_STATE_ARGS = ["--stale-checkpoints", STUDY.stale_checkpoints] + (
@@ -133,7 +127,7 @@ TOKEN_ANALYSIS = f"{R}/{layout.TOKEN_ANALYSIS}"
 REPORT = f"{R}/{layout.REPORT}"
 TOKEN_VIEWER = f"{R}/token_weights.html"
 TRACKING_DIR = f"{R}/tracking"
-# The stall watchdog's settings (pipeline.watchdog): like resources they decide when a hung job is stopped, never
+# The stall watchdog's settings (pipeline.runtime.watchdog): like resources they decide when a hung job is stopped, never
 # what it computes, so a change reruns no train or evaluate job (only the report, which shows the config).
 WATCHDOG = UnrecordedParam(canonical_json(STUDY.watchdog.__dict__))
 
@@ -620,7 +614,7 @@ rule report:
     resources:
         **resources_of("report"),
     params:
-        config=canonical_json(config),
+        config=canonical_json(STUDY.config),
         tables_dir=lambda wildcards, input: os.path.dirname(input.tables[0]),
         figures_dir=lambda wildcards, input: os.path.dirname(input.figures[0]),
         token_analysis_dirs=lambda wildcards, input: [os.path.dirname(path) for path in input.token_analysis],

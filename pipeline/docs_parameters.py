@@ -20,7 +20,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import SCHEMA_PATH, load_schema
+from pipeline.study.config import SCHEMA_PATH
+from pipeline.study.schema import load_schema
 
 PAGE = SCHEMA_PATH.parent.parent / "docs" / "parameters.md"
 HEADER = """# Parameters

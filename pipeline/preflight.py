@@ -29,7 +29,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -38,17 +37,22 @@ from typing import Any
 
 import yaml
 
-from pipeline import cluster, cost, power
-from pipeline.benchmarks import SOURCE_FORMATS
-from pipeline.config import Study, check_config_schema
-from pipeline.io import InputError, atomic_write_json, run_cli
-from pipeline.launch import engine_accelerate_config, spec_mixed_precision, training_processes, uses_deepspeed
-from pipeline.prepare_benchmarks import read_subset_ids
-from pipeline.run_state import SET_ASIDE_DIR, set_aside_bytes
+from pipeline.core.io import InputError, atomic_write_json, run_cli
+from pipeline.core.repo import REPO_DIR
+from pipeline.runtime import cluster
+from pipeline.runtime.launching import (
+    engine_accelerate_config,
+    spec_mixed_precision,
+    training_processes,
+    uses_deepspeed,
+)
+from pipeline.study import cost, power_analysis
+from pipeline.study.config import Study
+from pipeline.study.load import load_study
+from pipeline.study.plan import DEEPMATH_DEFAULTS, cost_table, estimate, plan
+from pipeline.tasks.benchmarks import SOURCE_FORMATS
+from pipeline.training.run_state import SET_ASIDE_DIR, set_aside_bytes
 
-REPO = Path(__file__).resolve().parent.parent
-SCHEMA = REPO / "configs" / "schema.yaml"
-DEEPMATH_DEFAULTS = {"hub_id": "trl-lib/DeepMath-103K", "revision": "main"}  # pipeline.prepare_data's defaults
 COMPUTE_JOB_SECONDS = 40
 PREFLIGHT_REPLICATIONS = 1000  # simulated studies for the power summary line (pipeline.power)
 
@@ -61,60 +65,6 @@ class Check:
     status: str
     detail: str
     fix: str = ""
-
-
-# --------------------------------------------------------------------------------------------- the plan
-
-
-def parse_plan(dry_run: str) -> list[cost.PlannedJob]:
-    """The jobs of `snakemake -n` output: rule, wildcards, threads and resources of each `rule NAME:` block."""
-    jobs = []
-    for block in re.split(r"^(?=(?:local)?rule \w+:$)", dry_run, flags=re.MULTILINE)[1:]:
-        rule = re.match(r"(?:local)?rule (\w+):", block).group(1)
-        fields = dict(re.findall(r"^\s{4}(\w+): (.*)$", block, flags=re.MULTILINE))
-        wildcards = dict(item.split("=", 1) for item in fields.get("wildcards", "").split(", ") if "=" in item)
-        resources = dict(re.findall(r"(?:^|, )(\w+)=([^,]*)", fields.get("resources", "")))
-        jobs.append(
-            cost.PlannedJob(
-                rule=rule,
-                wildcards=wildcards,
-                threads=int(fields.get("threads", 1)),
-                gpus=int(resources.get("gpu", 0) or 0),
-                runtime=int(resources.get("runtime", 0) or 0),
-                mem_mb=int(resources.get("mem_mb", 0) or 0),
-                nodes=int(resources.get("nodes", 1) or 1),
-                gpu_model=resources.get("gpu_model") or None,
-                partition=resources.get("slurm_partition") or None,
-            )
-        )
-    return [job for job in jobs if job.rule != "all"]
-
-
-def plan(profile: Path | None, configfile: Path, extra: list[str]) -> list[cost.PlannedJob]:
-    """Every job of the study with the profile applied, if any (a dry run in an empty directory)."""
-    with tempfile.TemporaryDirectory(prefix="grail-preflight-") as empty:
-        command = ["snakemake", "-n", "--configfile", str(configfile.resolve())]
-        command += ["--profile", str(profile.resolve())] if profile else []
-        command += ["--snakefile", str(REPO / "Snakefile"), "--directory", empty, *extra]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
-    if result.returncode != 0:
-        raise InputError(f"the dry run of {configfile} failed:\n{(result.stdout + result.stderr)[-3000:]}")
-    return parse_plan(result.stdout)
-
-
-def load_study(configfile: Path) -> tuple[dict[str, Any], Study]:
-    """The study config as the Snakefile sees it: schema-checked, defaults filled, cross-checked."""
-    from snakemake.utils import validate
-
-    config = yaml.safe_load(configfile.read_text())
-    if not isinstance(config, dict):
-        raise InputError(f"{configfile}: the config must be a mapping of top-level keys")
-    check_config_schema(config, str(SCHEMA))
-    validate(config, str(SCHEMA))
-    return config, Study.from_config(config)
-
-
-# --------------------------------------------------------------------------------------------- Slurm
 
 
 @dataclass(frozen=True)
@@ -297,14 +247,11 @@ def slurm_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any], study: St
     return checks
 
 
-# --------------------------------------------------------------------------------------------- Kubernetes
-
-
 def kubernetes_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any]) -> list[Check]:
     image = str(profile.get("container-image", ""))
     names = subprocess.run(
         ["bash", "containers/build.sh", "names"],
-        cwd=REPO,
+        cwd=REPO_DIR,
         capture_output=True,
         text=True,
         env={**os.environ, "IMAGE": image.rsplit(":", 1)[0]},
@@ -355,9 +302,6 @@ def kubernetes_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any]) -> l
     return checks
 
 
-# --------------------------------------------------------------------------------------------- training engine
-
-
 def spec_field(study: Study, model: str, method: str, key: str) -> str:
     """The config key a training job's ``key`` comes from: the method's, the model's, the study's ``training``."""
     if key in study.methods[method].spec:
@@ -401,9 +345,6 @@ def engine_check(study: Study, jobs: list[cost.PlannedJob]) -> Check:
         fix = "set bf16: false (and fp16: false) for CPU processes, or training_engine: ddp; not bf16 and fp16 both"
         return Check("training engine", "fail", "; ".join(conflicts), fix)
     return Check("training engine", "pass", f"training_engine {study.training_engine}: {detail or 'no training job'}")
-
-
-# --------------------------------------------------------------------------------------------- software, hub, disk
 
 
 def needed_packages(study: Study, jobs: list[cost.PlannedJob]) -> dict[str, str]:
@@ -504,7 +445,7 @@ def hub_check(study: Study, allow_downloads: bool) -> Check:
 
 
 def disk_check(results_dir: Path, needed: int) -> Check:
-    """Free space against what the study writes. Checkpoints a rerun set aside (pipeline.run_state) stay until
+    """Free space against what the study writes. Checkpoints a rerun set aside (pipeline.training.run_state) stay until
     removed: their size is named, and removing them is the first remedy offered."""
     existing = results_dir.resolve()
     while not existing.exists():
@@ -522,93 +463,15 @@ def disk_check(results_dir: Path, needed: int) -> Check:
     return Check("disk", "pass", detail)
 
 
-# --------------------------------------------------------------------------------------------- cost
-
-
-def benchmark_items(name: str, spec: dict[str, Any]) -> int | None:
-    """Items a benchmark evaluates: generated count, subset ids, the source's subset size or its row count."""
-    if spec.get("kind") == "generated":
-        return int(spec["generated"]["count"])
-    ids_file = REPO / spec["subset_ids_file"] if spec.get("subset_ids_file") else None
-    if ids_file is not None and ids_file.is_file():
-        return len(read_subset_ids(ids_file))
-    local = REPO / "eval_data" / f"{name}.jsonl"
-    if local.exists():
-        return sum(1 for _ in local.open())
-    source = SOURCE_FORMATS.get(spec.get("kind", ""))
-    if source is None:
-        return None
-    size = spec.get("subset_size", source.subset_size)
-    return min(size, source.rows) if size and source.rows else size or source.rows
-
-
-def estimate(config: dict[str, Any], study: Study, jobs: list[cost.PlannedJob], concurrent_gpus: int) -> dict[str, Any]:
-    """GPU-hours per rule and in total, wall time at ``concurrent_gpus``, and the disk the study writes."""
-    rules = cost.rule_costs(jobs)
-    run_bytes: dict[str, int | None] = {}
-    for model in study.models:
-        training = study.training_spec(model)
-        parameters = cost.parameter_count(config["models"][model])
-        run_bytes[model] = parameters and cost.run_disk_bytes(
-            parameters,
-            bf16=bool(training.get("bf16", True)),
-            save_total_limit=training.get("save_total_limit"),
-            checkpoints=cost.saves(int(training.get("max_steps", 0)), int(training.get("save_steps", 500))),
-            exports=len(study.export_steps()),
-        )
-    checkpoints = sum(run_bytes[job.wildcards["model"]] or 0 for job in jobs if job.rule == "train")
-    evaluation = study.evaluation.spec
-    items = {name: benchmark_items(name, spec) for name, spec in study.benchmarks.items()}
-    samples = sum(
-        cost.samples_bytes(
-            items[job.wildcards["benchmark"]] or 0, evaluation["n_samples"], evaluation["max_new_tokens"]
-        )
-        for job in jobs
-        if job.rule == "evaluate"
-    )
-    unknown = sorted({m for m, b in run_bytes.items() if b is None} | {b for b, n in items.items() if n is None})
-    return {
-        "rules": rules,
-        "gpu_hours": sum(row["gpu_hours"] for row in rules.values()),
-        "jobs": len(jobs),
-        "concurrent_gpus": concurrent_gpus,
-        "wall_hours": cost.wall_hours(jobs, concurrent_gpus),
-        "disk_bytes": {"checkpoints": checkpoints, "samples": samples, "total": checkpoints + samples},
-        "benchmark_items": items,
-        "unknown_sizes": unknown,
-    }
-
-
-def cost_table(estimate_: dict[str, Any]) -> str:
-    lines = [f"{'rule':<20}{'jobs':>6}{'GPUs/job':>10}{'max h':>8}{'GPU-h bound':>13}"]
-    for rule, row in estimate_["rules"].items():
-        lines.append(
-            f"{rule:<20}{row['jobs']:>6}{row['gpus_per_job']:>10}{row['max_hours']:>8.1f}{row['gpu_hours']:>13.0f}"
-        )
-    disk = estimate_["disk_bytes"]
-    lines.append(f"{'total':<20}{estimate_['jobs']:>6}{'':>10}{'':>8}{estimate_['gpu_hours']:>13.0f}")
-    lines.append(
-        f"wall time at the time limits with {estimate_['concurrent_gpus']} concurrent GPUs: "
-        f"{estimate_['wall_hours']:.1f} h; disk: {disk['checkpoints'] / cost.GIB:.0f} GiB checkpoints + "
-        f"{disk['samples'] / cost.GIB:.1f} GiB samples"
-    )
-    if estimate_["unknown_sizes"]:
-        lines.append(f"(sizes unknown, left out of the disk figure: {', '.join(estimate_['unknown_sizes'])})")
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------------------------- CLI
-
-
 def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     profile_file = args.profile / "config.yaml"
     if not profile_file.exists():
         raise InputError(f"--profile {args.profile}: no config.yaml there")
     profile = yaml.safe_load(profile_file.read_text()) or {}
-    config, study = load_study(args.configfile)
+    study = load_study([args.configfile])
     extra = ["--sdm", "apptainer"] if args.sdm == "apptainer" else []
     jobs = plan(args.profile, args.configfile, extra)
-    estimate_ = estimate(config, study, jobs, args.concurrent_gpus)
+    estimate_ = estimate(study, jobs, args.concurrent_gpus)
     executor = profile.get("executor")
     if executor == "slurm":
         checks = slurm_checks(jobs, profile, study, args.compute_job)
@@ -617,7 +480,7 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     else:
         raise InputError(f"{profile_file}: executor {executor!r}; the preflight knows slurm and kubernetes")
     if args.sdm == "apptainer":
-        checks.append(image_software_check(cluster.resolve_image(study.container_image, str(REPO)), study, jobs))
+        checks.append(image_software_check(cluster.resolve_image(study.container_image, str(REPO_DIR)), study, jobs))
     elif executor == "slurm":
         checks.append(local_software_check(study, jobs))
     checks.append(engine_check(study, jobs))
@@ -653,11 +516,16 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{'':<9}fix: {check.fix}")
     print()
     print(cost_table(estimate_))
-    design, _ = power.configured_design(args.configfile)
-    assessment = power.assess(
-        design, power.default_variance(), power.PAPER_EFFECT, PREFLIGHT_REPLICATIONS, 0, estimate_["gpu_hours"]
+    design, _ = power_analysis.configured_design(args.configfile)
+    assessment = power_analysis.assess(
+        design,
+        power_analysis.default_variance(),
+        power_analysis.PAPER_EFFECT,
+        PREFLIGHT_REPLICATIONS,
+        0,
+        estimate_["gpu_hours"],
     )
-    print(power.summary_line(assessment, power.PAPER_EFFECT, "documented defaults"))
+    print(power_analysis.summary_line(assessment, power_analysis.PAPER_EFFECT, "documented defaults"))
     failed = [check.name for check in checks if check.status == "fail"]
     print(f"\npreflight: {len(failed)} failed of {len(checks)} checks in {time.monotonic() - start:.0f} s")
     if args.json:

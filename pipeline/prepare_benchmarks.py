@@ -8,10 +8,10 @@ gsm8k, gsm_symbolic);
 ``hub_id``, ``config``, ``split``, ``revision``, ``cache_dir`` (override the kind's pinned Hub source; ``hub_id``
 may be a local dataset directory); ``path`` (a local JSONL file in the kind's format instead of the Hub; required
 for qwen_jsonl); ``subset_size``, ``subset_seed``, ``subset_ids_file`` (olympiadbench and collegemath default to
-200 items); ``gold`` (clean | upstream: the gold as upstream's scorer saw it, pipeline.benchmarks); ``generated``
+200 items); ``gold`` (clean | upstream: the gold as upstream's scorer saw it, pipeline.tasks.benchmarks); ``generated``
 (ArithmeticSpec fields, for kind generated); ``templates`` (held_out | all, kind gsm8k: the GSM8K problems of the
 held-out templates, or all 100) and ``gsm_symbolic`` ({count, seed}: variants of the held-out templates, kind
-gsm_symbolic); both GSM kinds come from the installed package (pipeline.gsm, its template split).
+gsm_symbolic); both GSM kinds come from the installed package (pipeline.tasks.gsm, its template split).
 
 Subsets: when ``subset_ids_file`` exists, exactly its ids are used (reproducible across data orderings);
 otherwise ``subset_size`` items are drawn with ``random.Random(subset_seed)`` and, when ``subset_ids_file`` is
@@ -26,9 +26,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pipeline import gsm
-from pipeline.arith import arithmetic_problems
-from pipeline.benchmarks import (
+from pipeline.core.io import InputError, atomic_write_json, atomic_write_jsonl, load_spec, read_jsonl, run_cli
+from pipeline.tasks import gsm
+from pipeline.tasks.arith import arithmetic_problems
+from pipeline.tasks.benchmarks import (
     DEFAULT_SUBSET_SEED,
     SOURCE_FORMATS,
     arithmetic_spec,
@@ -37,10 +38,10 @@ from pipeline.benchmarks import (
     items_with_ids,
     load_hub_rows,
     normalize_rows,
+    read_subset_ids,
     select_subset,
 )
-from pipeline.gold_audit import audit_golds
-from pipeline.io import InputError, atomic_write_json, atomic_write_jsonl, load_spec, read_jsonl, run_cli
+from pipeline.tasks.gold_audit import audit_golds
 
 KINDS = (*SOURCE_FORMATS, "generated", "gsm8k", "gsm_symbolic")
 GSM_TEMPLATES = ("held_out", "all")
@@ -63,7 +64,7 @@ SPEC_KEYS = {
 
 
 def generated_items(name: str, spec: dict[str, Any]) -> tuple[list[dict[str, str]], dict[str, Any]]:
-    """Generated arithmetic problems (pipeline.arith) in the benchmark schema, ids prefixed by ``name``."""
+    """Generated arithmetic problems (pipeline.tasks.arith) in the benchmark schema, ids prefixed by ``name``."""
     arithmetic = arithmetic_spec(spec.get("generated", {}), f"benchmarks.{name}.generated")
     items = [{**row, "source": "generated"} for row in arithmetic_problems(arithmetic, id_prefix=name)]
     return items, {"kind": "generated", "generated": asdict(arithmetic)}
@@ -118,15 +119,6 @@ def source_items(name: str, spec: dict[str, Any]) -> tuple[list[dict[str, str]],
     gold_format = spec.get("gold", "clean")
     items, skipped = normalize_rows(rows, source, label, gold_format)
     return items, skipped, provenance | {"rows": len(rows), "gold": gold_format}
-
-
-def read_subset_ids(path: Path) -> list[str]:
-    """Ids of a recorded subset file: a JSON list, or an object with an ``ids`` list."""
-    recorded = load_spec(str(path))
-    ids = recorded.get("ids") if isinstance(recorded, dict) else recorded
-    if not isinstance(ids, list) or not ids:
-        raise InputError(f"{path}: expected a non-empty list of ids (or an object with 'ids')")
-    return [str(item) for item in ids]
 
 
 def apply_subset(

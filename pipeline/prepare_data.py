@@ -8,7 +8,7 @@ DATA_SPEC keys: ``source`` (deepmath | generated | gsm_symbolic | jsonl), ``prom
 reproduces the paper's U+0008 quirk, spec 5), ``deepmath`` ({hub_id, revision, split, cache_dir, max_rows,
 shuffle_seed, shuffle}; shuffle python_random (default) or datasets: upstream's ``Dataset.shuffle(seed)`` order over
 every row, which refuses skipped rows and decontamination because they would shift positions), ``generated``
-(ArithmeticSpec fields), ``gsm_symbolic`` ({count, seed}: variants of the training templates, pipeline.gsm),
+(ArithmeticSpec fields), ``gsm_symbolic`` ({count, seed}: variants of the training templates, pipeline.tasks.gsm),
 ``jsonl`` ({path, max_rows, shuffle_seed}; rows with ``problem`` and ``answer``),
 ``decontaminate`` ({enabled, ngram}).
 
@@ -36,9 +36,10 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from pipeline import gsm
-from pipeline.arith import arithmetic_problems
-from pipeline.benchmarks import (
+from pipeline.core.io import InputError, atomic_write_json, atomic_write_jsonl, load_spec, read_jsonl, run_cli
+from pipeline.tasks import gsm
+from pipeline.tasks.arith import arithmetic_problems
+from pipeline.tasks.benchmarks import (
     SkipRow,
     answer_text,
     arithmetic_spec,
@@ -46,8 +47,7 @@ from pipeline.benchmarks import (
     gsm_symbolic_settings,
     load_hub_rows,
 )
-from pipeline.io import InputError, atomic_write_json, atomic_write_jsonl, load_spec, read_jsonl, run_cli
-from pipeline.prompts import PROMPT_TEMPLATES, build_prompt
+from pipeline.tasks.prompts import PROMPT_TEMPLATES, build_prompt
 
 SPEC_KEYS = {"source", "prompt_template", "deepmath", "generated", "gsm_symbolic", "jsonl", "decontaminate"}
 GSM_SYMBOLIC_KEYS = {"count", "seed"}

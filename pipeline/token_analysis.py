@@ -1,220 +1,22 @@
 """Stage `token_analysis` (spec 8): where in the reasoning do GRAIL's weights go?
 
-For each evaluated rollout of a checkpoint, GRAIL weights are recomputed with the training core's public
-functions (``find_boxed_spans``, ``saliency_scores``, ``grail_weights``). The reasoning span is the completion up
-to the first ``\\boxed{`` marker, tokens ``[0, R)``; token ``t`` gets the normalized position ``t / max(R - 1, 1)``.
-Positions are pooled into 20 equal bins on [0, 1] and summarized per bin (mean, population std, SEM = std/sqrt(n)),
-for all rollouts and separately for correct and wrong ones. Beyond upstream, a U-shape index summarizes the profile:
+    python -m pipeline.token_analysis --model-dir DIR... --samples FILE --benchmark FILE --spec JSON --out-dir DIR
 
-    U = mean(weight in the outer 20 % of bins) - mean(weight in the middle 60 % of bins)
-
-(positive when the start and the end of the reasoning get more weight than its middle).
+Per checkpoint: the positional profile of the weights over evaluated rollouts (``pipeline.evaluation.token_weights``,
+which gives the bins and the U-shape index), written as JSON, and one figure of every checkpoint's profile.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-import torch
 
-from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, saliency_scores
-from pipeline.credit.saliency import Leaf, Position
-from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
-from pipeline.loading import load_model, load_tokenizer
-from pipeline.progress import progress
-from pipeline.prompts import PROMPT_SUFFIX_CLEAN, PromptTemplate, build_prompt
-from pipeline.specs import dataclass_from_mapping
-
-NUM_BINS = 20
-
-
-@dataclass(frozen=True)
-class TokenAnalysisSpec:
-    """Settings of the analysis; the defaults are upstream's standalone script (spec 1.10, 8.1)."""
-
-    temperature: float = 0.6
-    grail_mean: float = 1.0
-    grail_std: float = 0.5
-    grail_w_min: float = 0.5
-    grail_w_max: float = 5.0
-    grail_leaf: Leaf = "embeddings"
-    grail_position: Position = "previous"
-    batch_size: int = 8
-    max_rollouts: int | None = None
-    # "chat": the prompt the rollouts were generated from (chat template, template below);
-    # "upstream": upstream's analysis prompt (problem + instruction, no chat template).
-    prompt_format: Literal["chat", "upstream"] = "chat"
-    prompt_template: PromptTemplate = "clean"
-    enable_thinking: bool = False
-    enabled: bool = True
-
-
-@dataclass
-class Rollout:
-    """One evaluated completion with its prompt text and correctness."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    correct: bool
-
-
-def prompt_ids(tokenizer: Any, problem: str, spec: TokenAnalysisSpec) -> list[int]:
-    """Token ids of the prompt a rollout is analysed under."""
-    if spec.prompt_format == "upstream":
-        return tokenizer(problem + PROMPT_SUFFIX_CLEAN, add_special_tokens=True)["input_ids"]
-    messages = [{"role": "user", "content": build_prompt(problem, spec.prompt_template)}]
-    text = tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True, enable_thinking=spec.enable_thinking
-    )
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def load_rollouts(tokenizer: Any, samples_path: Path, benchmark_path: Path, spec: TokenAnalysisSpec) -> list[Rollout]:
-    """Pair each evaluated sample with its problem; the completion is re-tokenized without special tokens."""
-    problems = {row["id"]: row["problem"] for row in read_jsonl(benchmark_path)}
-    rollouts = []
-    for number, sample in enumerate(read_jsonl(samples_path), start=1):
-        if sample.get("id") not in problems:
-            raise InputError(f"{samples_path}:{number}: id {sample.get('id')!r} is not in {benchmark_path}")
-        completion = tokenizer(sample["completion"], add_special_tokens=False)["input_ids"]
-        if completion:
-            rollouts.append(Rollout(prompt_ids(tokenizer, problems[sample["id"]], spec), completion, sample["correct"]))
-    return rollouts[: spec.max_rollouts] if spec.max_rollouts else rollouts
-
-
-def collate(rollouts: list[Rollout], pad_id: int) -> tuple[torch.Tensor, ...]:
-    """Left-padded prompts followed by right-padded completions: (input_ids, attention_mask, completion ids, mask)."""
-    prompt_len = max(len(r.prompt_ids) for r in rollouts)
-    completion_len = max(len(r.completion_ids) for r in rollouts)
-    input_ids = torch.full((len(rollouts), prompt_len + completion_len), pad_id, dtype=torch.long)
-    attention = torch.zeros_like(input_ids)
-    for row, rollout in enumerate(rollouts):
-        prompt_start = prompt_len - len(rollout.prompt_ids)
-        completion_end = prompt_len + len(rollout.completion_ids)
-        input_ids[row, prompt_start:prompt_len] = torch.tensor(rollout.prompt_ids)
-        input_ids[row, prompt_len:completion_end] = torch.tensor(rollout.completion_ids)
-        attention[row, prompt_start:completion_end] = 1
-    return input_ids, attention, input_ids[:, prompt_len:], attention[:, prompt_len:]
-
-
-def rollout_weights(model: Any, tokenizer: Any, batch: list[Rollout], spec: TokenAnalysisSpec) -> tuple:
-    """GRAIL weights, raw scores and first-box spans of one batch (symmetry "both": every row is reweighted)."""
-    input_ids, attention, completion_ids, completion_mask = collate(batch, tokenizer.pad_token_id)
-    spans = find_boxed_spans(tokenizer, completion_ids, completion_mask, which="first")
-    answer_mask = answer_mask_from_spans(spans, completion_ids.shape[1])
-    scores = saliency_scores(
-        model,
-        input_ids,
-        attention,
-        answer_mask,
-        leaf=spec.grail_leaf,
-        temperature=spec.temperature,
-        position=spec.grail_position,
-    )
-    rewards = torch.tensor([float(r.correct) for r in batch])
-    weights = grail_weights(
-        scores,
-        completion_mask,
-        rewards,
-        spans,
-        mean=spec.grail_mean,
-        std=spec.grail_std,
-        w_min=spec.grail_w_min,
-        w_max=spec.grail_w_max,
-        symmetry="both",
-    )
-    return weights, scores, spans
-
-
-def positional_records(batch: list[Rollout], weights: torch.Tensor, scores: torch.Tensor, spans: torch.Tensor):
-    """Per reasoning token: (normalized position, weight, raw score, correct); rollouts with R < 2 are skipped."""
-    for row, rollout in enumerate(batch):
-        reasoning_end = int(spans[row, 0])
-        if reasoning_end < 2:
-            continue
-        positions = np.arange(reasoning_end) / max(reasoning_end - 1, 1)
-        yield (
-            positions,
-            weights[row, :reasoning_end].double().numpy(),
-            scores[row, :reasoning_end].double().numpy(),
-            rollout.correct,
-        )
-
-
-def bin_statistics(positions: np.ndarray, values: np.ndarray) -> dict[str, list[float]]:
-    """Mean, population std, SEM (NaN when n <= 1) and count of ``values`` in 20 equal bins of ``positions``."""
-    edges = np.linspace(0.0, 1.0, NUM_BINS + 1)
-    bins = np.minimum(np.searchsorted(edges[1:], positions, side="left"), NUM_BINS - 1)
-    mean, std, sem, count = [], [], [], []
-    for index in range(NUM_BINS):
-        selected = values[bins == index]
-        n = selected.size
-        mean.append(float(selected.mean()) if n else math.nan)
-        std.append(float(selected.std()) if n else math.nan)
-        sem.append(float(selected.std() / math.sqrt(n)) if n > 1 else math.nan)
-        count.append(int(n))
-    return {"mean": mean, "std": std, "sem": sem, "count": count}
-
-
-def u_shape_index(mean_weight: list[float]) -> float:
-    """Outer 20 % of bins minus middle 60 % (NaN-aware); positive for a U-shaped profile."""
-    profile = np.asarray(mean_weight, dtype=float)
-    outer = np.concatenate([profile[: NUM_BINS // 5], profile[-NUM_BINS // 5 :]])
-    middle = profile[NUM_BINS // 5 : -NUM_BINS // 5]
-    if np.isnan(outer).all() or np.isnan(middle).all():
-        return math.nan
-    return float(np.nanmean(outer) - np.nanmean(middle))
-
-
-def summarize(records: list[tuple]) -> dict[str, Any]:
-    """Spec 8.1's per-checkpoint summary keys, plus the U-shape index and the number of rollouts used."""
-    edges = np.linspace(0.0, 1.0, NUM_BINS + 1)
-    summary: dict[str, Any] = {"bin_centres": ((edges[:-1] + edges[1:]) / 2).tolist(), "rollouts": len(records)}
-    if not records:
-        positions = weights = scores = np.zeros(0)
-        correct = np.zeros(0, dtype=bool)
-    else:
-        positions = np.concatenate([r[0] for r in records])
-        weights = np.concatenate([r[1] for r in records])
-        scores = np.concatenate([r[2] for r in records])
-        correct = np.concatenate([np.full(r[0].size, r[3]) for r in records])
-    overall = bin_statistics(positions, weights)
-    summary |= {
-        "mean_weight": overall["mean"],
-        "std_weight": overall["std"],
-        "sem_weight": overall["sem"],
-        "count": overall["count"],
-        "mean_raw_score": bin_statistics(positions, scores)["mean"],
-    }
-    for label, selector in (("correct", correct), ("wrong", ~correct)):
-        group = bin_statistics(positions[selector], weights[selector])
-        summary |= {
-            f"mean_weight_{label}": group["mean"],
-            f"std_weight_{label}": group["std"],
-            f"sem_weight_{label}": group["sem"],
-            f"count_{label}": group["count"],
-        }
-    summary["u_shape_index"] = u_shape_index(summary["mean_weight"])
-    return summary
-
-
-def analyse_checkpoint(model_dir: str, samples: Path, benchmark: Path, spec: TokenAnalysisSpec) -> dict[str, Any]:
-    """Load one checkpoint, recompute GRAIL weights for its rollouts and summarize them by position."""
-    tokenizer = load_tokenizer(model_dir)
-    model = load_model(model_dir, dtype=torch.float32).eval()
-    rollouts = load_rollouts(tokenizer, samples, benchmark, spec)
-    records: list[tuple] = []
-    batches = range(0, len(rollouts), spec.batch_size)
-    for start in progress(batches, desc=f"token analysis {Path(model_dir).name}", unit="batch"):
-        batch = rollouts[start : start + spec.batch_size]
-        weights, scores, spans = rollout_weights(model, tokenizer, batch, spec)
-        records.extend(positional_records(batch, weights, scores, spans))
-    return summarize(records)
+from pipeline.core.io import atomic_path, atomic_write_json, load_spec, run_cli
+from pipeline.core.specs import dataclass_from_mapping
+from pipeline.evaluation.token_weights import TokenAnalysisSpec, add_checkpoint_arguments, analyse_checkpoint
 
 
 def plot_profiles(summaries: dict[str, dict[str, Any]], path: Path) -> None:
@@ -254,20 +56,6 @@ def plot_profiles(summaries: dict[str, dict[str, Any]], path: Path) -> None:
     with atomic_path(path) as temporary:
         figure.savefig(temporary, dpi=150, format="png")
     plt.close(figure)
-
-
-def add_checkpoint_arguments(parser: argparse.ArgumentParser, option: str, purpose: str) -> None:
-    """``option LABEL MODEL_DIR SAMPLES_JSONL`` (repeatable) and ``--benchmark``: the evaluated checkpoints a stage
-    reads (token analysis, token viewer)."""
-    parser.add_argument(
-        option,
-        nargs=3,
-        action="append",
-        required=True,
-        metavar=("LABEL", "MODEL_DIR", "SAMPLES_JSONL"),
-        help=f"a checkpoint to {purpose}: its label, its model directory and its evaluation samples",
-    )
-    parser.add_argument("--benchmark", required=True, type=Path, help="the benchmark JSONL the samples answer")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

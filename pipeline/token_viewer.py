@@ -36,13 +36,13 @@ from typing import Any
 
 import torch
 
+from pipeline.core.io import InputError, atomic_write_text, load_spec, read_jsonl, run_cli
+from pipeline.core.progress import progress
+from pipeline.core.specs import dataclass_from_mapping
 from pipeline.credit import find_boxed_spans
 from pipeline.credit.method import CreditInputs, CreditMethod, OfflineHost, credit_method
-from pipeline.io import InputError, atomic_write_text, load_spec, read_jsonl, run_cli
-from pipeline.loading import load_model, load_tokenizer
-from pipeline.progress import progress
-from pipeline.specs import dataclass_from_mapping
-from pipeline.token_analysis import Rollout, TokenAnalysisSpec, add_checkpoint_arguments, collate, prompt_ids
+from pipeline.evaluation.token_weights import Rollout, TokenAnalysisSpec, add_checkpoint_arguments, collate, prompt_ids
+from pipeline.models.loading import load_model, load_tokenizer
 
 # matplotlib's tab10, one colour per weighting method in the order METHODS lists them
 METHOD_COLOURS = [(214, 39, 40), (31, 119, 180), (44, 160, 44), (148, 103, 189), (255, 127, 14), (140, 86, 75)]
@@ -71,7 +71,7 @@ def credit_methods(specs: Any, temperature: float, seed: int) -> tuple[dict[str,
     """The methods of METHODS that may weight tokens (per-token ones), by study name, each built from its options
     as the trainer builds it (``GrailGRPOConfig``, whose validation names the method and the key), at the saliency
     ``temperature`` with ``seed`` for its noise; and the names of the others, whose advantages stay TRL's."""
-    from pipeline.grpo_config import GrailGRPOConfig, credit_fields  # imports TRL: only when the stage runs
+    from pipeline.training.grpo_config import GrailGRPOConfig, credit_fields  # imports TRL: only when the stage runs
 
     if not isinstance(specs, dict) or not all(isinstance(spec, dict) for spec in specs.values()):
         raise InputError(f"methods: expected a mapping of method names to credit options, got {specs!r}")

@@ -9,14 +9,14 @@ model-loading options ``dtype``, ``trust_remote_code`` (default false) and ``att
 Run layout: working files in ``RUN_DIR/checkpoints/``: ``checkpoint-<step>/`` (resume), ``metrics.jsonl`` (one line
 per log, appended as training goes) and ``exports/step-<N>/`` (model + tokenizer of each export step); the outputs,
 published when the run completes: ``RUN_DIR/exports/step-<N>/`` (hardlinks to the working exports),
-``RUN_DIR/final/``, ``RUN_DIR/provenance.json`` (library versions, pipeline.provenance) and ``RUN_DIR/metrics.jsonl``
+``RUN_DIR/final/``, ``RUN_DIR/provenance.json`` (library versions, pipeline.core.provenance) and ``RUN_DIR/metrics.jsonl``
 (a copy of the working log). The working files are not Snakemake
 outputs, so they survive the deletion of a failed job's outputs and a resumed run loses no step and no export.
 
 Resume: a rerun finds the newest valid checkpoint in ``RUN_DIR/checkpoints`` (partial or corrupt ones are skipped
 with a warning) and continues from it with the model, optimizer, scheduler, RNG states, data position, TRL's
 micro-step counter and generation buffer restored, so an interrupted run follows the uninterrupted one. Only state
-made by this run's settings is resumed (pipeline.run_state): working files whose fingerprint (specs, seed, data and
+made by this run's settings is resumed (pipeline.training.run_state): working files whose fingerprint (specs, seed, data and
 start model by content, process count, code, libraries with ``--fingerprint-libraries``) differs are set aside to
 ``RUN_DIR/set_aside/<time>/`` (``--stale-checkpoints delete``: deleted), named in the log, and training starts from
 scratch. A larger ``max_steps`` continues a finished run only under a constant learning-rate schedule (docs/reruns.md).
@@ -27,12 +27,12 @@ Exit status: 0 done; 2 bad input; ``PREEMPTED_EXIT_CODE`` (75, EX_TEMPFAIL) afte
 ``--signal=USR1@<seconds>`` time-limit warning, or ``B:USR1`` forwarded by a batch script): the run saved a
 checkpoint at the end of the current step and stopped, or, when the signal came before the first step (imports,
 model loading), stopped at once with nothing to save; rerun or requeue it to resume. ``NONFINITE_EXIT_CODE`` (70,
-EX_SOFTWARE): a non-finite loss, gradient norm or weight (pipeline.nan_guard) stopped the run before the optimizer
+EX_SOFTWARE): a non-finite loss, gradient norm or weight (pipeline.training.nan_guard) stopped the run before the optimizer
 step or the save; the log names the step, the rank and the last finite checkpoint; a plain rerun would diverge again.
 ``SAVE_FAILED_EXIT_CODE`` (73, EX_CANTCREAT): a checkpoint did not fit on the disk (checked before each save) or its
 write failed; the log names the path, the space needed or the error, and the space free; the staging directory is
 removed, and a rerun once there is space resumes from the last complete checkpoint. ``STALL_EXIT_CODE`` (79): the
-stall watchdog (pipeline.watchdog, ``--watchdog``) saw a step, or the gap after one, make no progress within its
+stall watchdog (pipeline.runtime.watchdog, ``--watchdog``) saw a step, or the gap after one, make no progress within its
 bound; the log names the rank and the step and holds every thread's stack; a rerun resumes from the last checkpoint.
 """
 
@@ -52,9 +52,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.io import InputError, load_spec
-from pipeline.preemption import PreemptionSignals
-from pipeline.specs import stage_spec
+from pipeline.core.io import InputError, load_spec
+from pipeline.core.specs import stage_spec
+from pipeline.runtime.preemption import PreemptionSignals
 
 # Run as a stage, record the signals before importing torch, transformers and TRL (seconds): Slurm's warning
 # arriving meanwhile would otherwise kill the job (status 138) instead of stopping it (status 75).
@@ -82,15 +82,11 @@ import torch
 from datasets import Dataset
 from transformers import ProgressCallback
 
-from pipeline import kernels
-from pipeline.code_digest import module_digests
-from pipeline.credit.method import credit_module
-from pipeline.disk_space import CheckpointSaveError
-from pipeline.exit_codes import NONFINITE_EXIT_CODE, PREEMPTED_EXIT_CODE, SAVE_FAILED_EXIT_CODE
-from pipeline.file_digest import file_digest, model_identity
-from pipeline.grpo_config import GrailGRPOConfig, merge_specs, split_options
-from pipeline.io import atomic_write_text, export_model, publish_directory, read_jsonl, run_cli
-from pipeline.layout import (
+from pipeline.core import kernels
+from pipeline.core.exit_codes import NONFINITE_EXIT_CODE, PREEMPTED_EXIT_CODE, SAVE_FAILED_EXIT_CODE
+from pipeline.core.file_digest import file_digest, model_identity
+from pipeline.core.io import atomic_write_text, export_model, publish_directory, read_jsonl, run_cli
+from pipeline.core.layout import (
     CHECKPOINTS_DIR,
     EXPORTS_DIR,
     FINAL_CHECKPOINT,
@@ -100,10 +96,16 @@ from pipeline.layout import (
     working_exports_dir,
     working_metrics_path,
 )
-from pipeline.loading import check_model_reference, load_model, load_tokenizer
-from pipeline.nan_guard import NonFiniteTraining
-from pipeline.provenance import library_versions, write_provenance
-from pipeline.resume import (
+from pipeline.core.provenance import library_versions, write_provenance
+from pipeline.core.source_digest import module_digests
+from pipeline.credit.method import credit_module
+from pipeline.models.loading import check_model_reference, load_model, load_tokenizer
+from pipeline.runtime.disk_space import CheckpointSaveError
+from pipeline.runtime.watchdog import load_watchdog
+from pipeline.tasks.rewards import trl_reward_function
+from pipeline.training.grpo_config import GrailGRPOConfig, merge_specs, split_options
+from pipeline.training.nan_guard import NonFiniteTraining
+from pipeline.training.resume import (
     ExportAndPreemptionCallback,
     MetricsCallback,
     ResumableGRPOTrainer,
@@ -114,8 +116,7 @@ from pipeline.resume import (
     keep_metrics_up_to,
     newest_valid_checkpoint,
 )
-from pipeline.rewards import trl_reward_function
-from pipeline.run_state import (
+from pipeline.training.run_state import (
     STALE_CHECKPOINT_ACTIONS,
     continuable,
     fingerprint_components,
@@ -123,8 +124,7 @@ from pipeline.run_state import (
     prepare_working_dir,
     run_lock,
 )
-from pipeline.tracking import TrackingConfig, environment, load_tracking, tensorboard_environment, wandb_run
-from pipeline.watchdog import load_watchdog
+from pipeline.training.tracking import TrackingConfig, environment, load_tracking, tensorboard_environment, wandb_run
 
 logger = logging.getLogger("pipeline.train")
 
@@ -237,7 +237,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--run-name", help="the run's name in the trackers (default: the last 3 parts of --out)")
     parser.add_argument("--tracking-dir", type=Path, help="tracker files (default: RUN_DIR/tracking)")
     parser.add_argument(
-        "--watchdog", default="{}", help="WatchdogConfig fields (the stall watchdog, pipeline.watchdog): JSON"
+        "--watchdog", default="{}", help="WatchdogConfig fields (the stall watchdog, pipeline.runtime.watchdog): JSON"
     )
     parser.add_argument(
         "--stale-checkpoints",
@@ -327,7 +327,7 @@ def stop_before_training(received: str) -> None:
 
 
 def run_fingerprint(args: argparse.Namespace, merged: dict[str, Any], config: GrailGRPOConfig) -> dict[str, Any]:
-    """The fingerprint record of this run (pipeline.run_state): what decides its trajectory."""
+    """The fingerprint record of this run (pipeline.training.run_state): what decides its trajectory."""
     schedule = {
         "lr_scheduler_type": getattr(config.lr_scheduler_type, "value", config.lr_scheduler_type),
         "warmup_ratio": getattr(config, "warmup_ratio", None),

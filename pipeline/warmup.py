@@ -31,17 +31,17 @@ from typing import Any
 
 import torch
 
-from pipeline.arith import is_arithmetic_problem, worked_solution
-from pipeline.boxed import BOX_MARKER
-from pipeline.generation import chat_prompt_ids, problem_from_prompt
-from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
-from pipeline.loading import load_model, load_tokenizer
-from pipeline.progress import progress
-from pipeline.specs import dataclass_from_mapping
-from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
+from pipeline.core.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
+from pipeline.core.progress import progress
+from pipeline.core.specs import dataclass_from_mapping
+from pipeline.models.loading import load_model, load_tokenizer
+from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokenizer
+from pipeline.tasks.arith import is_arithmetic_problem, worked_solution
+from pipeline.tasks.boxed import BOX_MARKER
+from pipeline.tasks.generation import chat_prompt_ids, problem_from_prompt
 
 IGNORE_INDEX = -100
-WORKED_SOLUTION_FIELD = "worked_solution"  # optional training-row field: the SFT target (pipeline.gsm writes it)
+WORKED_SOLUTION_FIELD = "worked_solution"  # optional training-row field: the SFT target (pipeline.tasks.gsm writes it)
 MAX_GRAD_NORM = 1.0
 ARCHITECTURE_KEYS = frozenset(field.name for field in dataclasses.fields(TinyModelSpec)) - {"seed"}
 

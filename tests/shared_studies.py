@@ -23,7 +23,7 @@ CI_CONFIG = REPO / "tests" / "pipeline" / "configs" / "ci.yaml"
 PLUGIN_CONFIG = CI_CONFIG.with_name("ci_plugin.yaml")  # adds docs/examples/halfway.py as `examples.halfway`
 CI_CONFIG_FILES = ("--configfile", str(CI_CONFIG), str(PLUGIN_CONFIG))
 EXAMPLES_DIR = REPO / "docs"
-# pipeline.kernels.KERNEL_PIN_VARIABLE, written out: importing the package would pin this process (tests/conftest.py
+# pipeline.core.kernels.KERNEL_PIN_VARIABLE, written out: importing the package would pin this process (tests/conftest.py
 # keeps the test processes native; tests/core/test_kernels.py holds the two names together)
 KERNEL_PIN_VARIABLE = "GRAIL_KERNEL_PIN"
 # A stage a test runs by hand runs on the kernel path a study's jobs run on (`kernel_pin`, default on), so that its

@@ -31,8 +31,8 @@ from typing import Any, ClassVar, Literal, Protocol
 import torch
 from torch import nn
 
-from pipeline.io import InputError
-from pipeline.specs import dataclass_from_mapping
+from pipeline.core.io import InputError
+from pipeline.core.specs import dataclass_from_mapping
 
 __all__ = [
     "CreditHost",
@@ -71,7 +71,7 @@ class Range:
 
 
 class CreditHost(Protocol):
-    """What a method may use of the trainer (``pipeline.trainer.GrailGRPOTrainer`` implements it)."""
+    """What a method may use of the trainer (``pipeline.training.trainer.GrailGRPOTrainer`` implements it)."""
 
     args: Any  # the GrailGRPOConfig
     accelerator: Any

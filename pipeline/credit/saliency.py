@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipeline.core.io import InputError
 from pipeline.credit.spans import answer_mask_from_spans
-from pipeline.io import InputError
 
 Leaf = Literal["embeddings", "first", "middle", "last"]
 Position = Literal["previous", "same"]

@@ -34,7 +34,7 @@ from typing import Literal, NamedTuple, get_args
 
 import torch
 
-from pipeline.boxed import BOX_MARKER, boxed_contents
+from pipeline.tasks.boxed import BOX_MARKER, boxed_contents
 
 AnswerSpan = Literal["first", "last"]  # which complete box is the answer
 ANSWER_SPANS: tuple[str, ...] = get_args(AnswerSpan)

@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from pipeline.tiny_model import TinyModelSpec, save_tiny_model
-from pipeline.token_analysis import NUM_BINS, TokenAnalysisSpec, bin_statistics, summarize, u_shape_index
+from pipeline.evaluation.token_weights import NUM_BINS, TokenAnalysisSpec, bin_statistics, summarize, u_shape_index
+from pipeline.models.tiny_model import TinyModelSpec, save_tiny_model
 
 
 def test_bin_statistics_known_answer():
@@ -46,8 +46,8 @@ def test_summarize_splits_correct_and_wrong():
 
 
 def test_unknown_spec_key_is_named():
-    from pipeline.io import InputError
-    from pipeline.specs import dataclass_from_mapping
+    from pipeline.core.io import InputError
+    from pipeline.core.specs import dataclass_from_mapping
 
     with pytest.raises(InputError, match=r"unknown key\(s\) \['bins'\]"):
         dataclass_from_mapping(TokenAnalysisSpec, {"bins": 10}, "token_analysis spec")

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.core.io import InputError
 from pipeline.credit.method import CreditInputs, CreditMethod, CreditResult
 from pipeline.credit.methods.grpo import GrpoOptions
-from pipeline.io import InputError
-from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer, save_tiny_model
-from pipeline.token_analysis import TokenAnalysisSpec
+from pipeline.evaluation.token_weights import TokenAnalysisSpec
+from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokenizer, save_tiny_model
 from pipeline.token_viewer import (
     choose_rollouts,
     compute_views,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer, save_tiny_model
+from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokenizer, save_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURES = ("step_time_s", "step_cpu_time_s", "peak_mem_mb")

@@ -7,8 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[2]
 TINY_WORKFLOW = Path(__file__).resolve().parent / "workflow" / "Snakefile"
 
@@ -26,11 +24,7 @@ def run_command(
 
 
 def study(config_path: Path) -> Any:
-    """The project's Study for a config file, with the schema's defaults filled in as the Snakefile does."""
-    from snakemake.utils import validate
+    """The project's Study for a config file, loaded as the Snakefile loads it (pipeline.study.load)."""
+    from pipeline.study.load import load_study
 
-    from pipeline.config import Study
-
-    config = yaml.safe_load(config_path.read_text())
-    validate(config, str(REPO / "configs" / "schema.yaml"))
-    return Study.from_config(config)
+    return load_study([config_path])

@@ -238,7 +238,7 @@ def test_cpu_image_builds_with_podman_and_runs_a_stage_like_the_host(tmp_path: P
     # the smol study's model source: the same GGUF file (and a gguf reader) inside the image as on the host
     source = json.dumps(yaml.safe_load((REPO / "configs" / "smol.yaml").read_text())["models"]["smol"]["source"])
     digest = (
-        "import json, sys; from pipeline.file_digest import file_digest;"
+        "import json, sys; from pipeline.core.file_digest import file_digest;"
         " from pipeline.prepare_model import parse_source, source_file;"
         " print(file_digest(source_file(parse_source(json.loads(sys.argv[1])))))"
     )

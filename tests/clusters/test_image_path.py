@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline import cluster
+from pipeline.runtime import cluster
 
 from .conftest import REPO, run_command
 

@@ -18,9 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline import launch
-from pipeline.exit_codes import PREEMPTED_EXIT_CODE, STALL_EXIT_CODE
-from pipeline.io import InputError
-from pipeline.launch import (
+from pipeline.core.exit_codes import PREEMPTED_EXIT_CODE, STALL_EXIT_CODE
+from pipeline.core.io import InputError
+from pipeline.launch import split_command_line
+from pipeline.runtime.launching import (
     CPU_ACCELERATE_CONFIG,
     DEFAULT_ACCELERATE_CONFIG,
     GPU_DDP_ACCELERATE_CONFIG,
@@ -30,7 +31,6 @@ from pipeline.launch import (
     default_main_port,
     first_host,
     plan_launch,
-    split_command_line,
     threads_per_process,
     training_processes,
 )
@@ -347,12 +347,12 @@ def test_the_launcher_passes_on_the_agreed_status_or_a_stall(statuses, passed_on
 
 
 # A stage for the two-process launches: each rank records what it was started with, registers with the launcher
-# (pipeline.preemption) and exits with the status its argument gives, or, for `wait`, 75 once it got a signal.
+# (pipeline.runtime.preemption) and exits with the status its argument gives, or, for `wait`, 75 once it got a signal.
 RANK_STAGE = """
 import json, os, signal, sys, time
-from pipeline.io import run_cli
-from pipeline.exit_codes import PREEMPTED_EXIT_CODE
-from pipeline.preemption import PreemptionSignals
+from pipeline.core.io import run_cli
+from pipeline.core.exit_codes import PREEMPTED_EXIT_CODE
+from pipeline.runtime.preemption import PreemptionSignals
 
 def main(argv):
     out, *statuses = argv
@@ -466,8 +466,8 @@ def test_bad_counts_exit_2_with_a_message() -> None:
 # Slurm 22.05 (Restarts=0) and records a `requeue`.
 WINDOW_STAGE = """
 import sys, time
-from pipeline.exit_codes import PREEMPTED_EXIT_CODE
-from pipeline.preemption import PreemptionSignals
+from pipeline.core.exit_codes import PREEMPTED_EXIT_CODE
+from pipeline.runtime.preemption import PreemptionSignals
 
 signals = PreemptionSignals().install()
 print("stage ready", file=sys.stderr, flush=True)

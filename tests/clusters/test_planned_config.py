@@ -1,4 +1,4 @@
-"""Jobs run the settings that were planned (pipeline/cluster.py "Planned config").
+"""Jobs run the settings that were planned (pipeline/runtime/cluster.py "Planned config").
 
 A cluster job starts Snakemake again with the config files by path (Snakemake 9.27, snakemake/spawn_jobs.py:
 ``--configfiles ... --mode remote``). The first test runs such a job command as the Slurm jobstep does, after the
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.cluster import PLANNED_CONFIG_VARIABLE, config_file_digests
+from pipeline.runtime.cluster import PLANNED_CONFIG_VARIABLE, config_file_digests
 from tests.shared_studies import CI_CONFIG, REPO
 
 from .test_slurm import Cluster, scontrol_job, slurm

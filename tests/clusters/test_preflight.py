@@ -1,4 +1,4 @@
-"""`python -m pipeline.preflight` and the cost estimate (pipeline.cost).
+"""`python -m pipeline.preflight` and the cost estimate (pipeline.study.cost).
 
 Unit tests on synthetic sinfo lines and plans; then the real CLI against this machine's single-node Slurm (one
 fake GPU, 8 GB): the default study passes (with one real test job on the compute node), the paper's fails in
@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import cost, preflight
+from pipeline import preflight
+from pipeline.runtime import disk_space
+from pipeline.study import cost, plan
 
 from .conftest import REPO, run_command, study
 
@@ -79,7 +81,7 @@ rule train:
 localrule all:
     input: results/report.md
 """
-    (train,) = preflight.parse_plan(dry_run)
+    (train,) = plan.parse_plan(dry_run)
     assert train == cost.PlannedJob(
         "train", {"model": "qwen3_4b", "method": "grpo", "seed": "42"}, 32, 4, 600, 256000, 1, None, None
     )
@@ -96,17 +98,16 @@ def test_cost_bounds_follow_their_formulas() -> None:
     assert cost.wall_hours([*trains, *evaluations], concurrent_gpus=1000) == 11.0  # the longest jobs bound it
     assert cost.parameter_count({"path": "Qwen/Qwen3-8B"}) == 8_000_000_000
     assert cost.parameter_count({"path": "OctoThinker/OctoThinker-3B-Short-Base"}) == 3_000_000_000
-    assert cost.checkpoint_bytes(10, bf16=True) == 140  # 2 weights + 4 master + 8 Adam moments a parameter
+    assert disk_space.checkpoint_bytes(10, bf16=True) == 140  # 2 weights + 4 master + 8 Adam moments a parameter
     # two kept of four saves plus the one being written before the oldest is rotated away, three exports, the final model
     assert cost.run_disk_bytes(10, bf16=True, save_total_limit=2, checkpoints=4, exports=3) == 3 * 140 + 4 * 20
     assert cost.samples_bytes(items=10, samples=3, max_tokens=100) == 30 * (100 * cost.BYTES_PER_TOKEN + 300)
 
 
 def test_paper_estimate_counts_every_planned_job() -> None:
-    config = yaml.safe_load(PAPER.read_text())
     paper = study(PAPER)
     jobs = [job("train", gpus=4, runtime=600, wildcards=run) for run in paper.runs()]
-    estimate = preflight.estimate(config, paper, jobs, concurrent_gpus=16)
+    estimate = plan.estimate(paper, jobs, concurrent_gpus=16)
     assert estimate["gpu_hours"] == pytest.approx(len(jobs) * 4 * 10)
     assert estimate["benchmark_items"] == {
         "math500": 500,

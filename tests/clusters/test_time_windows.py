@@ -1,4 +1,4 @@
-"""pipeline.time_windows: which stage exits end a time window, the bound, and what the launcher does at the end of
+"""pipeline.runtime.time_windows: which stage exits end a time window, the bound, and what the launcher does at the end of
 one (``scontrol`` replaced by a stand-in that answers like Slurm 22.05; the real requeue runs in
 tests/faults/test_slurm_warning.py)."""
 
@@ -10,9 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.exit_codes import INPUT_ERROR_EXIT_CODE, PREEMPTED_EXIT_CODE
-from pipeline.io import InputError
-from pipeline.time_windows import TIME_WINDOWS_VARIABLE, close_window, ends_window, may_requeue, time_window_bound
+from pipeline.core.exit_codes import INPUT_ERROR_EXIT_CODE, PREEMPTED_EXIT_CODE
+from pipeline.core.io import InputError
+from pipeline.runtime.time_windows import (
+    TIME_WINDOWS_VARIABLE,
+    close_window,
+    ends_window,
+    may_requeue,
+    time_window_bound,
+)
 
 IN_SLURM = {"SLURM_JOB_ID": "41", TIME_WINDOWS_VARIABLE: "3"}
 

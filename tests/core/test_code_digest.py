@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.code_digest import (
+from pipeline.core.source_digest import (
     PACKAGE_DIR,
     changed_modules,
     coverage_table,
@@ -140,10 +140,10 @@ def test_changed_modules_and_parsing() -> None:
     assert changed_modules({"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "4"}) == {"b": "changed", "c": "added"}
     assert changed_modules({"a": "1"}, {}) == {"a": "removed"}
     assert parse_source_digest("0123abcd") is None
-    digests = module_digests("pipeline.layout")
-    # pipeline/__init__ imports pipeline.kernels (the CPU kernel pin), so every module's digest covers it
-    assert parse_source_digest(source_digest("pipeline.layout")) == {
-        name: digests[name] for name in ("pipeline", "pipeline.kernels", "pipeline.layout")
+    digests = module_digests("pipeline.core.layout")
+    # pipeline/__init__ imports pipeline.core.kernels (the CPU kernel pin), so every module's digest covers it
+    assert parse_source_digest(source_digest("pipeline.core.layout")) == {
+        name: digests[name] for name in ("pipeline", "pipeline.core.kernels", "pipeline.core.layout")
     }
 
 
@@ -154,5 +154,5 @@ def test_docs_list_the_modules_each_rule_covers() -> None:
     assert documented == coverage_table(REPO / "Snakefile", PACKAGE_DIR), "rerun: python -m pipeline.code_digest"
     rules = rule_roots(REPO / "Snakefile")
     assert rules["train"] == ["pipeline.train", "pipeline.launch"] and len(rules) == 11
-    assert "pipeline.grading" not in covered_modules(*rules["prepare_data"])
-    assert "pipeline.grading" not in covered_modules(*rules["warmup"])
+    assert "pipeline.tasks.grading" not in covered_modules(*rules["prepare_data"])
+    assert "pipeline.tasks.grading" not in covered_modules(*rules["warmup"])

@@ -9,9 +9,15 @@ import typing
 import pytest
 from trl import GRPOConfig
 
-from pipeline.config import TOKEN_ANALYSIS_PLAN_KEYS, TRL_DEFAULTS, Study, load_schema
-from pipeline.evaluate import EvalSpec, VllmSettings
-from pipeline.grpo_config import (
+from pipeline.evaluation.eval_spec import EvalSpec, VllmSettings
+from pipeline.evaluation.token_weights import TokenAnalysisSpec
+from pipeline.runtime.launching import TRAINING_ENGINES, TrainingEngine
+from pipeline.runtime.watchdog import WatchdogConfig
+from pipeline.study.checks import TRL_DEFAULTS
+from pipeline.study.config import TOKEN_ANALYSIS_PLAN_KEYS, Study
+from pipeline.study.schema import load_schema
+from pipeline.tasks.prompts import PROMPT_TEMPLATES, PromptTemplate
+from pipeline.training.grpo_config import (
     MODEL_LOADING_OPTIONS,
     GrailGRPOConfig,
     Range,
@@ -20,10 +26,6 @@ from pipeline.grpo_config import (
     credit_fields,
     credit_ranges,
 )
-from pipeline.launch import TRAINING_ENGINES, TrainingEngine
-from pipeline.prompts import PROMPT_TEMPLATES, PromptTemplate
-from pipeline.token_analysis import TokenAnalysisSpec
-from pipeline.watchdog import WatchdogConfig
 
 SCHEMA = load_schema()
 RANGE_KEYWORDS = {

@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import torch
 
 from pipeline import docs_parameters
-from pipeline.config import load_schema
 from pipeline.credit import grail_weights_with_stats
 from pipeline.credit.oar_g import oar_g_stats
-from pipeline.trainer_metrics import log_advantage_metrics, log_nanmeans, log_percentiles
+from pipeline.study.schema import load_schema
+from pipeline.training.trainer_metrics import log_advantage_metrics, log_nanmeans, log_percentiles
 
 REPO = Path(__file__).resolve().parents[2]
 CITATION = re.compile(r"\b[Ss]pec (?:sections? )?(\d+(?:\.\d+)?)(?:\s*-\s*(\d+(?:\.\d+)?))?")

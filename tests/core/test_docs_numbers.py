@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import docs_numbers
-from pipeline.io import InputError
+from pipeline.core.io import InputError
 
 STUDIES = docs_numbers.load_studies()
 
@@ -115,7 +115,7 @@ def test_a_reproduction_is_bit_for_bit_but_for_wall_clock_fields(tmp_path: Path)
 
 def test_the_planners_default_seed_spread_cites_the_recorded_default_study() -> None:
     """pipeline.power's DEFAULTS['seed_sd'] quotes GRPO's and GRAIL's sd over seeds in the recorded default study."""
-    from pipeline.power import DEFAULTS
+    from pipeline.study.power_analysis import DEFAULTS
 
     default = STUDIES["default"]
     metric = docs_numbers.accuracy_metric(default)

@@ -1,4 +1,4 @@
-"""pipeline.exit_codes: the final statuses and the gate that keeps a retry from running a job whose earlier attempt
+"""pipeline.core.exit_codes: the final statuses and the gate that keeps a retry from running a job whose earlier attempt
 in the same Snakemake invocation ended with one. Real stage processes with their output redirected to a log, as a
 rule runs them (the Snakemake and Slurm runs are in tests/faults/test_slurm_warning.py)."""
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.exit_codes import (
+from pipeline.core.exit_codes import (
     FINAL_EXIT_CODES,
     INPUT_ERROR_EXIT_CODE,
     INVOCATION_VARIABLE,

@@ -26,9 +26,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.grading import GRADING_MODES
 from pipeline.prepare_benchmarks import prepare_benchmark
-from pipeline.rewards import gold_self_check, is_correct
+from pipeline.tasks.grading import GRADING_MODES
+from pipeline.tasks.rewards import gold_self_check, is_correct
 
 CORPUS = Path(__file__).with_name("grading_corpus.csv")
 QWEN_FIXTURES = Path(__file__).parents[1] / "data" / "fixtures" / "qwen"

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.grading import base_subscript_value, normalize_for_grading
-from pipeline.rewards import is_correct
+from pipeline.tasks.grading import base_subscript_value, normalize_for_grading
+from pipeline.tasks.rewards import is_correct
 
 # (gold, a right answer, a wrong answer that must be refused)
 PATTERNS = {
@@ -98,7 +98,7 @@ def test_base_subscript_value(text, value):
 
 
 def test_unknown_grading_mode_is_refused_by_name():
-    from pipeline.grading import verify_answer
+    from pipeline.tasks.grading import verify_answer
 
     with pytest.raises(ValueError, match="grading must be one of"):
         verify_answer("1", "1", None, "lenient")

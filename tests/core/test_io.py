@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from pipeline.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl
+from pipeline.core.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl
 
 
 def test_atomic_path_replaces_only_on_success(tmp_path):

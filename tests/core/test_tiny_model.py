@@ -1,9 +1,9 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline.arith import ArithmeticSpec, arithmetic_problems, worked_solution
-from pipeline.rewards import outcome_reward
-from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer, save_tiny_model
+from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokenizer, save_tiny_model
+from pipeline.tasks.arith import ArithmeticSpec, arithmetic_problems, worked_solution
+from pipeline.tasks.rewards import outcome_reward
 
 
 def test_tokenizer_round_trips_and_ends_turns_with_eos():

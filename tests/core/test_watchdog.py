@@ -1,4 +1,4 @@
-"""The stall watchdog's parts (pipeline.watchdog): the bound, the heartbeat against a fake clock, the thread (with
+"""The stall watchdog's parts (pipeline.runtime.watchdog): the bound, the heartbeat against a fake clock, the thread (with
 the process exit replaced by a recorder) and its settings. The real exits are tests/train/test_stall_watchdog.py
 and tests/evaluate/test_evaluate_stall.py.
 
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.exit_codes import STALL_EXIT_CODE
-from pipeline.io import InputError
-from pipeline.watchdog import StallWatchdog, WatchdogConfig, load_watchdog, stall_bound
+from pipeline.core.exit_codes import STALL_EXIT_CODE
+from pipeline.core.io import InputError
+from pipeline.runtime.watchdog import StallWatchdog, WatchdogConfig, load_watchdog, stall_bound
 
 CONFIG = WatchdogConfig(stall_multiple=5, stall_floor_s=10, first_step_s=100)
 durations = st.lists(st.floats(min_value=0.001, max_value=1e5), min_size=1, max_size=50)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pipeline.code_digest import CODE_TAG, parse_source_digest, source_digest
+from pipeline.core.source_digest import CODE_TAG, parse_source_digest, source_digest
 from pipeline.why_rerun import Plan, acceptable, explain_params
 
 
@@ -14,7 +14,7 @@ def plan(job: str, *, code: bool = True, other: bool = False, inputs: tuple[str,
         job=job,
         outputs=[f"{job}.out"],
         snakemake_job=None,
-        code={"pipeline.metrics": "changed"} if code else {},
+        code={"pipeline.stats.metrics": "changed"} if code else {},
         other_reasons=other,
         remade_inputs={f"{name}.out" for name in inputs},
     )
@@ -44,12 +44,12 @@ class Job:
 
 
 def test_params_are_explained_down_to_the_module_and_by_name() -> None:
-    now = source_digest("pipeline.layout")
-    before = CODE_TAG + json.dumps({**parse_source_digest(now), "pipeline.layout": "0" * 16}, sort_keys=True)
+    now = source_digest("pipeline.core.layout")
+    before = CODE_TAG + json.dumps({**parse_source_digest(now), "pipeline.core.layout": "0" * 16}, sort_keys=True)
     explained = plan("report", code=False)
     explain_params(explained, Job(spec='{"a":2}', code=now), Change([before, '{"a":1}'], [now, '{"a":2}']))
-    assert explained.reasons == ["code changed: pipeline.layout (changed)", "settings changed: params.spec"]
-    assert explained.other_reasons and explained.made_with["pipeline.layout"] == "0" * 16
+    assert explained.reasons == ["code changed: pipeline.core.layout (changed)", "settings changed: params.spec"]
+    assert explained.other_reasons and explained.made_with["pipeline.core.layout"] == "0" * 16
 
     legacy = plan("report", code=False)
     explain_params(legacy, Job(code=now), Change(["0123456789abcdef"], [now]))

@@ -9,8 +9,8 @@ import torch
 from credit_helpers import left_pad, right_pad
 
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans
-from pipeline.qwen_vocabulary import build_qwen_tokenizer
-from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
+from pipeline.models.qwen_vocabulary import build_qwen_tokenizer
+from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokenizer
 
 SMALL_SPEC = TinyModelSpec(
     hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, head_dim=16

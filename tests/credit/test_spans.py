@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from pipeline.boxed import boxed_contents
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans, span_masks
+from pipeline.tasks.boxed import boxed_contents
 
 
 def encode_rows(tokenizer, texts, eos=True):

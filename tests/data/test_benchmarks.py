@@ -13,8 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.arith import ArithmeticSpec, arithmetic_problems
-from pipeline.benchmarks import (
+from pipeline.core.io import InputError
+from pipeline.prepare_benchmarks import prepare_benchmark
+from pipeline.tasks.arith import ArithmeticSpec, arithmetic_problems
+from pipeline.tasks.benchmarks import (
     SOURCE_FORMATS,
     SkipRow,
     gold_text,
@@ -23,8 +25,6 @@ from pipeline.benchmarks import (
     select_subset,
     strip_enclosing_dollars,
 )
-from pipeline.io import InputError
-from pipeline.prepare_benchmarks import prepare_benchmark
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HUB = FIXTURES / "hub"

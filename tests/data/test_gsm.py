@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import gsm
-from pipeline.io import InputError
+from pipeline.core.io import InputError
 from pipeline.prepare_benchmarks import prepare_benchmark
 from pipeline.prepare_data import prepare_data
-from pipeline.rewards import outcome_reward
+from pipeline.tasks import gsm
+from pipeline.tasks.rewards import outcome_reward
 
 # Fewer than the 40 training templates before template 80, whose conditions need a one-off enumeration (seconds).
 TRAIN_COUNT = 12

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.io import InputError
+from pipeline.core.io import InputError
 from pipeline.prepare_data import prepare_data, word_ngrams
-from pipeline.prompts import PROMPT_SUFFIX_CLEAN, PROMPT_SUFFIX_UPSTREAM
+from pipeline.tasks.prompts import PROMPT_SUFFIX_CLEAN, PROMPT_SUFFIX_UPSTREAM
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.benchmarks import SOURCE_FORMATS, normalize_rows
 from pipeline.prepare_benchmarks import prepare_benchmark
+from pipeline.tasks.benchmarks import SOURCE_FORMATS, normalize_rows
 
 REPO = Path(__file__).resolve().parents[2]
 SUBSETS = REPO / "eval_data" / "subsets"
@@ -129,7 +129,7 @@ def test_amc_upstream_gold_keeps_pythons_float_text():
 
 
 def test_unknown_gold_format_is_refused_by_name(tmp_path):
-    from pipeline.io import InputError
+    from pipeline.core.io import InputError
 
     with pytest.raises(InputError, match="gold must be one of"):
         normalize_rows([], OLYMPIAD, "ob", "lenient")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.arith import ArithmeticSpec, arithmetic_problems
-from pipeline.prompts import build_prompt
-from pipeline.tiny_model import TinyModelSpec, save_tiny_model
+from pipeline.models.tiny_model import TinyModelSpec, save_tiny_model
+from pipeline.tasks.arith import ArithmeticSpec, arithmetic_problems
+from pipeline.tasks.prompts import build_prompt
 
 FAST_SPEC = {
     "backend": "hf",

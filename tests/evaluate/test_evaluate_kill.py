@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline import evaluate as ev
-from pipeline.io import read_jsonl
+from pipeline.core.io import read_jsonl
+from pipeline.evaluation import sampling
 from tests.evaluate.conftest import FAST_SPEC, benchmark_rows, write_jsonl
 from tests.evaluate.test_evaluate import CountingFactory
 from tests.hold_stage import hold_evaluation_env
@@ -28,7 +28,7 @@ def test_sigkill_mid_evaluation_then_rerun_completes_without_duplicates(tiny_mod
     bench = write_jsonl(tmp_path / "bench.jsonl", benchmark_rows(ITEMS))
     spec = {**FAST_SPEC, "batch_size": 2}
     out = tmp_path / "eval" / "bench.jsonl"
-    partial = ev.partial_path(out)
+    partial = sampling.partial_path(out)
     command = [
         sys.executable, "-m", "pipeline.evaluate", "--model", str(tiny_model_dir), "--benchmark", str(bench),
         "--spec", json.dumps(spec), "--seed", "3", "--out", str(out),
@@ -56,8 +56,8 @@ def test_sigkill_mid_evaluation_then_rerun_completes_without_duplicates(tiny_mod
     assert len(survived) == HELD_AFTER
     counter = CountingFactory()
     # Batching is not part of the fingerprint: the rerun may use bigger batches and still resume.
-    rerun_spec = ev.parse_eval_spec({**spec, "batch_size": 32})
-    rows = ev.evaluate(str(tiny_model_dir), bench, rerun_spec, 3, out, backend_factory=counter)
+    rerun_spec = spec.parse_eval_spec({**spec, "batch_size": 32})
+    rows = sampling.evaluate(str(tiny_model_dir), bench, rerun_spec, 3, out, backend_factory=counter)
     assert counter.requests == 2 * ITEMS - HELD_AFTER
     keys = [(row["id"], row["sample"]) for row in rows]
     assert keys == [(item["id"], s) for item in benchmark_rows(ITEMS) for s in range(2)]

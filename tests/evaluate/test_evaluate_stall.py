@@ -1,8 +1,8 @@
-"""The stall watchdog (pipeline.watchdog) on a real evaluation process: its second generation batch never returns
+"""The stall watchdog (pipeline.runtime.watchdog) on a real evaluation process: its second generation batch never returns
 (``tests.hold_stage``: the hf backend's ``generate`` holds, as an engine that stops answering would). The stage must
 exit with ``STALL_EXIT_CODE`` within the bound, naming the batch and dumping the stuck thread's stack, with the first
 batch's rows kept in the partial file for the rerun. Both backends run the same batch loop
-(``pipeline.evaluate._generate_pending``), so the hf backend stands for vLLM's too.
+(``pipeline.evaluation.sampling._generate_pending``), so the hf backend stands for vLLM's too.
 
 Checked by breaking it: without the beat at the start of a batch (``stall.begin`` removed) the message names "the
 gap after evaluation batch 1"; with the thread never firing the hook's 150 s limit ends the stage with status 1."""
@@ -15,9 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline import evaluate as ev
-from pipeline.exit_codes import STALL_EXIT_CODE
-from pipeline.io import read_jsonl
+from pipeline.core.exit_codes import STALL_EXIT_CODE
+from pipeline.core.io import read_jsonl
+from pipeline.evaluation import sampling
 from tests.evaluate.conftest import FAST_SPEC, benchmark_rows, write_jsonl
 from tests.hold_stage import stall_evaluation_env
 
@@ -48,6 +48,6 @@ def test_a_stalled_evaluation_batch_stops_the_stage_with_the_stall_code(tiny_mod
     assert "(bound 5.0 s): thread stacks follow; exiting 79 (retryable)" in log
     assert "in hold_until" in log and "in generate_or_hold" in log and "in generate_rows" in log
     assert not out.exists()
-    kept = read_jsonl(ev.partial_path(out))[1:]
+    kept = read_jsonl(sampling.partial_path(out))[1:]
     first = benchmark_rows(4)[0]["id"]
     assert [(row["id"], row["sample"]) for row in kept] == [(first, 0), (first, 1)]  # batch 1, appended

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 import pipeline.evaluate as ev
-import pipeline.gold_audit
-from pipeline.io import atomic_write_json
+import pipeline.tasks.gold_audit
+from pipeline.core.io import atomic_write_json
 from pipeline.prepare_benchmarks import prepare_benchmark
-from pipeline.rewards import gold_self_check
+from pipeline.tasks.rewards import gold_self_check
 from tests.core.test_report import report_command, write_inputs
 from tests.evaluate.conftest import FAST_SPEC, write_jsonl
 
@@ -38,7 +38,7 @@ def audit_of_a_grader_bug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
     def clean_grader_with_the_old_bug(gold: str, grading: str = "clean", **kwargs) -> bool:
         return not (grading == "clean" and gold == REFUSED_GOLD) and gold_self_check(gold, grading, **kwargs)
 
-    monkeypatch.setattr(pipeline.gold_audit, "gold_self_check", clean_grader_with_the_old_bug)
+    monkeypatch.setattr(pipeline.tasks.gold_audit, "gold_self_check", clean_grader_with_the_old_bug)
     spec = {"kind": "qwen_jsonl", "path": str(write_benchmark(tmp_path / "bench.jsonl"))}
     _, audit = prepare_benchmark("quadratics", spec)
     path = tmp_path / "quadratics_audit.json"  # not audit.json: write_inputs writes that one

@@ -8,8 +8,9 @@ import sys
 import pytest
 
 import pipeline.evaluate
-from pipeline.evaluate import EvalSpec, grade, parse_eval_spec
-from pipeline.io import InputError
+from pipeline.core.io import InputError
+from pipeline.evaluation.eval_spec import EvalSpec, parse_eval_spec
+from pipeline.evaluation.sampling import grade
 
 SPEC = EvalSpec()
 
@@ -65,7 +66,7 @@ def test_latex_slow_for_sympy_is_bounded_by_the_timeout_and_scored_zero():
     # 2^(2^40) cannot be evaluated by sympy in any reasonable time; math-verify must give up after its timeout.
     # The spy records the timeouts math-verify is given: the spec's, for every parse and verify.
     code = (
-        "import pipeline.grading as grading\n"
+        "import pipeline.tasks.grading as grading\n"
         "from pipeline.evaluate import grade, parse_eval_spec\n"
         "timeouts = []\n"
         "parse, verify = grading.parse, grading.verify\n"

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.progress import LineStream, progress
+from pipeline.core.progress import LineStream, progress
 from tests.evaluate.conftest import FAST_SPEC, benchmark_rows, write_jsonl
 
 REPO = Path(__file__).resolve().parents[2]

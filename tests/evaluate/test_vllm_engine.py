@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import evaluate as ev
-from pipeline.io import read_jsonl
+from pipeline.core.io import read_jsonl
+from pipeline.evaluation import backends, eval_spec, sampling
 from tests.evaluate.conftest import benchmark_rows, write_jsonl
 from tests.hold_stage import hold_evaluation_env
 
@@ -62,16 +62,16 @@ def run_killed_after_first_batch(model: Path, bench: Path, out: Path, stderr_pat
 
 def test_same_seed_same_samples_across_runs_and_a_kill_resume(tiny_model_dir, tmp_path):
     bench = write_jsonl(tmp_path / "bench.jsonl", benchmark_rows(ITEMS))
-    spec = ev.parse_eval_spec(SPEC)
-    assert ev.detect_backend(spec.backend) == "vllm"
-    uninterrupted = ev.evaluate(str(tiny_model_dir), bench, spec, 3, tmp_path / "a.jsonl")
+    spec = eval_spec.parse_eval_spec(SPEC)
+    assert backends.detect_backend(spec.backend) == "vllm"
+    uninterrupted = sampling.evaluate(str(tiny_model_dir), bench, spec, 3, tmp_path / "a.jsonl")
 
     out = tmp_path / "b.jsonl"
     run_killed_after_first_batch(tiny_model_dir, bench, out, tmp_path / "b.stderr")
     assert not out.exists()
-    survived = read_jsonl(ev.partial_path(out), tolerate_torn_tail=True)[1:]
+    survived = read_jsonl(sampling.partial_path(out), tolerate_torn_tail=True)[1:]
     assert len(survived) == SPEC["batch_size"]
-    resumed = ev.evaluate(str(tiny_model_dir), bench, spec, 3, out)
+    resumed = sampling.evaluate(str(tiny_model_dir), bench, spec, 3, out)
 
     assert resumed == uninterrupted
     assert [(row["id"], row["sample"]) for row in resumed] == [

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pipeline import evaluate as ev
-from pipeline.io import InputError
+from pipeline.core.io import InputError
+from pipeline.evaluation import eval_spec, sampling, vllm_backend
 
 
 @dataclass
@@ -32,11 +32,11 @@ class RequestOutput:
 
 
 def test_requests_are_token_prompts_sampled_once_without_a_request_seed():
-    spec = ev.parse_eval_spec({"temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_new_tokens": 8192})
-    prompts = ev.build_vllm_prompts([ev.Request([1, 2, 3], 11), ev.Request([4], 12)])
+    spec = eval_spec.parse_eval_spec({"temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_new_tokens": 8192})
+    prompts = vllm_backend.build_vllm_prompts([eval_spec.Request([1, 2, 3], 11), eval_spec.Request([4], 12)])
     assert prompts == [{"prompt_token_ids": [1, 2, 3]}, {"prompt_token_ids": [4]}]
     # a per-request seed fails on vLLM's CPU platform: the engine is reseeded per batch instead
-    assert ev.vllm_sampling_kwargs(spec) == {
+    assert vllm_backend.vllm_sampling_kwargs(spec) == {
         "n": 1,
         "temperature": 0.6,
         "top_p": 0.95,
@@ -47,22 +47,24 @@ def test_requests_are_token_prompts_sampled_once_without_a_request_seed():
 
 
 def test_batch_seed_depends_on_every_unit_seed_and_their_order():
-    requests = [ev.Request([1], 11), ev.Request([2], 12)]
-    assert ev.batch_seed(requests) == ev.batch_seed([ev.Request([9], 11), ev.Request([9], 12)])
-    assert ev.batch_seed(requests) != ev.batch_seed(requests[::-1])
-    assert ev.batch_seed(requests) != ev.batch_seed(requests[:1])
+    requests = [eval_spec.Request([1], 11), eval_spec.Request([2], 12)]
+    assert eval_spec.batch_seed(requests) == eval_spec.batch_seed(
+        [eval_spec.Request([9], 11), eval_spec.Request([9], 12)]
+    )
+    assert eval_spec.batch_seed(requests) != eval_spec.batch_seed(requests[::-1])
+    assert eval_spec.batch_seed(requests) != eval_spec.batch_seed(requests[:1])
 
 
 def test_top_k_disabled_maps_to_minus_one():
-    assert ev.vllm_sampling_kwargs(ev.parse_eval_spec({"top_k": 0}))["top_k"] == -1
+    assert vllm_backend.vllm_sampling_kwargs(eval_spec.parse_eval_spec({"top_k": 0}))["top_k"] == -1
 
 
 def test_unit_seeds_do_not_depend_on_batching():
-    items = [ev.Item(f"q{i}", "p", "a") for i in range(4)]
-    units = ev.plan_units(items, n_samples=3, seed=5)
-    again = ev.plan_units(items[2:], n_samples=3, seed=5)
+    items = [eval_spec.Item(f"q{i}", "p", "a") for i in range(4)]
+    units = sampling.plan_units(items, n_samples=3, seed=5)
+    again = sampling.plan_units(items[2:], n_samples=3, seed=5)
     assert [u.seed for u in units[6:]] == [u.seed for u in again]
-    assert units[0].seed != ev.plan_units(items, n_samples=3, seed=6)[0].seed
+    assert units[0].seed != sampling.plan_units(items, n_samples=3, seed=6)[0].seed
 
 
 def test_outputs_parse_in_request_order():
@@ -70,33 +72,36 @@ def test_outputs_parse_in_request_order():
         RequestOutput("0", [1, 2], [CompletionOutput(0, "so \\boxed{4}", [7, 8, 9, 2])]),
         RequestOutput("1", [3], [CompletionOutput(0, "", [2])]),
     ]
-    assert ev.parse_vllm_outputs(outputs, 2) == [ev.Generation("so \\boxed{4}", 4), ev.Generation("", 1)]
+    assert vllm_backend.parse_vllm_outputs(outputs, 2) == [
+        eval_spec.Generation("so \\boxed{4}", 4),
+        eval_spec.Generation("", 1),
+    ]
 
 
 def test_output_count_mismatch_and_empty_output_raise():
     with pytest.raises(RuntimeError, match="2 outputs for 3 requests"):
-        ev.parse_vllm_outputs([RequestOutput("0", [1]), RequestOutput("1", [1])], 3)
+        vllm_backend.parse_vllm_outputs([RequestOutput("0", [1]), RequestOutput("1", [1])], 3)
     with pytest.raises(RuntimeError, match="request 7 returned no completion"):
-        ev.parse_vllm_outputs([RequestOutput("7", [1], [])], 1)
+        vllm_backend.parse_vllm_outputs([RequestOutput("7", [1], [])], 1)
 
 
 def test_engine_kwargs_follow_the_spec():
-    spec = ev.parse_eval_spec(
+    spec = eval_spec.parse_eval_spec(
         {"vllm": {"tensor_parallel_size": 2, "gpu_memory_utilization": 0.95, "max_model_len": 16384}}
     )
-    assert ev.vllm_engine_kwargs("Qwen/Qwen3-4B", spec, 9, "cuda") == {
+    assert vllm_backend.vllm_engine_kwargs("Qwen/Qwen3-4B", spec, 9, "cuda") == {
         "model": "Qwen/Qwen3-4B",
         "tokenizer": "Qwen/Qwen3-4B",
         "tensor_parallel_size": 2,
         "gpu_memory_utilization": 0.95,
         "enable_prefix_caching": True,
         "seed": 9,
-        "worker_extension_cls": "pipeline.evaluate.SamplingSeedExtension",
+        "worker_extension_cls": "pipeline.evaluation.vllm_backend.SamplingSeedExtension",
         "enforce_eager": False,
         "trust_remote_code": False,
         "max_model_len": 16384,
     }
-    assert "max_model_len" not in ev.vllm_engine_kwargs("m", ev.parse_eval_spec({}), 0, "cuda")
+    assert "max_model_len" not in vllm_backend.vllm_engine_kwargs("m", eval_spec.parse_eval_spec({}), 0, "cuda")
 
 
 @pytest.mark.parametrize(
@@ -106,19 +111,19 @@ def test_engine_kwargs_follow_the_spec():
 def test_default_memory_fits_the_platform(device_type, expected):
     """A GPU engine takes 0.9 of the GPU; a CPU engine a fixed 1 GiB KV cache rather than a fraction of node memory
     less the process's resident memory, which depends on the machine's state (VllmSettings)."""
-    kwargs = ev.vllm_engine_kwargs("m", ev.parse_eval_spec({}), 0, device_type)
+    kwargs = vllm_backend.vllm_engine_kwargs("m", eval_spec.parse_eval_spec({}), 0, device_type)
     assert {
         key: kwargs[key] for key in ("gpu_memory_utilization", "kv_cache_memory_bytes") if key in kwargs
     } == expected
     assert kwargs["enforce_eager"] is (device_type == "cpu")
-    explicit = ev.parse_eval_spec({"vllm": {"gpu_memory_utilization": 0.5}})
-    explicit_kwargs = ev.vllm_engine_kwargs("m", explicit, 0, device_type)
+    explicit = eval_spec.parse_eval_spec({"vllm": {"gpu_memory_utilization": 0.5}})
+    explicit_kwargs = vllm_backend.vllm_engine_kwargs("m", explicit, 0, device_type)
     assert explicit_kwargs["gpu_memory_utilization"] == 0.5
     assert "kv_cache_memory_bytes" not in explicit_kwargs
 
 
 def test_device_groups_split_visible_gpus_by_tensor_parallel_size():
-    assert ev.vllm_device_groups(2, 2, ["0", "1", "2", "3"]) == ["0,1", "2,3"]
-    assert ev.vllm_device_groups(3, 1, ["4", "5", "6", "7"]) == ["4", "5", "6"]
+    assert vllm_backend.vllm_device_groups(2, 2, ["0", "1", "2", "3"]) == ["0,1", "2,3"]
+    assert vllm_backend.vllm_device_groups(3, 1, ["4", "5", "6", "7"]) == ["4", "5", "6"]
     with pytest.raises(InputError, match="= 4 GPUs, but 2 are visible"):
-        ev.vllm_device_groups(2, 2, ["0", "1"])
+        vllm_backend.vllm_device_groups(2, 2, ["0", "1"])

@@ -8,12 +8,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline import evaluate as ev
 from pipeline import warmup
-from pipeline.generation import problem_from_prompt
-from pipeline.io import InputError
-from pipeline.prompts import build_prompt
-from pipeline.tiny_model import TinyModelSpec, build_tokenizer
+from pipeline.core.io import InputError
+from pipeline.evaluation import eval_spec, sampling
+from pipeline.models.tiny_model import TinyModelSpec, build_tokenizer
+from pipeline.tasks.generation import problem_from_prompt
+from pipeline.tasks.prompts import build_prompt
 from tests.evaluate.conftest import benchmark_rows, training_rows, write_jsonl
 
 
@@ -113,7 +113,7 @@ def test_default_warmup_gives_a_sampled_accuracy_strictly_between_0_and_1(tmp_pa
     data = write_jsonl(tmp_path / "train.jsonl", training_rows(2000))
     warmup.main(["--spec", "{}", "--data", str(data), "--seed", "0", "--out", str(tmp_path / "start")])
     held_out = write_jsonl(tmp_path / "held_out.jsonl", benchmark_rows(50, seed=123))
-    spec = ev.parse_eval_spec(
+    spec = eval_spec.parse_eval_spec(
         {
             "backend": "hf",
             "n_samples": 2,
@@ -124,7 +124,7 @@ def test_default_warmup_gives_a_sampled_accuracy_strictly_between_0_and_1(tmp_pa
             "batch_size": 100,
         }
     )
-    rows = ev.evaluate(str(tmp_path / "start"), held_out, spec, 0, tmp_path / "eval.jsonl")
+    rows = sampling.evaluate(str(tmp_path / "start"), held_out, spec, 0, tmp_path / "eval.jsonl")
     accuracy = sum(row["correct"] for row in rows) / len(rows)
     assert 0.1 < accuracy < 0.9
 

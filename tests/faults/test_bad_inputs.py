@@ -17,10 +17,10 @@ from fault_support import small_study, snakemake_command, stage_env, write_study
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import evaluate as ev
 from pipeline import train
+from pipeline.core.io import InputError
 from pipeline.credit.grail import grail_weights_with_stats
-from pipeline.io import InputError
+from pipeline.evaluation import eval_spec, sampling
 
 GOOD_ROW = {"id": "r0", "prompt": [{"role": "user", "content": "1+1=?"}], "solution": "2", "source": "t"}
 
@@ -130,15 +130,15 @@ def test_corrupt_line_inside_a_partial_evaluation_is_named_and_kept(tmp_path: Pa
     benchmark = tmp_path / "bench.jsonl"
     benchmark.write_text(line({"id": "a", "problem": "1+1=?", "answer": "2"}), encoding="utf-8")
     (tmp_path / "model").mkdir()
-    spec = ev.parse_eval_spec({"n_samples": 2, "backend": "hf"})
+    spec = eval_spec.parse_eval_spec({"n_samples": 2, "backend": "hf"})
     out = tmp_path / "out.jsonl"
-    partial = ev.partial_path(out)
-    stamp = ev.fingerprint(str(tmp_path / "model"), benchmark, spec, 0)
+    partial = sampling.partial_path(out)
+    stamp = sampling.fingerprint(str(tmp_path / "model"), benchmark, spec, 0)
     row = {"id": "a", "sample": 0, "completion": "x", "extracted": None, "correct": False, "num_tokens": 1}
     partial.write_text(line({"fingerprint": stamp}) + "{garbage\n" + line(row), encoding="utf-8")
     before = partial.read_bytes()
     with pytest.raises(InputError, match=r"out\.jsonl\.partial:2: not valid JSON"):
-        ev.evaluate(str(tmp_path / "model"), benchmark, spec, 0, out)
+        sampling.evaluate(str(tmp_path / "model"), benchmark, spec, 0, out)
     assert partial.read_bytes() == before and not out.exists()
 
 

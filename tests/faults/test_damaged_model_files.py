@@ -1,5 +1,5 @@
 """A truncated weights or tokenizer file is refused with exit status 2 and a message naming it, by every stage that
-loads a model (pipeline.loading.check_model_files, called by both loaders): training, evaluation on the hf backend
+loads a model (pipeline.models.loading.check_model_files, called by both loaders): training, evaluation on the hf backend
 and on the vllm backend (refused before the engine starts, so no vLLM is needed here), token analysis. Each stage
 runs in-process through its CLI wrapper and stops before loading anything.
 (Checked by breaking it: with check_model_files a no-op, training and token analysis die of a SafetensorError
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import evaluate, token_analysis, train
-from pipeline.io import run_cli
-from pipeline.tiny_model import TinyModelSpec, save_tiny_model
+from pipeline.core.io import run_cli
+from pipeline.models.tiny_model import TinyModelSpec, save_tiny_model
 
 ROW = {"id": "r0", "prompt": [{"role": "user", "content": "1+1=?"}], "solution": "2", "source": "t"}
 ITEM = {"id": "r0", "problem": "1+1=?", "answer": "2", "source": "t"}

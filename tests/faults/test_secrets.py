@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from fault_support import REPO, small_study, snakemake_command, stage_env, write_study
 
-from pipeline import evaluate as ev
-from pipeline import grpo_config
-from pipeline.io import InputError
-from pipeline.loading import load_model, load_tokenizer
+from pipeline.core.io import InputError
+from pipeline.evaluation import eval_spec, vllm_backend
+from pipeline.models.loading import load_model, load_tokenizer
+from pipeline.training import grpo_config
 
 FAKE_SECRETS = {
     "HF_TOKEN": "hf_FAKEtokenDoNotLeak0123456789",
@@ -87,7 +87,7 @@ def test_models_are_loaded_without_remote_code(monkeypatch: pytest.MonkeyPatch, 
         with pytest.raises(InputError):
             load()
     assert len(calls) == len(loaders) and all(call.get("trust_remote_code", False) is False for call in calls)
-    assert ev.vllm_engine_kwargs("m", ev.EvalSpec(), 0, "cpu")["trust_remote_code"] is False
+    assert vllm_backend.vllm_engine_kwargs("m", eval_spec.EvalSpec(), 0, "cpu")["trust_remote_code"] is False
     _, loading = grpo_config.split_options({"credit": "grpo"}, {"credit": "method spec"})
     assert loading.get("trust_remote_code", False) is False
     _, loading = grpo_config.split_options({"trust_remote_code": True}, {"trust_remote_code": "training spec"})

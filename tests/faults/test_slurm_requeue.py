@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 from fault_support import REPO, checkpoint_steps, jsonl, wait_until
 
-from pipeline.arith import ArithmeticSpec, arithmetic_problems
-from pipeline.prompts import build_prompt
-from pipeline.tiny_model import TinyModelSpec, save_tiny_model
+from pipeline.models.tiny_model import TinyModelSpec, save_tiny_model
+from pipeline.tasks.arith import ArithmeticSpec, arithmetic_problems
+from pipeline.tasks.prompts import build_prompt
 from tests.hold_stage import hold_training_env
 
 MAX_STEPS = 12

@@ -5,7 +5,7 @@ SIGUSR1 to every process of the job's steps, which under `--profile profiles/slu
 jobstep executor starts with `srun`, the rule's shell, the launcher and the training stage. Only the training stage
 acts on it (checkpoint, exit 75); every layer above must survive it, or the step dies with status 138 while the
 checkpoint is still being written. The launcher then requeues the Slurm job (`scontrol requeue`,
-pipeline.time_windows): the job keeps its id, Snakemake sees no failure, and the next run resumes.
+pipeline.runtime.time_windows): the job keeps its id, Snakemake sees no failure, and the next run resumes.
 
 `scancel --signal=USR1 JOB` sends exactly that signal (all steps, not the batch shell) while the training job holds
 after checkpoint-2 and, in its second window, after checkpoint-4 (tests/hold_stage). With `retries: 1` and
@@ -13,7 +13,7 @@ after checkpoint-2 and, in its second window, after checkpoint-4 (tests/hold_sta
 requeued job for about two minutes (BeginTime); the test lifts the hold (`scontrol update StartTime=now+2`).
 
 In the same study (one Snakemake run, to spend the Slurm polling once) a benchmark with a corrupt line makes its
-job exit 2: its stage must run once, the retry exiting at once (pipeline.exit_codes).
+job exit 2: its stage must run once, the retry exiting at once (pipeline.core.exit_codes).
 
 Broken on purpose: with the launcher's requeue removed (close_window returning False before `scontrol requeue`),
 Snakemake saw the first window's 75 as a failure and retried the job in a new Slurm job, so the test's warning
@@ -35,7 +35,7 @@ from fault_support import REPO, RUN, checkpoint_steps, jsonl, small_study, stage
 from safetensors.torch import load_file
 from test_slurm_requeue import lift_requeue_hold, scontrol_job, slurm_answers
 
-from pipeline.layout import CHECKPOINTS_DIR
+from pipeline.core.layout import CHECKPOINTS_DIR
 from tests.hold_stage import hold_training_env
 
 pytestmark = [

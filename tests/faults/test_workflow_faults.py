@@ -41,7 +41,8 @@ from fault_support import (
 )
 from safetensors.torch import load_file
 
-from pipeline.config import Study, canonical_json, load_config
+from pipeline.core.io import canonical_json
+from pipeline.study.load import load_study
 from tests.hold_stage import hold_evaluation_env, hold_training_env, pseudo_random_reward_env
 
 pytestmark = pytest.mark.slow
@@ -68,7 +69,7 @@ def same_weights(first: Path, second: Path) -> bool:
 
 def uninterrupted_run(workdir: Path, out: Path) -> Path:
     """The same training job run once without faults, straight from the stage CLI (the reference weights)."""
-    study = Study.from_config(load_config(workdir / "config.yaml"))
+    study = load_study([workdir / "config.yaml"])
     command = [
         sys.executable, "-m", "pipeline.train",
         "--model", "results/models/tiny/start",

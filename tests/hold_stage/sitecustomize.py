@@ -53,11 +53,11 @@ def hold_after_checkpoints(steps: frozenset[int]) -> None:
 
 
 def hold_after_appended_rows(count: int) -> None:
-    """Once this process has durably appended ``count`` rows (``pipeline.io.append_jsonl_durably``), wait to be
+    """Once this process has durably appended ``count`` rows (``pipeline.core.io.append_jsonl_durably``), wait to be
     killed (the evaluation stage has no handler: SIGTERM and SIGKILL end it there)."""
-    import pipeline.io
+    import pipeline.core.io
 
-    append = pipeline.io.append_jsonl_durably
+    append = pipeline.core.io.append_jsonl_durably
     appended = 0
 
     def append_then_hold(handle: Any, rows: Any) -> None:
@@ -68,7 +68,7 @@ def hold_after_appended_rows(count: int) -> None:
         if before < count <= appended:
             hold_until(lambda: False, f"after {appended} appended rows until killed")
 
-    pipeline.io.append_jsonl_durably = append_then_hold
+    pipeline.core.io.append_jsonl_durably = append_then_hold
 
 
 def stall_in_training_step(rank: int, step: int) -> None:
@@ -108,7 +108,7 @@ def stall_evaluation_batch(number: int) -> None:
 def nan_loss_in_training_step(rank: int, step: int) -> None:
     """Every micro-step of optimizer step ``step`` (1-based) returns a NaN loss on the process of rank ``rank`` only
     (the other ranks' losses stay finite; the all-reduced gradient does not)."""
-    from pipeline.trainer import GrailGRPOTrainer
+    from pipeline.training.trainer import GrailGRPOTrainer
 
     compute_loss = GrailGRPOTrainer._compute_loss
 
@@ -130,7 +130,7 @@ def pseudo_random_reward(salt: str) -> Any:
     samples the same short answer several times): every group has mixed rewards, so every step has a gradient,
     which the real reward on a tiny model cannot promise.
     """
-    from pipeline.rewards import completion_text
+    from pipeline.tasks.rewards import completion_text
 
     def reward(prompts: list[Any], completions: list[Any], **_: Any) -> list[float]:
         digests = (
@@ -146,9 +146,9 @@ def pseudo_random_reward(salt: str) -> Any:
 def replace_training_reward(salt: str) -> None:
     """Make the training stage train on ``pseudo_random_reward(salt)`` instead of the outcome reward (patched
     before ``pipeline.train`` imports it)."""
-    import pipeline.rewards
+    import pipeline.tasks.rewards
 
-    pipeline.rewards.trl_outcome_reward = pseudo_random_reward(salt)
+    pipeline.tasks.rewards.trl_outcome_reward = pseudo_random_reward(salt)
 
 
 def switch_weight_sync_off() -> None:

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline import prepare_model
-from pipeline.io import InputError
+from pipeline.core.io import InputError
 from tests.conftest import SMOL_SOURCE
 
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.code_digest import source_digest
-from pipeline.config import MethodConfig, Study, load_schema
+from pipeline.core.io import InputError
+from pipeline.core.source_digest import source_digest
 from pipeline.credit.method import credit_method
-from pipeline.io import InputError
+from pipeline.study.config import MethodConfig, Study
+from pipeline.study.schema import load_schema
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,7 @@ def train_digest(credit: str) -> str:
 
 
 def study_config(credit_options: dict, credit: str = "examples.halfway") -> dict:
-    from pipeline.config import fill_defaults
+    from pipeline.study.schema import fill_defaults
 
     config = yaml.safe_load((REPO / "configs" / "default.yaml").read_text())
     config["methods"]["halfway"] = {"credit": credit, "credit_options": credit_options}

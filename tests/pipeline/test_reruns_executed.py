@@ -21,8 +21,9 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from pipeline.config import Study, canonical_json, load_config
-from pipeline.run_state import SET_ASIDE_DIR, WHY_FILE
+from pipeline.core.io import canonical_json
+from pipeline.study.load import load_study
+from pipeline.training.run_state import SET_ASIDE_DIR, WHY_FILE
 from tests.hold_stage import pseudo_random_reward_env
 from tests.pipeline.test_workflow_e2e import code_copy
 from tests.shared_studies import CI_CONFIG, PLUGIN_CONFIG, REPO, with_examples
@@ -66,7 +67,7 @@ def changed_config(tmp_path: Path, edit: dict[str, dict[str, object]]) -> Path:
 
 def reference_command(study_dir: Path, config: Path, out: Path) -> list[str]:
     """``python -m pipeline.train`` of the GRAIL run as the train rule would run it from ``config``, into ``out``."""
-    study = Study.from_config(load_config(config))
+    study = load_study([config])
     model, method, seed = RUN
     results = study_dir / "results"
     return [

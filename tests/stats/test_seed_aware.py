@@ -1,4 +1,4 @@
-"""Seed-aware comparisons (pipeline.seed_aware): probability of improvement, the permutation tests over runs
+"""Seed-aware comparisons (pipeline.stats.seed_aware): probability of improvement, the permutation tests over runs
 against enumeration and scipy, and known answers on simulated studies with a planted effect and planted seed noise.
 
 The simulated studies: per cell, items with accuracy p_i ~ U(0.3, 0.7) shared by both methods, a method x item
@@ -19,9 +19,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from pipeline import seed_aware
 from pipeline.aggregate import main as aggregate
-from pipeline.seed_aware import (
+from pipeline.significance import main as significance
+from pipeline.stats import seed_aware
+from pipeline.stats.paired_tests import paired_bootstrap
+from pipeline.stats.seed_aware import (
     Cell,
     Runs,
     cell_permutation_pvalue,
@@ -29,8 +31,6 @@ from pipeline.seed_aware import (
     probability_of_improvement,
     stratified_permutation_pvalues,
 )
-from pipeline.significance import main as significance
-from pipeline.significance import paired_bootstrap
 
 
 def test_probability_of_improvement_is_the_mann_whitney_u_over_all_pairs() -> None:

@@ -11,16 +11,15 @@ import pandas as pd
 import pytest
 
 from pipeline.aggregate import (
-    RunKey,
     load_training_curves,
     main,
-    parse_run_path,
     parse_samples_path,
     seed_bands,
     training_curve_keys,
     training_curves_figure,
 )
-from pipeline.io import InputError, run_cli
+from pipeline.core.io import InputError, run_cli
+from pipeline.stats.scores import RunKey, parse_run_path
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DOCS = Path(__file__).resolve().parents[2] / "docs"  # docs/examples/halfway.py is importable as examples.halfway

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sample_rows import sample_rows as rows
 
-from pipeline.io import InputError
-from pipeline.metrics import pass_at_k, score_benchmark
+from pipeline.core.io import InputError
+from pipeline.stats.metrics import pass_at_k, score_benchmark
 
 
 def brute_force_pass_at_k(n: int, c: int, k: int) -> Fraction:

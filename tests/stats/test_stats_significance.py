@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from pipeline.io import InputError, run_cli
-from pipeline.significance import (
+from pipeline.core.io import InputError, run_cli
+from pipeline.significance import main
+from pipeline.stats.paired_tests import (
     conditional_exact_pvalue,
     holm,
     key_comparisons,
-    main,
     paired_bootstrap,
     paper_test,
     rank_sums,

@@ -1,4 +1,4 @@
-"""Variance components (pipeline.variance): a hand-worked case, statsmodels' ANOVA mean squares, planted
+"""Variance components (pipeline.stats.variance): a hand-worked case, statsmodels' ANOVA mean squares, planted
 components recovered by simulation, what one seed or one sample leaves unknown, and the aggregate stage's table."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import statsmodels.formula.api as smf
 from statsmodels.stats.anova import anova_lm
 
 from pipeline.aggregate import main as aggregate
-from pipeline.variance import COMPONENTS, components
+from pipeline.stats.variance import COMPONENTS, components
 
 
 def test_hand_worked_case() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from train_support import training_rows, warm_up
 
-from pipeline.tiny_model import TinyModelSpec, save_tiny_model
+from pipeline.models.tiny_model import TinyModelSpec, save_tiny_model
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,8 @@ import pytest
 import torch
 from trl.trainer.utils import RepeatSampler
 
-from pipeline.io import export_model
-from pipeline.resume import EpochRepeatSampler, checkpoint_problem, keep_metrics_up_to, newest_valid_checkpoint
+from pipeline.core.io import export_model
+from pipeline.training.resume import EpochRepeatSampler, checkpoint_problem, keep_metrics_up_to, newest_valid_checkpoint
 
 
 def make_checkpoint(model_dir: Path, checkpoints: Path, step: int) -> Path:
@@ -64,7 +64,7 @@ def test_newest_valid_checkpoint_skips_corrupt_ones_with_a_warning(untrained_mod
     (tmp_path / "checkpoint-10" / "model.safetensors").unlink()
     (tmp_path / "checkpoint-99").write_text("not a directory")
     (tmp_path / ".staging" / "checkpoint-14").mkdir(parents=True)
-    with caplog.at_level(logging.WARNING, logger="pipeline.resume"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.training.resume"):
         found = newest_valid_checkpoint(tmp_path)
     assert found == (2, tmp_path / "checkpoint-2")
     assert [record.getMessage().split(":")[0] for record in caplog.records] == [
@@ -129,7 +129,7 @@ def test_export_hardlinks_model_files_and_leaves_training_state(untrained_model,
 def test_state_saved_on_cpu_loads_onto_an_indexed_cpu_device(tmp_path, device) -> None:
     """transformers loads a resumed run's optimizer state with map_location=args.device when there are several
     processes; accelerate gives rank i of a multi-CPU run cpu:i (the CI run of the two-process resume tests failed
-    on it). Importing pipeline.resume registers that location with torch.load."""
+    on it). Importing pipeline.training.resume registers that location with torch.load."""
     path = tmp_path / "optimizer.pt"
     torch.save({"exp_avg": torch.arange(3.0)}, path)
     loaded = torch.load(path, map_location=torch.device(device), weights_only=True)

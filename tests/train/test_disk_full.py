@@ -1,4 +1,4 @@
-"""A checkpoint that does not fit (pipeline.disk_space) on in-process runs of ``pipeline.train`` on the untrained tiny
+"""A checkpoint that does not fit (pipeline.runtime.disk_space) on in-process runs of ``pipeline.train`` on the untrained tiny
 model: the free-space check before a save, and a write that runs out of space (OSError ENOSPC injected into the
 Trainer's optimizer save), stop the run with ``SAVE_FAILED_EXIT_CODE`` and an error naming the path and the space;
 no staging directory is left, and the rerun resumes from the last complete checkpoint.
@@ -21,10 +21,10 @@ import pytest
 from train_support import stage_argv
 from transformers import Trainer
 
-from pipeline import resume
-from pipeline.exit_codes import SAVE_FAILED_EXIT_CODE
-from pipeline.io import run_cli
+from pipeline.core.exit_codes import SAVE_FAILED_EXIT_CODE
+from pipeline.core.io import run_cli
 from pipeline.train import main
+from pipeline.training import resume
 
 
 def failed_run(argv: list[str], caplog: pytest.LogCaptureFixture) -> str:

@@ -27,8 +27,8 @@ from test_train_run import (
 )
 from train_support import TRAINING_SPEC, launch_two, run_train, train_command, training_rows
 
-from pipeline.exit_codes import PREEMPTED_EXIT_CODE
-from pipeline.layout import working_metrics_path
+from pipeline.core.exit_codes import PREEMPTED_EXIT_CODE
+from pipeline.core.layout import working_metrics_path
 
 pytestmark = pytest.mark.slow
 EXPORT = ("--export-steps", "2")

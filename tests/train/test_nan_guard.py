@@ -1,4 +1,4 @@
-"""The NaN guard (pipeline.nan_guard) on in-process runs of ``pipeline.train`` on the untrained tiny model: a NaN
+"""The NaN guard (pipeline.training.nan_guard) on in-process runs of ``pipeline.train`` on the untrained tiny model: a NaN
 loss at step 3, or non-finite weights before a save, stop the run with ``NONFINITE_EXIT_CODE`` and a log naming the
 step, the rank and the last finite checkpoint; no checkpoint or final model with non-finite weights is published.
 The same on two processes through the launcher (DDP over gloo): a NaN loss on rank 1 only reaches rank 0 through the
@@ -19,12 +19,12 @@ import torch
 from safetensors.torch import load_file
 from train_support import launch_two, run_train, stage_argv, train_command
 
-from pipeline.exit_codes import NONFINITE_EXIT_CODE
-from pipeline.io import run_cli
-from pipeline.nan_guard import step_problem
-from pipeline.resume import ExportAndPreemptionCallback
+from pipeline.core.exit_codes import NONFINITE_EXIT_CODE
+from pipeline.core.io import run_cli
 from pipeline.train import main
-from pipeline.trainer import GrailGRPOTrainer
+from pipeline.training.nan_guard import step_problem
+from pipeline.training.resume import ExportAndPreemptionCallback
+from pipeline.training.trainer import GrailGRPOTrainer
 from tests.hold_stage import nan_loss_env
 
 

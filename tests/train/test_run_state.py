@@ -1,4 +1,4 @@
-"""A run resumes only from state its own settings made (pipeline.run_state): checkpoints made under other settings
+"""A run resumes only from state its own settings made (pipeline.training.run_state): checkpoints made under other settings
 are set aside and training starts over; a larger max_steps continues a finished run only under a constant
 schedule; one writer per run directory (the lock). docs/reruns.md "What a rerun keeps".
 
@@ -19,8 +19,8 @@ import torch
 from safetensors.torch import load_file
 from train_support import TRAINING_SPEC, run_train, train_command
 
-from pipeline.io import InputError
-from pipeline.run_state import (
+from pipeline.core.io import InputError
+from pipeline.training.run_state import (
     FINGERPRINT_FILE,
     LOCK_FILE,
     SET_ASIDE_DIR,
@@ -138,7 +138,7 @@ def test_larger_max_steps_continues_a_constant_schedule_and_restarts_a_decaying_
     assert steps == [json.loads(line)["step"] for line in (fresh / "metrics.jsonl").open()]
 
 
-# the fingerprint components other than the spec (pipeline.run_state.fingerprint_components)
+# the fingerprint components other than the spec (pipeline.training.run_state.fingerprint_components)
 COMPONENTS = {
     "seed": 0,
     "processes": 1,

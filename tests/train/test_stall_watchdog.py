@@ -1,4 +1,4 @@
-"""The stall watchdog (pipeline.watchdog) on a real two-process training run (``pipeline.launch --gpus 2``: DDP
+"""The stall watchdog (pipeline.runtime.watchdog) on a real two-process training run (``pipeline.launch --gpus 2``: DDP
 over gloo on two CPU processes): rank 1 is held inside step 3 (``tests.hold_stage``), outside any collective, as a
 hung file read or an engine that stops answering would hold it; rank 0 goes on until it waits for rank 1 in one.
 Each rank's watchdog sees no progress for longer than its bound (a floor of a few seconds here); the run must end
@@ -19,7 +19,7 @@ import psutil
 import pytest
 from train_support import launch_two, run_train, train_command
 
-from pipeline.exit_codes import STALL_EXIT_CODE
+from pipeline.core.exit_codes import STALL_EXIT_CODE
 from tests.hold_stage import stall_training_env
 
 pytestmark = pytest.mark.slow

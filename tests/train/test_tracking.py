@@ -13,9 +13,9 @@ import yaml
 from train_support import REPO_ROOT, TRAINING_SPEC, subprocess_env, train_command
 from wandb_records import history_rows, read_records
 
-from pipeline.config import SCHEMA_PATH
-from pipeline.io import InputError
-from pipeline.tracking import TrackingConfig, load_tracking, wandb_run_id
+from pipeline.core.io import InputError
+from pipeline.study.config import SCHEMA_PATH
+from pipeline.training.tracking import TrackingConfig, load_tracking, wandb_run_id
 
 FAKE_KEY = "wandbFAKEkey0123456789abcdef0123456789ab"
 RUN_NAME = "tiny/grail/seed3"

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from train_support import TRAINING_SPEC, training_rows
 from transformers import BertConfig, BertModel
 
-from pipeline.grpo_config import config_field_types, merge_specs
-from pipeline.io import InputError, run_cli
-from pipeline.specs import annotation_accepts
-from pipeline.tiny_model import build_tokenizer
+from pipeline.core.io import InputError, run_cli
+from pipeline.core.specs import annotation_accepts
+from pipeline.models.tiny_model import build_tokenizer
 from pipeline.train import main
+from pipeline.training.grpo_config import config_field_types, merge_specs
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Training with vLLM generating the rollouts in the trainer's process (TRL's colocate mode, importance-sampling
 correction on, as in configs/paper.yaml), through ``python -m pipeline.train``, for every credit method; and the
-CPU-only weight patch of pipeline/vllm_cpu.py, which colocate training on vLLM's CPU platform needs."""
+CPU-only weight patch of pipeline/models/vllm_cpu.py, which colocate training on vLLM's CPU platform needs."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 from test_train_run import REWARD, assert_gradient_after, assert_same_weights, interrupt_after_checkpoint, step_lines
 from train_support import TRAINING_SPEC, launch_two, run_train, train_command, write_one_question_jsonl
 
-from pipeline import vllm_cpu
-from pipeline.exit_codes import PREEMPTED_EXIT_CODE
+from pipeline.core.exit_codes import PREEMPTED_EXIT_CODE
+from pipeline.models import vllm_cpu
 from tests.hold_stage import pseudo_random_reward_env
 
 VLLM_SPEC = {

@@ -55,5 +55,5 @@ def test_the_stage_started_without_vllm_never_imports_it() -> None:
     imported = {
         line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time")
     }
-    assert {"trl", "pipeline.trainer"} <= imported
+    assert {"trl", "pipeline.training.trainer"} <= imported
     assert not {name for name in imported if name == "vllm" or name.startswith("vllm.")}

@@ -40,11 +40,11 @@ from test_train_run import (
 from train_support import REPO_ROOT, launch_node, launch_two, launch_zero2, run_train, subprocess_env, train_command
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline import evaluate as ev
-from pipeline.arith import ArithmeticSpec, arithmetic_problems
-from pipeline.exit_codes import PREEMPTED_EXIT_CODE
-from pipeline.resume import checkpoint_problem, newest_valid_checkpoint
+from pipeline.core.exit_codes import PREEMPTED_EXIT_CODE
+from pipeline.evaluation import backends, eval_spec, sampling
+from pipeline.tasks.arith import ArithmeticSpec, arithmetic_problems
 from pipeline.train import free_port
+from pipeline.training.resume import checkpoint_problem, newest_valid_checkpoint
 
 pytest.importorskip("deepspeed")
 pytestmark = pytest.mark.slow
@@ -201,18 +201,18 @@ def test_the_published_model_loads_in_vllm_tied_and_evaluates_as_ddps(runs, tmp_
     problems = arithmetic_problems(ArithmeticSpec(count=16, seed=5), id_prefix="bench")
     bench = tmp_path / "bench.jsonl"
     bench.write_text("".join(json.dumps({**p, "source": "arith"}) + "\n" for p in problems), encoding="utf-8")
-    spec = ev.parse_eval_spec(GREEDY_SPEC)
+    spec = eval_spec.parse_eval_spec(GREEDY_SPEC)
     loaded = {}
 
     def backend_noting_the_model(name, model, tokenizer, spec, seed):
-        backend = ev.make_backend(name, model, tokenizer, spec, seed)
+        backend = backends.make_backend(name, model, tokenizer, spec, seed)
         tied = backend.engine.apply_model(lambda m: m.lm_head.weight is m.model.embed_tokens.weight)
         loaded[model] = tied, answer_logprobs(backend.engine, tokenizer, problems)
         return backend
 
     finals = {engine: str(runs["grail", engine] / "final") for engine in ("zero2", "ddp")}
     rows = {
-        engine: ev.evaluate(final, bench, spec, 3, tmp_path / f"{engine}.jsonl", backend_noting_the_model)
+        engine: sampling.evaluate(final, bench, spec, 3, tmp_path / f"{engine}.jsonl", backend_noting_the_model)
         for engine, final in finals.items()
     }
     (zero2_tied, zero2_logprobs), (ddp_tied, ddp_logprobs) = (loaded[finals[engine]] for engine in ("zero2", "ddp"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline.arith import ArithmeticSpec, arithmetic_problems
+from pipeline.tasks.arith import ArithmeticSpec, arithmetic_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ZERO2_CONFIG = REPO_ROOT / "configs" / "accelerate" / "zero2.yaml"

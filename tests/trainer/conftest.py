@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from trainer_support import arithmetic_rows
 
-from pipeline.generation import chat_prompt_ids
-from pipeline.tiny_model import TinyModelSpec, build_model, build_tokenizer
+from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokenizer
+from pipeline.tasks.generation import chat_prompt_ids
 from pipeline.warmup import Example, SFTSettings, sft_target, train_sft
 
 

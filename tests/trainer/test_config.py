@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.io import InputError
-from pipeline.trainer import GrailGRPOConfig
+from pipeline.core.io import InputError
+from pipeline.training.trainer import GrailGRPOConfig
 
 
 def config(tmp_path, **overrides) -> GrailGRPOConfig:
@@ -62,7 +62,7 @@ def test_invalid_values_are_refused_by_name(tmp_path, field, value):
 
 def test_every_oar_g_variant_has_a_weight_function():
     from pipeline.credit import OAR_G_VARIANTS
-    from pipeline.grpo_config import credit_choices
+    from pipeline.training.grpo_config import credit_choices
 
     assert set(OAR_G_VARIANTS) == set(credit_choices()["oar_g_variant"])
 

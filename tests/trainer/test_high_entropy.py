@@ -8,7 +8,7 @@ import torch
 from test_equivalence import ADVANTAGES, assert_same, loss_and_grads
 from trainer_support import COMPLETIONS, boxed_batch, make_trainer
 
-from pipeline.io import InputError
+from pipeline.core.io import InputError
 
 
 def test_high_entropy_is_trls_top_entropy_quantile(random_model_dir, tmp_path):

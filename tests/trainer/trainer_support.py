@@ -10,10 +10,10 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from pipeline.arith import ArithmeticSpec, arithmetic_problems
-from pipeline.generation import chat_prompt_ids
-from pipeline.prompts import build_prompt
-from pipeline.trainer import GrailGRPOConfig, GrailGRPOTrainer
+from pipeline.tasks.arith import ArithmeticSpec, arithmetic_problems
+from pipeline.tasks.generation import chat_prompt_ids
+from pipeline.tasks.prompts import build_prompt
+from pipeline.training.trainer import GrailGRPOConfig, GrailGRPOTrainer
 
 
 def arithmetic_rows(count: int, seed: int) -> list[dict]:

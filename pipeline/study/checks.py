@@ -1,0 +1,243 @@
+"""What the schema cannot say about a study config: cross-references between keys, per-method option sets, batch
+shapes, checkpoints, GPU counts. ``semantic_errors`` lists every problem, each naming its key; ``Study.from_config``
+refuses a config that has any.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from pipeline.core.io import InputError
+from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT
+from pipeline.runtime.launching import training_processes
+from pipeline.study.schema import load_schema
+
+# TRL 1.16 GRPOConfig defaults of the fields the batch-shape check reads.
+TRL_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "num_generations": 8}
+
+
+# WARMUP_SPEC keys of the tiny model's architecture (pipeline.models.tiny_model.TinyModelSpec): refused beside a source.
+TINY_ARCHITECTURE_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+)
+
+
+def semantic_errors(config: Mapping[str, Any]) -> list[str]:
+    """What the schema cannot say: cross-references, per-method option sets, batch shapes, GPU counts."""
+    return [
+        *_name_errors(config),
+        *_model_errors(config),
+        *_prompt_errors(config),
+        *_method_errors(config),
+        *_checkpoint_errors(config),
+        *_batch_shape_errors(config),
+        *_evaluation_gpu_errors(config),
+        *_token_analysis_errors(config),
+        *_token_viewer_errors(config),
+    ]
+
+
+def _name_errors(config: Mapping[str, Any]) -> list[str]:
+    errors = []
+    if BASELINE_METHOD in config["methods"]:
+        errors.append(f"config key `methods.{BASELINE_METHOD}`: the name is reserved for the starting model")
+    return errors
+
+
+def _model_errors(config: Mapping[str, Any]) -> list[str]:
+    """Each model is exactly one of: ``path`` (used as it is), ``source`` (+ optional SFT-only ``warmup``), or
+    the tiny model (``warmup`` with its architecture)."""
+    errors = []
+    for name, model in config["models"].items():
+        key = f"config key `models.{name}"
+        if "path" in model and "source" in model:
+            errors.append(f"{key}`: set one of `path` (a hub id or directory) or `source` (built here), not both")
+        elif not {"path", "source", "warmup"} & set(model):
+            errors.append(
+                f"{key}`: set one of `path` (a hub id or directory), `source` (built here) or `warmup` (the tiny model)"
+            )
+        if "path" in model and "warmup" in model:
+            errors.append(f"{key}.warmup`: a `path` model is used as it is; to warm up a model, build it with `source`")
+        if "revision" in model and "path" not in model:
+            errors.append(f"{key}.revision`: only a hub `path` has a revision")
+        if "source" in model:
+            errors += [
+                f"{key}.warmup.{arch}`: an architecture key of the tiny model; a `source` model's warm-up takes only "
+                "SFT keys (steps, batch_size, learning_rate, max_length)"
+                for arch in TINY_ARCHITECTURE_KEYS
+                if arch in model.get("warmup", {})
+            ]
+    return errors
+
+
+def _prompt_errors(config: Mapping[str, Any]) -> list[str]:
+    """Warm-up and training see the data's prompts; the evaluation must render the same instruction."""
+    trained, evaluated = config["data"]["prompt_template"], config["evaluation"]["prompt_template"]
+    if trained == evaluated:
+        return []
+    return [
+        f"config key `evaluation.prompt_template`: '{evaluated}' differs from data.prompt_template '{trained}' "
+        "(the warm-up and training prompt with the data's template; evaluate with the same one)"
+    ]
+
+
+def _method_errors(config: Mapping[str, Any]) -> list[str]:
+    """Each method's credit must load (a built-in name or an import path) and its options build from its options
+    dataclass (pipeline.credit.method.build_options); another method's option, or a required one missing, is named."""
+    import dataclasses
+
+    from pipeline.credit.method import build_options, built_in_methods, credit_method
+
+    owner: dict[str, str] = {}
+    for method in built_in_methods():
+        for option in dataclasses.fields(method.options):
+            owner.setdefault(option.name, method.name)
+    errors = []
+    for name, spec in config["methods"].items():
+        try:
+            method = credit_method(spec["credit"])
+        except InputError as error:
+            errors.append(f"config key `methods.{name}.credit`: {error}")
+            continue
+        own = {option.name for option in dataclasses.fields(method.options)}
+        errors += [
+            f"config key `methods.{name}.{key}`: a {owner[key]} option on a method whose credit is '{spec['credit']}'"
+            for key in sorted(key for key in spec if key in owner and key not in own)
+        ]
+        errors += [
+            f"config key `methods.{name}.{key}`: {why}" for key, why in method.required.items() if key not in spec
+        ]
+        try:
+            build_options(method, {key: spec[key] for key in own & set(spec)}, spec.get("credit_options", {}))
+        except InputError as error:
+            errors.append(f"config key `methods.{name}`: {error}")
+    return errors
+
+
+def _merged_training(config: Mapping[str, Any], model: str, method: str) -> dict[str, Any]:
+    overrides = {k: v for k, v in config["methods"][method].items() if not is_credit_key(k)}
+    return {**config["training"], **config["models"][model].get("training", {}), **overrides}
+
+
+def _checkpoint_errors(config: Mapping[str, Any]) -> list[str]:
+    """Exported steps must exist (<= max_steps); the significance tests compare an evaluated checkpoint."""
+    analysis = config["token_analysis"]
+    sources = {"evaluation.checkpoints": config["evaluation"]["checkpoints"]}
+    if analysis["enabled"]:
+        sources["token_analysis.checkpoints"] = analysis.get("checkpoints", [])
+    errors = []
+    for key, checkpoints in sources.items():
+        steps = [c for c in checkpoints if c != FINAL_CHECKPOINT]
+        for model in config["models"]:
+            for method in config["methods"]:
+                max_steps = _merged_training(config, model, method).get("max_steps")
+                late = [step for step in steps if max_steps is not None and step > max_steps]
+                if late:
+                    errors.append(
+                        f"config key `{key}`: step(s) {late} lie beyond max_steps={max_steps} "
+                        f"of model '{model}' with method '{method}'"
+                    )
+    significance = config["significance"]["checkpoint"]
+    if significance not in config["evaluation"]["checkpoints"]:
+        errors.append(
+            f"config key `significance.checkpoint`: {significance!r} is not in evaluation.checkpoints "
+            f"{config['evaluation']['checkpoints']}"
+        )
+    return errors
+
+
+def _train_processes(config: Mapping[str, Any], model: str) -> int:
+    """Processes the train job runs: pipeline.launch's count for its gpus and nodes (one per GPU, or per CPU
+    slot on a machine without CUDA, when more than one is asked for)."""
+    merged = {
+        **config["resources"]["default"],
+        **config["resources"].get("train", {}),
+        **config["models"][model].get("resources", {}).get("train", {}),
+    }
+    return training_processes(merged["gpus"], merged["nodes"])
+
+
+def _batch_shape_errors(config: Mapping[str, Any]) -> list[str]:
+    """TRL needs the generation batch (per-device batch x processes x steps per generation) to hold whole groups."""
+    errors = []
+    for model in config["models"]:
+        for method in config["methods"]:
+            merged = {**TRL_DEFAULTS, **_merged_training(config, model, method)}
+            steps_per_generation = merged.get("steps_per_generation", merged["gradient_accumulation_steps"])
+            batch = merged["per_device_train_batch_size"] * _train_processes(config, model) * steps_per_generation
+            if batch % merged["num_generations"]:
+                errors.append(
+                    f"config key `methods.{method}` / `training` (model '{model}'): the generation batch "
+                    f"per_device_train_batch_size x processes x steps_per_generation = {batch} is not a multiple "
+                    f"of num_generations = {merged['num_generations']}"
+                )
+    return errors
+
+
+def _evaluation_gpu_errors(config: Mapping[str, Any]) -> list[str]:
+    evaluation = config["evaluation"]
+    if evaluation["backend"] != "vllm":
+        return []
+    needed = vllm_gpus(evaluation)
+    entries = {"resources.evaluate": config["resources"].get("evaluate", {})}
+    entries |= {
+        f"models.{name}.resources.evaluate": model.get("resources", {}).get("evaluate", {})
+        for name, model in config["models"].items()
+    }
+    return [
+        f"config key `{key}.gpus`: {entry['gpus']} GPU(s), but vLLM's tensor_parallel_size x data_parallel_size "
+        f"needs {needed}"
+        for key, entry in entries.items()
+        if "gpus" in entry and entry["gpus"] != needed
+    ]
+
+
+def _token_analysis_errors(config: Mapping[str, Any]) -> list[str]:
+    analysis = config["token_analysis"]
+    if not analysis["enabled"]:
+        return []
+    errors = []
+    benchmark = analysis.get("benchmark")
+    if benchmark is None:
+        errors.append("config key `token_analysis.benchmark`: required when token_analysis.enabled is true")
+    elif benchmark not in config["benchmarks"]:
+        errors.append(
+            f"config key `token_analysis.benchmark`: unknown benchmark '{benchmark}' "
+            f"(benchmarks: {', '.join(config['benchmarks'])})"
+        )
+    return errors
+
+
+def _token_viewer_errors(config: Mapping[str, Any]) -> list[str]:
+    benchmark = config["token_viewer"].get("benchmark")
+    if benchmark is not None and benchmark not in config["benchmarks"]:
+        return [
+            f"config key `token_viewer.benchmark`: unknown benchmark '{benchmark}' "
+            f"(benchmarks: {', '.join(config['benchmarks'])})"
+        ]
+    return []
+
+
+def is_credit_key(key: str) -> bool:
+    """An option of GrailGRPOConfig's own, not a GRPOConfig override: a property of the schema's `credit_fields`
+    (tests/core/test_config_drift.py keeps those equal to the fields the config class adds)."""
+    return key in credit_keys()
+
+
+@cache
+def credit_keys() -> frozenset[str]:
+    return frozenset(load_schema()["$defs"]["credit_fields"]["properties"])
+
+
+def vllm_gpus(evaluation: Mapping[str, Any]) -> int:
+    """GPUs a vLLM evaluation uses: tensor_parallel_size x data_parallel_size."""
+    vllm = evaluation["vllm"]
+    return vllm["tensor_parallel_size"] * vllm["data_parallel_size"]

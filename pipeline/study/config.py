@@ -1,0 +1,357 @@
+"""The study configuration: schema check with key-naming messages, semantic checks, typed views for the Snakefile.
+
+    config = load_config("configs/default.yaml")      # schema errors, defaults, semantic errors -> InputError
+    study = Study.from_config(config)                  # what the Snakefile plans jobs from
+
+Every error names the config key it is about (``models.tiny.warmup.steps``), and all errors are reported at once.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pipeline.core.io import InputError
+from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, checkpoint_label, label_step
+from pipeline.runtime.launching import TrainingEngine
+from pipeline.runtime.watchdog import WatchdogConfig
+from pipeline.study.checks import is_credit_key, semantic_errors, vllm_gpus
+from pipeline.study.schema import error_block
+from pipeline.training.tracking import TrackingConfig, run_name
+
+LibraryChanges = Literal["warn", "rerun"]  # config key `library_changes` (docs/reruns.md)
+StaleCheckpoints = Literal["set_aside", "delete"]  # config key `stale_checkpoints` (pipeline.training.run_state)
+RESOURCE_KEYS = ("cpus", "mem_mb", "runtime", "gpus", "nodes", "gpu_model", "slurm_extra")
+# Orchestration keys of `token_analysis` (the rest is pipeline.token_analysis's spec).
+TOKEN_ANALYSIS_PLAN_KEYS = ("benchmark", "checkpoints")
+
+
+@dataclass(frozen=True)
+class UnrecordedParam:
+    """A rule param that decides how a job runs, never what it computes (the stall watchdog's settings): formatted
+    into the command as ``text``. Snakemake records and compares only params of builtin types (strings, numbers,
+    containers: ``_serialize_param`` in snakemake/persistence), so a changed value reruns no job
+    (tests/pipeline/test_workflow_e2e.py checks it)."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Resources:
+    """One job's request; ``threads`` for Snakemake is ``cpus``."""
+
+    cpus: int
+    mem_mb: int
+    runtime: int
+    gpus: int
+    nodes: int
+    gpu_model: str | None = None
+    slurm_extra: str | None = None
+
+    def snakemake_resources(self) -> dict[str, int | str]:
+        """Snakemake's resource names: mem_mb, runtime (minutes), nodes, and gpu/gpu_model/slurm_extra when set.
+
+        ``gpu`` is left out for CPU-only requests: executors read any ``gpu`` resource as a GPU request (the
+        Kubernetes plugin then adds a GPU limit and toleration even for 0).
+        """
+        resources: dict[str, int | str] = {"mem_mb": self.mem_mb, "runtime": self.runtime, "nodes": self.nodes}
+        if self.gpus:
+            resources["gpu"] = self.gpus
+        if self.gpu_model:
+            resources["gpu_model"] = self.gpu_model
+        if self.slurm_extra:
+            resources["slurm_extra"] = self.slurm_extra
+        return resources
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A model: a hub id or local ``path`` at ``revision`` (used as it is); a ``source`` built here from an
+    installed package (pipeline.prepare_model.ModelSource), optionally warmed up (``warmup``, SFT keys only);
+    or the tiny model built from the architecture in ``warmup`` and warmed up."""
+
+    name: str
+    path: str | None
+    revision: str | None
+    warmup: dict[str, Any] | None
+    source: dict[str, Any] | None
+    training: dict[str, Any]
+    resources: dict[str, dict[str, Any]]
+
+    @property
+    def warmup_seed(self) -> int:
+        """The warmup stage's ``--seed`` (random init and SFT batch order)."""
+        return self.warmup["seed"]
+
+    @property
+    def warmup_spec(self) -> dict[str, Any]:
+        """WARMUP_SPEC: the warm-up settings without the seed, which travels as ``--seed``."""
+        return {key: value for key, value in self.warmup.items() if key != "seed"}
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """A training method: METHOD_SPEC (``credit`` plus its options and any GRPOConfig override)."""
+
+    name: str
+    spec: dict[str, Any]
+
+    @property
+    def credit(self) -> str:
+        return self.spec["credit"]
+
+    @property
+    def credit_module(self) -> str:
+        """The module of its credit method, a root of the train rule's code digest: a built-in method's file
+        (pipeline/credit/methods/<name>.py, loaded by name at run time, so no import of ``pipeline.train`` leads to
+        it) or an out-of-tree method's import path (its own package's imports covered too)."""
+        from pipeline.credit.method import credit_module
+
+        return credit_module(self.credit)
+
+    @property
+    def grpo_overrides(self) -> dict[str, Any]:
+        """The GRPOConfig fields this method overrides (everything but the credit options)."""
+        return {key: value for key, value in self.spec.items() if not is_credit_key(key)}
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """EVAL_SPEC for the evaluate stage, plus what to evaluate: checkpoints (labels) and the baseline."""
+
+    spec: dict[str, Any]
+    checkpoints: tuple[str, ...]
+    baseline: bool
+
+
+@dataclass(frozen=True)
+class TokenAnalysisConfig:
+    """Spec 8 for every GRAIL run: the benchmark whose samples are analysed, the checkpoints, the stage's spec."""
+
+    enabled: bool
+    benchmark: str | None
+    checkpoints: tuple[str, ...]
+    spec: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TokenViewerConfig:
+    """The token-weight viewer: shown benchmark, rollouts per outcome (correct, wrong), seed of their choice."""
+
+    enabled: bool
+    benchmark: str
+    rollouts: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Study:
+    """The validated config, split by concern; the Snakefile plans every job from it."""
+
+    results_dir: str
+    eval_data_dir: str
+    container_image: str
+    data: dict[str, Any]
+    benchmarks: dict[str, dict[str, Any]]
+    models: dict[str, ModelConfig]
+    methods: dict[str, MethodConfig]
+    seeds: tuple[int, ...]
+    training: dict[str, Any]
+    evaluation: EvaluationConfig
+    token_analysis: TokenAnalysisConfig
+    significance: dict[str, Any]
+    tracking: TrackingConfig
+    watchdog: WatchdogConfig
+    token_viewer: TokenViewerConfig
+    resource_table: dict[str, dict[str, Any]] = field(repr=False)
+    library_changes: LibraryChanges = "warn"
+    stale_checkpoints: StaleCheckpoints = "set_aside"
+    training_engine: TrainingEngine = "auto"
+    time_windows: int = 8  # Slurm time-limit windows per training job (pipeline.runtime.time_windows)
+    kernel_pin: bool = True  # every job on the AVX2 CPU kernel path (pipeline.core.kernels)
+    # the whole config, merged and with the schema's defaults (the report records it)
+    config: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Study:
+        """Build from a schema-checked config with defaults filled; InputError lists every semantic problem."""
+        errors = semantic_errors(config)
+        if errors:
+            raise InputError(error_block("the config is inconsistent", errors))
+        config = copy.deepcopy(dict(config))
+        evaluation = dict(config["evaluation"])
+        checkpoints = tuple(checkpoint_label(c) for c in evaluation.pop("checkpoints"))
+        baseline = evaluation.pop("baseline")
+        analysis = dict(config["token_analysis"])
+        viewer = config["token_viewer"]
+        return cls(
+            results_dir=config["results_dir"],
+            eval_data_dir=config["eval_data_dir"],
+            container_image=config["container_image"],
+            data=config["data"],
+            benchmarks=config["benchmarks"],
+            models={
+                name: ModelConfig(
+                    name=name,
+                    path=raw.get("path"),
+                    revision=raw.get("revision"),
+                    warmup=raw.get("warmup"),
+                    source=raw.get("source"),
+                    training=raw.get("training", {}),
+                    resources=raw.get("resources", {}),
+                )
+                for name, raw in config["models"].items()
+            },
+            methods={name: MethodConfig(name, spec) for name, spec in config["methods"].items()},
+            seeds=tuple(config["seeds"]),
+            training=config["training"],
+            evaluation=EvaluationConfig(evaluation, checkpoints, baseline),
+            token_analysis=TokenAnalysisConfig(
+                enabled=analysis["enabled"],
+                benchmark=analysis.get("benchmark"),
+                checkpoints=tuple(checkpoint_label(c) for c in analysis.get("checkpoints", ())) or checkpoints,
+                spec={k: v for k, v in analysis.items() if k not in TOKEN_ANALYSIS_PLAN_KEYS},
+            ),
+            significance=config["significance"],
+            tracking=TrackingConfig(**config["tracking"]),
+            watchdog=WatchdogConfig(**config["watchdog"]),
+            token_viewer=TokenViewerConfig(
+                enabled=viewer["enabled"],
+                benchmark=viewer.get("benchmark") or analysis.get("benchmark") or next(iter(config["benchmarks"])),
+                rollouts=viewer["rollouts"],
+                seed=viewer["seed"],
+            ),
+            resource_table=config["resources"],
+            library_changes=config["library_changes"],
+            stale_checkpoints=config["stale_checkpoints"],
+            training_engine=config["training_engine"],
+            time_windows=config["time_windows"],
+            kernel_pin=config["kernel_pin"],
+            config=config,
+        )
+
+    # ----- specs passed to the stages
+
+    def training_spec(self, model: str) -> dict[str, Any]:
+        """TRAINING_SPEC of a model: the top-level ``training`` with the model's overrides."""
+        return {**self.training, **self.models[model].training}
+
+    def effective_training(self, model: str, method: str) -> dict[str, Any]:
+        """What GRPOConfig will see for (model, method): TRAINING_SPEC with METHOD_SPEC's overrides on top."""
+        return {**self.training_spec(model), **self.methods[method].grpo_overrides}
+
+    def export_steps(self) -> list[int]:
+        """Training steps whose model every train job exports: those of ``evaluation.checkpoints`` and, when the
+        token analysis is on, of ``token_analysis.checkpoints`` (a job's outputs cannot depend on its method)."""
+        labels = set(self.evaluation.checkpoints)
+        if self.token_analysis.enabled:
+            labels |= set(self.token_analysis.checkpoints)
+        return sorted(label_step(label) for label in labels if label != FINAL_CHECKPOINT)
+
+    def significance_checkpoint(self) -> str:
+        """The checkpoint label the significance tests compare (``final`` or ``step-N``)."""
+        return checkpoint_label(self.significance["checkpoint"])
+
+    def decontaminates(self) -> bool:
+        return bool(self.data.get("decontaminate", {}).get("enabled"))
+
+    # ----- what to run
+
+    def runs(self) -> list[dict[str, Any]]:
+        """One training run per (model, method, seed), as wildcard values."""
+        return [
+            {"model": model, "method": method, "seed": seed}
+            for model in self.models
+            for method in self.methods
+            for seed in self.seeds
+        ]
+
+    def evaluations(self) -> list[dict[str, Any]]:
+        """One evaluation per (run, checkpoint, benchmark); per (GRAIL run, checkpoint) on the token analysis's
+        benchmark for checkpoints only the analysis needs; per (model, seed, benchmark) for the baseline."""
+        jobs = [
+            {**run, "checkpoint": checkpoint, "benchmark": benchmark}
+            for run in self.runs()
+            for checkpoint in self.evaluation.checkpoints
+            for benchmark in self.benchmarks
+        ]
+        analysed_only = [c for c in self.token_analysis.checkpoints if c not in self.evaluation.checkpoints]
+        jobs += [
+            {**run, "checkpoint": checkpoint, "benchmark": self.token_analysis.benchmark}
+            for run in self.grail_runs()
+            for checkpoint in analysed_only
+        ]
+        if self.evaluation.baseline:
+            jobs += [
+                {
+                    "model": model,
+                    "method": BASELINE_METHOD,
+                    "seed": seed,
+                    "checkpoint": START_CHECKPOINT,
+                    "benchmark": benchmark,
+                }
+                for model in self.models
+                for seed in self.seeds
+                for benchmark in self.benchmarks
+            ]
+        return jobs
+
+    def run_name(self, run: Mapping[str, Any]) -> str:
+        """A run's name in the trackers: ``<model>/<method>/seed<s>``."""
+        return run_name(run["model"], run["method"], run["seed"])
+
+    def credit_specs(self) -> dict[str, dict[str, Any]]:
+        """Each method's credit options (``credit`` and the other GrailGRPOConfig fields of its own, the training
+        settings' shared ones under the method's), as the token viewer rebuilds the methods; the first model's
+        training settings (the viewer's weights do not depend on the model's training overrides)."""
+        training = self.training_spec(next(iter(self.models)))
+        return {
+            name: {key: value for key, value in {**training, **method.spec}.items() if is_credit_key(key)}
+            for name, method in self.methods.items()
+        }
+
+    def credits(self) -> list[str]:
+        """The study's credit methods as its config names them (built-in names, import paths), each once, sorted."""
+        return sorted({method.credit for method in self.methods.values()})
+
+    def credit_modules(self) -> list[str]:
+        """The modules of the study's credit methods (``MethodConfig.credit_module``), each once, sorted."""
+        return sorted({method.credit_module for method in self.methods.values()})
+
+    def viewed_rollouts(self) -> list[dict[str, Any]]:
+        """The evaluations the token viewer shows: every (model, method) of the first seed, at every evaluated
+        checkpoint, on the viewer's benchmark (empty when it is disabled)."""
+        if not self.token_viewer.enabled:
+            return []
+        return [
+            {**run, "checkpoint": checkpoint, "benchmark": self.token_viewer.benchmark}
+            for run in self.runs()
+            if run["seed"] == self.seeds[0]
+            for checkpoint in self.evaluation.checkpoints
+        ]
+
+    def grail_runs(self) -> list[dict[str, Any]]:
+        """The runs the token analysis covers (credit ``grail``), empty when it is disabled."""
+        if not self.token_analysis.enabled:
+            return []
+        return [run for run in self.runs() if self.methods[run["method"]].credit == "grail"]
+
+    # ----- resources
+
+    def resources(self, rule: str, model: str | None = None) -> Resources:
+        """``resources.default`` < ``resources.<rule>`` < ``models.<model>.resources.<rule>``.
+
+        An evaluate job on the vllm backend asks for tensor x data parallel GPUs unless its GPUs are set.
+        """
+        merged = {**self.resource_table["default"], **self.resource_table.get(rule, {})}
+        model_entry = self.models[model].resources.get(rule, {}) if model else {}
+        merged.update(model_entry)
+        explicit_gpus = "gpus" in self.resource_table.get(rule, {}) or "gpus" in model_entry
+        if rule == "evaluate" and self.evaluation.spec["backend"] == "vllm" and not explicit_gpus:
+            merged["gpus"] = vllm_gpus(self.evaluation.spec)
+        return Resources(**{key: merged.get(key) for key in RESOURCE_KEYS})

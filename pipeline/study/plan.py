@@ -1,0 +1,128 @@
+"""The plan of a study: the jobs a dry run of the Snakefile plans, the items each benchmark will have, and what the
+study will cost (GPU-hours, wall time, disk) before it runs. The preflight prints it; the planner
+(``pipeline.power``) prices its alternatives with it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.io import InputError
+from pipeline.core.repo import REPO_DIR
+from pipeline.study import cost
+from pipeline.study.config import Study
+from pipeline.tasks.benchmarks import SOURCE_FORMATS, read_subset_ids
+
+DEEPMATH_DEFAULTS = {"hub_id": "trl-lib/DeepMath-103K", "revision": "main"}  # pipeline.prepare_data's defaults
+
+
+def parse_plan(dry_run: str) -> list[cost.PlannedJob]:
+    """The jobs of `snakemake -n` output: rule, wildcards, threads and resources of each `rule NAME:` block."""
+    jobs = []
+    for block in re.split(r"^(?=(?:local)?rule \w+:$)", dry_run, flags=re.MULTILINE)[1:]:
+        rule = re.match(r"(?:local)?rule (\w+):", block).group(1)
+        fields = dict(re.findall(r"^\s{4}(\w+): (.*)$", block, flags=re.MULTILINE))
+        wildcards = dict(item.split("=", 1) for item in fields.get("wildcards", "").split(", ") if "=" in item)
+        resources = dict(re.findall(r"(?:^|, )(\w+)=([^,]*)", fields.get("resources", "")))
+        jobs.append(
+            cost.PlannedJob(
+                rule=rule,
+                wildcards=wildcards,
+                threads=int(fields.get("threads", 1)),
+                gpus=int(resources.get("gpu", 0) or 0),
+                runtime=int(resources.get("runtime", 0) or 0),
+                mem_mb=int(resources.get("mem_mb", 0) or 0),
+                nodes=int(resources.get("nodes", 1) or 1),
+                gpu_model=resources.get("gpu_model") or None,
+                partition=resources.get("slurm_partition") or None,
+            )
+        )
+    return [job for job in jobs if job.rule != "all"]
+
+
+def plan(profile: Path | None, configfile: Path, extra: list[str]) -> list[cost.PlannedJob]:
+    """Every job of the study with the profile applied, if any (a dry run in an empty directory)."""
+    with tempfile.TemporaryDirectory(prefix="grail-preflight-") as empty:
+        command = ["snakemake", "-n", "--configfile", str(configfile.resolve())]
+        command += ["--profile", str(profile.resolve())] if profile else []
+        command += ["--snakefile", str(REPO_DIR / "Snakefile"), "--directory", empty, *extra]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO_DIR)
+    if result.returncode != 0:
+        raise InputError(f"the dry run of {configfile} failed:\n{(result.stdout + result.stderr)[-3000:]}")
+    return parse_plan(result.stdout)
+
+
+def benchmark_items(name: str, spec: dict[str, Any]) -> int | None:
+    """Items a benchmark evaluates: generated count, subset ids, the source's subset size or its row count."""
+    if spec.get("kind") == "generated":
+        return int(spec["generated"]["count"])
+    ids_file = REPO_DIR / spec["subset_ids_file"] if spec.get("subset_ids_file") else None
+    if ids_file is not None and ids_file.is_file():
+        return len(read_subset_ids(ids_file))
+    local = REPO_DIR / "eval_data" / f"{name}.jsonl"
+    if local.exists():
+        return sum(1 for _ in local.open())
+    source = SOURCE_FORMATS.get(spec.get("kind", ""))
+    if source is None:
+        return None
+    size = spec.get("subset_size", source.subset_size)
+    return min(size, source.rows) if size and source.rows else size or source.rows
+
+
+def estimate(study: Study, jobs: list[cost.PlannedJob], concurrent_gpus: int) -> dict[str, Any]:
+    """GPU-hours per rule and in total, wall time at ``concurrent_gpus``, and the disk the study writes."""
+    rules = cost.rule_costs(jobs)
+    run_bytes: dict[str, int | None] = {}
+    for model in study.models:
+        training = study.training_spec(model)
+        parameters = cost.parameter_count(study.config["models"][model])
+        run_bytes[model] = parameters and cost.run_disk_bytes(
+            parameters,
+            bf16=bool(training.get("bf16", True)),
+            save_total_limit=training.get("save_total_limit"),
+            checkpoints=cost.saves(int(training.get("max_steps", 0)), int(training.get("save_steps", 500))),
+            exports=len(study.export_steps()),
+        )
+    checkpoints = sum(run_bytes[job.wildcards["model"]] or 0 for job in jobs if job.rule == "train")
+    evaluation = study.evaluation.spec
+    items = {name: benchmark_items(name, spec) for name, spec in study.benchmarks.items()}
+    samples = sum(
+        cost.samples_bytes(
+            items[job.wildcards["benchmark"]] or 0, evaluation["n_samples"], evaluation["max_new_tokens"]
+        )
+        for job in jobs
+        if job.rule == "evaluate"
+    )
+    unknown = sorted({m for m, b in run_bytes.items() if b is None} | {b for b, n in items.items() if n is None})
+    return {
+        "rules": rules,
+        "gpu_hours": sum(row["gpu_hours"] for row in rules.values()),
+        "jobs": len(jobs),
+        "concurrent_gpus": concurrent_gpus,
+        "wall_hours": cost.wall_hours(jobs, concurrent_gpus),
+        "disk_bytes": {"checkpoints": checkpoints, "samples": samples, "total": checkpoints + samples},
+        "benchmark_items": items,
+        "unknown_sizes": unknown,
+    }
+
+
+def cost_table(estimate_: dict[str, Any]) -> str:
+    lines = [f"{'rule':<20}{'jobs':>6}{'GPUs/job':>10}{'max h':>8}{'GPU-h bound':>13}"]
+    for rule, row in estimate_["rules"].items():
+        lines.append(
+            f"{rule:<20}{row['jobs']:>6}{row['gpus_per_job']:>10}{row['max_hours']:>8.1f}{row['gpu_hours']:>13.0f}"
+        )
+    disk = estimate_["disk_bytes"]
+    lines.append(f"{'total':<20}{estimate_['jobs']:>6}{'':>10}{'':>8}{estimate_['gpu_hours']:>13.0f}")
+    lines.append(
+        f"wall time at the time limits with {estimate_['concurrent_gpus']} concurrent GPUs: "
+        f"{estimate_['wall_hours']:.1f} h; disk: {disk['checkpoints'] / cost.GIB:.0f} GiB checkpoints + "
+        f"{disk['samples'] / cost.GIB:.1f} GiB samples"
+    )
+    if estimate_["unknown_sizes"]:
+        lines.append(f"(sizes unknown, left out of the disk figure: {', '.join(estimate_['unknown_sizes'])})")
+    return "\n".join(lines)

@@ -1,0 +1,578 @@
+"""The planner: can a study's design detect the effect it asks about, and what would it take?
+
+    python -m pipeline.power --configfile CONFIG [--pilot RESULTS_DIR] [--methods A B] [--effect 0.036]
+                             [--replications 2000] [--seed-sd POINTS] [--seed-correlation RHO] [--seed 0] [--no-cost]
+
+It simulates the study's own analysis of method A (GRAIL) against method B (GRPO; ``--methods A B``) under the
+config's design (models, benchmarks with their item counts, training seeds, samples per item), for the configured
+design and a few alternatives (more seeds; more samples per item on the small benchmarks), and prints per design
+the power for the effect (one-sided, alpha = 0.05, as the paper's test), the minimum detectable effect at 80 %
+power and the GPU-hour bound of the cost estimate (``pipeline.study.cost``, from the study's ``snakemake -n`` plan).
+
+Simulated run scores (the accuracy of run s of method A or B of model k on benchmark b, m_b items, n_b samples):
+
+    X_kbAs = effect + sigma_seed (sqrt(rho) u_kAs + sqrt(1 - rho) v_kbAs) + sqrt((var_seed_item + var_sampling / n_b)
+             / m_b) w_kbAs,
+    X_kbBs = the same without the effect, u, v, w independent standard normals.
+
+A run's seed effect (``seed_sd`` = sigma_seed) is shared by its benchmarks with correlation rho (a good run is
+good everywhere); the seed x item and sampling components (``pipeline.stats.variance``) average over the run's items and
+samples. Item difficulty and the model's level cancel in every difference between A and B on the same items, so
+they are not simulated. The analyses, on each simulated study:
+
+- the paper's: d_kb = mean_s X_kbAs - mean_s X_kbBs over the (model, benchmark) cells, the exact one-sided
+  Wilcoxon signed-rank test over the cells (``scipy.stats.wilcoxon(d, alternative="greater", method="exact")``);
+- the seed-aware one: the permutation test over runs within models of the average of d over cells
+  (``pipeline.stats.seed_aware.stratified_permutation_pvalues``, one-sided): with one seed it flips the sign of each
+  model's difference, 2^models labellings.
+
+Power = the fraction of simulated studies with p <= alpha; the minimum detectable effect is found by bisection on
+the effect with the same simulated noise (power grows with the effect in every simulated study).
+
+Variance components come from ``--pilot RESULTS_DIR`` (a finished study: its samples at the ``final``
+checkpoint) or from DEFAULTS, each with its source. The pilot estimates the compared methods' own components
+(``--methods A B``; GRAIL and GRPO by default): another method's seed luck is not theirs (in the default study's
+recorded runs, docs/lab-notes.md, OAR-G's seeds spread most). The seed x item and sampling variances are the
+mean of ``pipeline.stats.variance``'s estimates over the compared methods' (model, benchmark) cells. The seed terms come
+from the runs of each (model, method), weighted by their degrees of freedom S - 1 (the runs are the seed's
+replicates; a run's benchmarks share its luck, so they add none):
+
+    var_seed = sum_g (S_g - 1) v_g / sum_g (S_g - 1),   v_g = mean_b (var_s X_gbs - MS_inter_gb / (m_b n_b)),
+    rho = sum_g (S_g - 1) c_g / sum_g (S_g - 1) v_g,    c_g = mean over benchmark pairs of cov_s(X_gbs, X_gb's),
+
+with X_gbs the accuracy of run s on benchmark b (``pipeline.stats.variance``'s ANOVA estimate of var_seed, before its
+clipping at 0; rho only over the (model, method)s with 2 benchmarks or more). When a compared method has no second
+seed, or the two together fall short of the minimum below, the seed terms pool every trained method's runs if that
+reaches it, and the source says so and which method contributes most (its part of sum_g (S_g - 1) |v_g|); if it
+does not, the compared methods' own runs give the raw estimate the fallback reports. A seed term from fewer
+degrees of freedom than its minimum falls back to its default, flagged, with the raw estimate and its degrees of
+freedom; a raw estimate out of range (a negative seed variance, rho outside [0, 1]) is clipped and the source says
+so. The minimums, chosen for the direction in which a wrong component misleads the planner:
+
+- seed sd, MIN_SEED_SD_DF = 6: var_seed's estimate from nu degrees of freedom is about var_seed chi2_nu / nu, and
+  an estimate that is too small makes the planner promise power the design lacks. From 6 on, the chance that the
+  estimated sd is under half the true one, P(chi2_nu < nu / 4), is under 5 % (4.1 %); at 2, the default study's
+  GRAIL and GRPO, it is 22 %.
+- seed correlation, MIN_SEED_CORRELATION_DF = 10: rho's estimate is about that of a correlation of nu + 1 pairs,
+  Fisher's z = atanh(r) with sd 1 / sqrt(nu - 2). From 10 on, the 95 % interval of an estimate of 0.5 (the
+  default), tanh(atanh(0.5) +- 1.96 / sqrt(nu - 2)) = [-0.14, 0.85] at 10, is narrower than [0, 1]; with fewer it
+  is wider than every value rho can take, and says less than the default's assumption. A pilot of the paper's 5
+  models with 2 seeds of each compared method has 10.
+
+``--seed-sd`` and ``--seed-correlation`` override the pilot or the defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from pipeline.core.io import InputError, read_jsonl
+from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT
+from pipeline.stats.metrics import group_by_item, parse_samples_path
+from pipeline.stats.seed_aware import stratified_permutation_pvalues
+from pipeline.stats.variance import ItemCounts, run_item_variance, stack_seeds, variance_table
+from pipeline.study import cost
+from pipeline.study.load import load_study
+from pipeline.study.plan import benchmark_items
+
+ALPHA = 0.05
+TARGET_POWER = 0.8
+PAPER_EFFECT = 0.036  # GRAIL's claimed gain in average acc@3 over GRPO (upstream's README)
+SMALL_BENCHMARK_ITEMS = 100  # "small": the benchmarks whose samples per item an alternative raises
+MORE_SAMPLES = 16
+ALTERNATIVE_SEEDS = (3, 5)
+PERMUTATION_DRAWS = 500  # random labellings per simulated study when there are more than EXACT_ARRANGEMENTS
+BISECTION_STEPS = 12
+MAX_EFFECT = 0.5
+MIN_SEED_SD_DF = 6  # degrees of freedom a pilot's seed sd needs (module docstring)
+MIN_SEED_CORRELATION_DF = 10  # and its seed correlation
+
+
+@dataclass(frozen=True)
+class Component:
+    """One variance component's value and where it came from; ``fallback``: the default, for want of a pilot's
+    estimate."""
+
+    value: float
+    source: str
+    fallback: bool = False
+
+
+# Documented defaults (docs/output.md, "The planner"): what is known without a pilot study.
+DEFAULTS = {
+    "seed_sd": Component(
+        0.02,
+        "2 points: an assumption of the order this project has measured for the compared methods on its default "
+        "study (acc@4 on arith_add, 400 items x 4 samples, sd over 2 seeds, item noise included): GRPO 0.0 and GRAIL "
+        "0.4 points in the recorded run docs/numbers/default.json (pinned kernels), GRPO 1.2 and GRAIL 2.3 before "
+        "the kernel pin (docs/lab-notes.md, 30 November); from 1 degree of freedom each, neither sets it; no "
+        "published measurement for the paper's models",
+    ),
+    "seed_correlation": Component(
+        0.5, "an assumption: how much a run's seed luck carries across its benchmarks (pilot: measured)"
+    ),
+    "seed_item": Component(
+        0.01,
+        "an assumption: runs of one method differ in which items they solve by an item-level sd of 10 points",
+    ),
+    "sampling": Component(
+        0.075,
+        "bethgelab/sober-reasoning (Hochlehnert et al. 2025): about 5 points of sd (2-7) across evaluation seeds "
+        "on AIME24's 30 items with one sample each, i.e. 30 x 0.05^2",
+    ),
+}
+COMPONENT_NAMES = {
+    "seed_sd": "seed sd",
+    "seed_correlation": "seed correlation across benchmarks",
+    "seed_item": "seed x item variance",
+    "sampling": "sampling variance",
+}
+
+
+@dataclass(frozen=True)
+class VarianceModel:
+    """The components the simulation needs (fractions, not points)."""
+
+    seed_sd: Component
+    seed_correlation: Component
+    seed_item: Component
+    sampling: Component
+
+    def lines(self) -> list[str]:
+        """One line per component: its value, [fallback] when it is its default for want of a pilot's estimate,
+        and its source."""
+        return [
+            f"  {COMPONENT_NAMES[name]} {component_text(name, getattr(self, name).value)}"
+            f"{' [fallback]' if getattr(self, name).fallback else ''} ({getattr(self, name).source})"
+            for name in COMPONENT_NAMES
+        ]
+
+    def fallbacks(self) -> list[str]:
+        """The names of the components that fell back to their defaults."""
+        return [COMPONENT_NAMES[name] for name in COMPONENT_NAMES if getattr(self, name).fallback]
+
+
+def component_text(name: str, value: float) -> str:
+    """A component's value as the summary prints it: the seed sd in points, rho and the variances as fractions."""
+    if name == "seed_sd":
+        return f"{100 * value:.2f} points"
+    return f"{value:.2f}" if name == "seed_correlation" else f"{value:.4f}"
+
+
+@dataclass(frozen=True)
+class Design:
+    """What a study measures: models, items and samples per item of each benchmark, training seeds per method."""
+
+    name: str
+    models: int
+    items: dict[str, int]
+    samples: dict[str, int]
+    seeds: int
+
+    @property
+    def cells(self) -> int:
+        return self.models * len(self.items)
+
+
+def default_variance() -> VarianceModel:
+    return VarianceModel(**DEFAULTS)
+
+
+def simulate_runs(design: Design, variance: VarianceModel, replications: int, seed: int) -> np.ndarray:
+    """Run scores without the effect, shape (replications, models, benchmarks, 2 methods (A, B), seeds)."""
+    rng = np.random.default_rng(seed)
+    shape = (replications, design.models, len(design.items), 2, design.seeds)
+    rho = variance.seed_correlation.value
+    shared = rng.standard_normal((replications, design.models, 1, 2, design.seeds))
+    own = rng.standard_normal(shape)
+    noise = np.array(
+        [
+            math.sqrt((variance.seed_item.value + variance.sampling.value / design.samples[name]) / items)
+            for name, items in design.items.items()
+        ]
+    )
+    seed_part = variance.seed_sd.value * (math.sqrt(rho) * shared + math.sqrt(1 - rho) * own)
+    return seed_part + noise[None, None, :, None, None] * rng.standard_normal(shape)
+
+
+def _with_effect(runs: np.ndarray, effect: float) -> np.ndarray:
+    shifted = runs.copy()
+    shifted[:, :, :, 0] += effect
+    return shifted
+
+
+def paper_pvalues(runs: np.ndarray, effect: float) -> np.ndarray:
+    """Per simulated study, the exact one-sided Wilcoxon p over the (model, benchmark) cells' seed-mean d."""
+    shifted = _with_effect(runs, effect)
+    d = (shifted[:, :, :, 0].mean(axis=-1) - shifted[:, :, :, 1].mean(axis=-1)).reshape(len(runs), -1)
+    return stats.wilcoxon(d, axis=1, alternative="greater", method="exact").pvalue
+
+
+def seed_aware_pvalues(runs: np.ndarray, effect: float, seed: int) -> np.ndarray:
+    """Per simulated study, the one-sided permutation p over runs within models of the average d over cells."""
+    shifted = _with_effect(runs, effect)
+    seeds, cells = runs.shape[-1], runs.shape[1] * runs.shape[2]
+    summed = shifted.sum(axis=2).reshape(len(runs), runs.shape[1], 2 * seeds) / cells  # over benchmarks, A first
+    strata = [(summed[:, model], seeds) for model in range(runs.shape[1])]
+    p_values, _ = stratified_permutation_pvalues(strata, "greater", PERMUTATION_DRAWS, np.random.default_rng(seed))
+    return p_values
+
+
+def power(p_values: np.ndarray, alpha: float = ALPHA) -> float:
+    return float((p_values <= alpha + 1e-12).mean())
+
+
+def minimum_detectable_effect(pvalues, target: float = TARGET_POWER) -> float | None:
+    """The smallest effect (to 1/2^BISECTION_STEPS of the bracket) whose power reaches ``target``; None when even
+    MAX_EFFECT does not (the test cannot reach alpha with this design)."""
+    if power(pvalues(MAX_EFFECT)) < target:
+        return None
+    low, high = 0.0, MAX_EFFECT
+    while power(pvalues(high / 4)) >= target and high > 1e-4:
+        high /= 4
+    for _ in range(BISECTION_STEPS):
+        middle = (low + high) / 2
+        if power(pvalues(middle)) >= target:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """Both analyses' false-positive rate (effect 0), power for the effect and minimum detectable effect."""
+
+    design: Design
+    size_paper: float
+    size_seed_aware: float
+    power_paper: float
+    power_seed_aware: float
+    mde_paper: float | None
+    mde_seed_aware: float | None
+    gpu_hours: float | None
+    evaluation_samples: int
+
+
+def assess(
+    design: Design, variance: VarianceModel, effect: float, replications: int, seed: int, gpu_hours: float | None
+) -> Assessment:
+    """Power and minimum detectable effect of both analyses for one design."""
+    runs = simulate_runs(design, variance, replications, seed)
+
+    def seed_aware(value: float) -> np.ndarray:
+        return seed_aware_pvalues(runs, value, seed)
+
+    def paper(value: float) -> np.ndarray:
+        return paper_pvalues(runs, value)
+
+    return Assessment(
+        design=design,
+        size_paper=power(paper(0.0)),
+        size_seed_aware=power(seed_aware(0.0)),
+        power_paper=power(paper(effect)),
+        power_seed_aware=power(seed_aware(effect)),
+        mde_paper=minimum_detectable_effect(paper),
+        mde_seed_aware=minimum_detectable_effect(seed_aware),
+        gpu_hours=gpu_hours,
+        evaluation_samples=evaluation_samples(design),
+    )
+
+
+def evaluation_samples(design: Design) -> int:
+    """Samples a study generates in evaluation for the two compared methods' final checkpoints."""
+    return 2 * design.models * design.seeds * sum(design.items[b] * design.samples[b] for b in design.items)
+
+
+def alternatives(configured: Design) -> list[Design]:
+    """The configured design, more seeds (3 and 5), more samples per item on the small benchmarks, and both."""
+    small = [name for name, items in configured.items.items() if items < SMALL_BENCHMARK_ITEMS]
+    more_samples = {name: max(n, MORE_SAMPLES) if name in small else n for name, n in configured.samples.items()}
+    designs = [configured]
+    designs += [
+        replace(configured, name=f"{seeds} seeds", seeds=seeds)
+        for seeds in ALTERNATIVE_SEEDS
+        if seeds > configured.seeds
+    ]
+    if small and more_samples != configured.samples:
+        label = f"{MORE_SAMPLES} samples on {', '.join(small)}"
+        designs.append(replace(configured, name=label, samples=more_samples))
+        seeds = max(configured.seeds, ALTERNATIVE_SEEDS[0])
+        designs.append(replace(configured, name=f"{seeds} seeds, {label}", seeds=seeds, samples=more_samples))
+    return designs
+
+
+def design_gpu_hours(jobs: list[cost.PlannedJob], configured: Design, design: Design) -> float:
+    """The GPU-hour bound of ``design`` from the configured study's plan (``cost.scaled_gpu_hours``)."""
+    return cost.scaled_gpu_hours(
+        jobs,
+        seeds_factor=design.seeds / configured.seeds,
+        generations={name: design.items[name] * design.samples[name] for name in design.items},
+        configured_generations={name: configured.items[name] * configured.samples[name] for name in configured.items},
+        baseline=BASELINE_METHOD,
+    )
+
+
+def pilot_variance(results_dir: Path, compared: tuple[str, str], checkpoint: str = FINAL_CHECKPOINT) -> VarianceModel:
+    """The components measured on a finished study for the ``compared`` methods (module docstring); a component
+    the pilot cannot estimate, or estimates from too few degrees of freedom, falls back to its default."""
+    paths = sorted((results_dir / "eval").glob(f"*/*/seed*/{checkpoint}/*.jsonl"))
+    counts = []
+    for path in paths:
+        key = parse_samples_path(path)
+        if key.method != BASELINE_METHOD:
+            counts.append((key, ItemCounts.from_items(group_by_item(read_jsonl(path), source=str(path)))))
+    if not counts:
+        raise InputError(f"--pilot {results_dir}: no samples of a trained method under eval/*/*/seed*/{checkpoint}/")
+    table = variance_table(counts)
+    runs = seed_runs(counts)
+    where = f"pilot {results_dir}"
+    return VarianceModel(
+        seed_sd=seed_sd_component(runs, compared, where),
+        seed_correlation=seed_correlation_component(runs, compared, where),
+        seed_item=cell_component(table, "seed_item", compared, where),
+        sampling=cell_component(table, "sampling", compared, where),
+    )
+
+
+def fallback(name: str, reason: str) -> Component:
+    """The default of component ``name``, flagged, with why the pilot's estimate is not used."""
+    default = DEFAULTS[name]
+    return Component(
+        default.value,
+        f"{reason}: fallback to the default {component_text(name, default.value)}; the default's source: "
+        f"{default.source}",
+        fallback=True,
+    )
+
+
+def dominant_method(contributions: dict[str, float]) -> str:
+    """Which method contributes most to a pooled estimate, from each method's non-negative contribution."""
+    total = sum(contributions.values())
+    if total == 0:
+        return "every method's estimate is 0"
+    method = max(contributions, key=contributions.__getitem__)
+    return f"{method} contributes most, {100 * contributions[method] / total:.0f} %"
+
+
+@dataclass(frozen=True)
+class SeedRuns:
+    """The runs of one (model, method) of a pilot, on the benchmarks every one of them was evaluated on: ``scores``
+    their accuracies (seeds x benchmarks), ``noise`` per benchmark the variance a run's accuracy gets from its
+    items and samples, ``run_item_variance`` / m = (var_seed_item + var_sampling / n) / m."""
+
+    method: str
+    scores: np.ndarray
+    noise: np.ndarray
+
+    @property
+    def degrees_of_freedom(self) -> int:
+        """S - 1: the runs, not their benchmarks, replicate the seed (a run's benchmarks share its luck)."""
+        return len(self.scores) - 1
+
+    @property
+    def seed_variance(self) -> float:
+        """v = mean_b (var_s X_bs - noise_b), ``pipeline.stats.variance``'s (MS_seed - MS_inter) / (m n) averaged over
+        the benchmarks, not clipped at 0."""
+        return float((self.scores.var(axis=0, ddof=1) - self.noise).mean())
+
+    @property
+    def seed_covariance(self) -> float:
+        """c = the mean over benchmark pairs of cov_s(X_bs, X_b's), rho var_seed (the items of two benchmarks are
+        independent, so it has no noise term); NaN with one benchmark."""
+        if self.scores.shape[1] < 2:
+            return math.nan
+        matrix = np.cov(self.scores, rowvar=False)
+        return float(matrix[np.triu_indices_from(matrix, 1)].mean())
+
+
+def seed_runs(counts: list[tuple]) -> list[SeedRuns]:
+    """Per (model, method) with 2 seeds or more on its benchmarks of 2 items or more (with one item the run x item
+    noise is not measurable), its ``SeedRuns`` over the seeds that every one of those benchmarks has."""
+    grouped: dict[tuple[str, str], dict[str, dict[int, ItemCounts]]] = defaultdict(lambda: defaultdict(dict))
+    for key, item_counts in counts:
+        if len(item_counts.ids) > 1:
+            grouped[key.model, key.method][key.benchmark][key.seed] = item_counts
+    runs = []
+    for (model, method), by_benchmark in sorted(grouped.items()):
+        seeds = sorted(set.intersection(*(set(by_seed) for by_seed in by_benchmark.values())))
+        if len(seeds) < 2:
+            continue
+        scores, noise = [], []
+        for benchmark, by_seed in sorted(by_benchmark.items()):
+            correct, samples = stack_seeds({seed: by_seed[seed] for seed in seeds}, f"{model}/{method}/{benchmark}")
+            cells = correct / samples
+            scores.append(cells.mean(axis=1))
+            noise.append(run_item_variance(cells) / cells.shape[1])
+        runs.append(SeedRuns(method, np.column_stack(scores), np.array(noise)))
+    return runs
+
+
+@dataclass(frozen=True)
+class PooledSeeds:
+    """The seed terms of some (model, method)s' runs, each weighted by its degrees of freedom (module docstring)."""
+
+    runs: list[SeedRuns]
+    scope: str  # whose runs, for the source: "of grail and grpo", or pooled and who dominates
+
+    @property
+    def degrees_of_freedom(self) -> int:
+        return sum(run.degrees_of_freedom for run in self.runs)
+
+    def _weighted(self, values: list[float]) -> float:
+        weights = [run.degrees_of_freedom for run in self.runs]
+        return float(np.average(values, weights=weights))
+
+    @property
+    def seed_variance(self) -> float:
+        """sum_g (S_g - 1) v_g / sum_g (S_g - 1)."""
+        return self._weighted([run.seed_variance for run in self.runs])
+
+    @property
+    def seed_correlation(self) -> float:
+        """rho = sum_g (S_g - 1) c_g / sum_g (S_g - 1) v_g (NaN when that seed variance is not above 0)."""
+        variance = self.seed_variance
+        return self._weighted([run.seed_covariance for run in self.runs]) / variance if variance > 0 else math.nan
+
+
+def pooled_seeds(runs: list[SeedRuns], compared: tuple[str, str], minimum: int) -> PooledSeeds:
+    """The compared methods' own runs when each has a second seed and together they reach ``minimum`` degrees of
+    freedom. Else every trained method's, pooled, when that reaches it (or the compared methods have no runs with
+    2 seeds), saying so and which method contributes most (its part of sum_g (S_g - 1) |v_g|): a method with
+    other seed luck then moves the estimate. Else the compared methods' own, whose raw estimate the fallback
+    reports."""
+    own = [run for run in runs if run.method in compared]
+    own_scope = f"of {' and '.join(sorted({run.method for run in own}))}"
+    own_df = {method: sum(run.degrees_of_freedom for run in own if run.method == method) for method in compared}
+    if len(own) == len(runs) or (all(own_df.values()) and sum(own_df.values()) >= minimum):
+        return PooledSeeds(own, own_scope)
+    contributions: dict[str, float] = defaultdict(float)
+    for run in runs:
+        contributions[run.method] += run.degrees_of_freedom * abs(run.seed_variance)
+    why = ", ".join(f"{method} {df}" for method, df in own_df.items())
+    pooled = PooledSeeds(
+        runs,
+        f"pooled over {', '.join(sorted(contributions))} (the compared methods' own runs: {why} degrees of freedom; "
+        f"{dominant_method(contributions)})",
+    )
+    return pooled if pooled.degrees_of_freedom >= minimum or not own else PooledSeeds(own, own_scope)
+
+
+def _degrees(count: int) -> str:
+    return f"{count} degree{'' if count == 1 else 's'} of freedom"
+
+
+def seed_sd_component(runs: list[SeedRuns], compared: tuple[str, str], where: str) -> Component:
+    """sqrt(var_seed) from the runs (``pooled_seeds``); the default from under MIN_SEED_SD_DF degrees of freedom;
+    0 from a negative raw variance (the seeds differ less than their items' noise), said in the source."""
+    pooled = pooled_seeds(runs, compared, MIN_SEED_SD_DF)
+    if not pooled.runs:
+        return fallback("seed_sd", f"{where}: no (model, method) has 2 seeds ({_degrees(0)}, minimum {MIN_SEED_SD_DF})")
+    variance, df = pooled.seed_variance, pooled.degrees_of_freedom
+    value = f"{100 * math.sqrt(variance):.2f} points" if variance >= 0 else f"variance {1e4 * variance:.2f} points^2"
+    estimate = f"{value} from {_degrees(df)} {pooled.scope}"
+    if df < MIN_SEED_SD_DF:
+        return fallback("seed_sd", f"{where}: raw {estimate}, under the minimum of {MIN_SEED_SD_DF}")
+    if variance < 0:
+        return Component(0.0, f"{where}: raw {estimate}, below 0: 0 points")
+    return Component(math.sqrt(variance), f"{where}: {estimate} (minimum {MIN_SEED_SD_DF})")
+
+
+def seed_correlation_component(runs: list[SeedRuns], compared: tuple[str, str], where: str) -> Component:
+    """rho from the runs on 2 benchmarks or more (``pooled_seeds``); the default from under MIN_SEED_CORRELATION_DF
+    degrees of freedom or without seed variance; a raw estimate outside [0, 1] clipped, said in the source."""
+    minimum = MIN_SEED_CORRELATION_DF
+    pooled = pooled_seeds([run for run in runs if run.scores.shape[1] > 1], compared, minimum)
+    if not pooled.runs:
+        reason = f"{where}: no (model, method) has 2 seeds on 2 benchmarks ({_degrees(0)}, minimum {minimum})"
+        return fallback("seed_correlation", reason)
+    raw, df = pooled.seed_correlation, pooled.degrees_of_freedom
+    if math.isnan(raw):
+        reason = (
+            f"{where}: no seed variance {pooled.scope} ({_degrees(df)}, minimum {minimum}) to measure a correlation "
+            "against"
+        )
+        return fallback("seed_correlation", reason)
+    estimate = f"{raw:.2f} from {_degrees(df)} {pooled.scope}"
+    if df < minimum:
+        return fallback("seed_correlation", f"{where}: raw {estimate}, under the minimum of {minimum}")
+    clipped = min(1.0, max(0.0, raw))
+    if clipped != raw:
+        return Component(clipped, f"{where}: raw {estimate}, outside [0, 1]: clipped to {clipped:.0f}")
+    return Component(raw, f"{where}: {estimate} (minimum {minimum})")
+
+
+NOT_ESTIMABLE = {"seed_item": "it needs 2 seeds", "sampling": "it needs 2 samples per item"}
+
+
+def cell_component(table: pd.DataFrame, name: str, compared: tuple[str, str], where: str) -> Component:
+    """The mean of ``pipeline.stats.variance``'s var_<name> over the compared methods' (model, benchmark) cells; over
+    every trained method's, pooled and saying which contributes most, when the compared ones have none; the
+    default when no cell has it."""
+    column = f"var_{name}"
+    estimable = table.dropna(subset=[column])
+    own = estimable[estimable["method"].isin(compared)]
+    if not own.empty:
+        return Component(
+            float(own[column].mean()),
+            f"{where}: {len(own)} (model, benchmark) cells of {' and '.join(sorted(set(own['method'])))}",
+        )
+    if estimable.empty:
+        return fallback(name, f"{where}: not estimable ({NOT_ESTIMABLE[name]})")
+    contributions = estimable.groupby("method")[column].sum().to_dict()
+    return Component(
+        float(estimable[column].mean()),
+        f"{where}: {len(estimable)} (model, benchmark) cells pooled over {', '.join(sorted(contributions))} "
+        f"(none of {' and '.join(compared)}; {dominant_method(contributions)})",
+    )
+
+
+def configured_design(configfile: Path) -> tuple[Design, list[str]]:
+    """The design of a config, and its methods."""
+
+    study = load_study([configfile])
+    items = {name: benchmark_items(name, spec) for name, spec in study.benchmarks.items()}
+    unknown = [name for name, count in items.items() if not count]
+    if unknown:
+        raise InputError(f"{configfile}: the item count of benchmark(s) {', '.join(unknown)} is not known")
+    samples = int(study.evaluation.spec["n_samples"])
+    design = Design("configured", len(study.models), items, dict.fromkeys(items, samples), len(study.seeds))
+    return design, list(study.methods)
+
+
+def compared_pair(methods: list[str], requested: list[str] | None = None) -> tuple[str, str]:
+    """The methods compared, A against B: ``requested`` (``--methods``), else GRAIL vs GRPO when the study has
+    both, else its first two."""
+    if requested:
+        unknown = [name for name in requested if name not in methods]
+        if unknown or requested[0] == requested[1]:
+            raise InputError(f"--methods: two different methods of the config ({', '.join(methods)})")
+        return requested[0], requested[1]
+    if {"grail", "grpo"} <= set(methods):
+        return "grail", "grpo"
+    if len(methods) < 2:
+        raise InputError("the planner compares two trained methods; the config has fewer")
+    return methods[0], methods[1]
+
+
+def summary_line(assessment: Assessment, effect: float, source: str) -> str:
+    """The preflight's one line: both analyses' false-positive rate, power and minimum detectable effect for the
+    configured design."""
+
+    def needed(mde: float | None) -> str:
+        return "no effect (p <= alpha is out of reach)" if mde is None else f"{100 * mde:.1f} points"
+
+    return (
+        f"power ({source}): for {100 * effect:+.1f} points, {assessment.power_paper:.2f} with the paper's "
+        f"Wilcoxon (false positives {assessment.size_paper:.2f} at alpha {ALPHA}), {assessment.power_seed_aware:.2f} "
+        f"with the seed-aware test ({assessment.size_seed_aware:.2f}); {100 * TARGET_POWER:.0f} % power needs "
+        f"{needed(assessment.mde_paper)} and {needed(assessment.mde_seed_aware)}; python -m pipeline.power for "
+        "alternatives"
+    )

@@ -1,0 +1,346 @@
+"""Benchmark sources and their normalization into rows ``{"id", "problem", "answer", "source"}``.
+
+Each public source keeps the problem, the gold and the id under its own field names (spec 6.3,
+docs/spec.md). A ``SourceFormat`` lists them in priority order; one set of functions then turns any
+row into the common schema, so a local JSONL file in a source's format goes through the same code as the Hub:
+
+    problem = context + "\\n" + question   (OlympiadBench's optional context) or the first problem field
+    gold    = first present gold field, normalized by ``gold_text`` (gold format "clean", the default):
+              list   -> elements joined by ", " (each with its enclosing $...$ stripped)
+              str    -> last complete \\boxed{} when it holds one (Minerva's solution), enclosing $...$ stripped
+              number -> integral floats without ".0" (AMC's 27.0 -> "27"), others as Python prints them
+              or as upstream's scorer saw it (gold format "upstream", ``upstream_gold_text``, spec 6.2-6.4):
+              str(value) (OlympiadBench's list -> "['$(3,0),(-3,1)$']", AMC's 27.0 -> "27.0"); Minerva's gold
+              is the boxed answer of ``solution`` by upstream's extractor (``upstream_gold_fields``)
+    id      = the source's own id field, or its ``composite_id_fields`` joined by ":" (CollegeMATH has no id)
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.io import InputError, load_spec
+from pipeline.tasks.arith import ArithmeticSpec
+from pipeline.tasks.boxed import last_boxed
+
+DEFAULT_SUBSET_SEED = 42
+GOLD_FORMATS = ("clean", "upstream")
+# One math block around the whole text: "$x$" or "$$x$$", no "$" inside.
+ENCLOSING_DOLLARS = re.compile(r"^\s*\$+([^$]*?)\$+\s*$", re.DOTALL)
+
+
+class SkipRow(ValueError):
+    """A data row that cannot be used (missing, empty or mistyped field); the message is the reason."""
+
+
+@dataclass(frozen=True)
+class SourceFormat:
+    """Where a source lives on the Hub (its pinned defaults) and which fields hold what, in priority order."""
+
+    hub_id: str | None
+    split: str | None
+    revision: str | None
+    problem_fields: tuple[str, ...]
+    gold_fields: tuple[str, ...]
+    id_fields: tuple[str, ...] = ("id",)
+    config: str | None = None
+    context_field: str | None = None
+    subset_size: int | None = None
+    composite_id_fields: tuple[str, ...] = ()
+    upstream_gold_fields: tuple[str, ...] | None = None
+    rows: int | None = None  # rows of the pinned split (the cost estimate's items when there is no subset)
+
+    def gold_fields_for(self, gold_format: str) -> tuple[str, ...]:
+        """The gold fields in priority order for ``gold_format`` (clean or upstream)."""
+        if gold_format == "upstream" and self.upstream_gold_fields is not None:
+            return self.upstream_gold_fields
+        return self.gold_fields
+
+
+# Revisions: the MATH-500 and aime_2024 pins are the Hub commits other projects pin (found with the code search);
+# no commit of the other repositories was found, so they track "main": pin them in the config for a fixed study.
+SOURCE_FORMATS: dict[str, SourceFormat] = {
+    "math500": SourceFormat(
+        hub_id="HuggingFaceH4/MATH-500",
+        rows=500,
+        split="test",
+        revision="6e4ed1a2a79af7d8630a6b768ec859cb5af4d3be",
+        problem_fields=("problem",),
+        gold_fields=("answer",),
+        id_fields=("unique_id", "id"),
+    ),
+    "aime24": SourceFormat(
+        hub_id="HuggingFaceH4/aime_2024",
+        rows=30,
+        split="train",  # the Hub repository's only split; all 30 rows are the held-out benchmark
+        revision="2fe88a2f1091d5048c0f36abc874fb997b3dd99a",
+        problem_fields=("problem",),
+        gold_fields=("answer",),
+    ),
+    "amc23": SourceFormat(
+        hub_id="math-ai/amc23",
+        rows=40,
+        split="test",
+        revision="main",
+        problem_fields=("problem", "question"),
+        gold_fields=("answer",),
+    ),
+    "minerva": SourceFormat(
+        hub_id="math-ai/minervamath",
+        rows=272,
+        split="test",
+        revision="main",
+        problem_fields=("problem", "question"),
+        gold_fields=("answer", "solution"),
+        id_fields=("idx", "id"),
+        upstream_gold_fields=("solution", "answer"),  # upstream grades against the boxed answer of the solution
+    ),
+    "olympiadbench": SourceFormat(
+        hub_id="Hothan/OlympiadBench",
+        config="OE_TO_maths_en_COMP",
+        split="train",
+        revision="main",
+        problem_fields=("question", "problem"),
+        gold_fields=("final_answer", "answer"),
+        context_field="context",
+        subset_size=200,
+    ),
+    "collegemath": SourceFormat(
+        hub_id="di-zhang-fdu/College_Math_Test",
+        split="test",
+        revision="main",
+        problem_fields=("problem", "question"),
+        gold_fields=("answer", "solution"),
+        subset_size=200,
+        composite_id_fields=("data_source", "question_number"),
+    ),
+    # Upstream's src/eval/eval_data files (Qwen2.5-Math evaluation format): every file has "problem"; the gold is
+    # "final_answer" (OlympiadBench), "answer" (MATH, AIME, AMC, CollegeMATH) or the boxed "solution" (Minerva).
+    "qwen_jsonl": SourceFormat(
+        hub_id=None,
+        split=None,
+        revision=None,
+        problem_fields=("problem", "question"),
+        gold_fields=("final_answer", "answer", "solution"),
+        id_fields=("id", "idx", "unique_id"),
+    ),
+}
+
+
+def check_keys(spec: Any, allowed: set[str], where: str) -> dict[str, Any]:
+    """``spec`` as a mapping whose keys are all in ``allowed``; otherwise an InputError naming the key."""
+    if not isinstance(spec, dict):
+        raise InputError(f"{where}: expected a mapping, got {type(spec).__name__}")
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise InputError(f"{where}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
+    return spec
+
+
+def arithmetic_spec(spec: Any, where: str) -> ArithmeticSpec:
+    """An ArithmeticSpec from a config mapping (keys count, seed, low, high, operations, terms), checked per field."""
+    check_keys(spec, {"count", "seed", "low", "high", "operations", "terms"}, where)
+    for key in ("count", "seed", "low", "high", "terms"):
+        if key in spec and (not isinstance(spec[key], int) or isinstance(spec[key], bool)):
+            raise InputError(f"{where}.{key}: expected an integer, got {spec[key]!r}")
+    fields = {key: value for key, value in spec.items() if key != "operations"}
+    if "operations" in spec:
+        operations = spec["operations"]
+        if not isinstance(operations, list) or not operations or not set(operations) <= {"+", "-", "*"}:
+            raise InputError(f"{where}.operations: expected a non-empty list of '+', '-', '*', got {operations!r}")
+        fields["operations"] = tuple(operations)
+    result = ArithmeticSpec(**fields)
+    if result.count < 0 or result.low > result.high or result.terms < 2:
+        raise InputError(f"{where}: need count >= 0, low <= high and terms >= 2, got {spec}")
+    return result
+
+
+def gsm_symbolic_settings(spec: Any, where: str) -> dict[str, int]:
+    """{count, seed} of a GSM-Symbolic spec, both required non-negative integers (count at least 1)."""
+    check_keys(spec, {"count", "seed"}, where)
+    for key, minimum in (("count", 1), ("seed", 0)):
+        value = spec.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise InputError(f"{where}.{key}: expected an integer >= {minimum}, got {value!r}")
+    return {"count": spec["count"], "seed": spec["seed"]}
+
+
+def strip_enclosing_dollars(text: str) -> str:
+    """``"$x$"`` or ``"$$x$$"`` -> ``"x"``; text with a ``$`` inside the block, or none around it, unchanged."""
+    match = ENCLOSING_DOLLARS.match(text)
+    return (match.group(1) if match else text).strip()
+
+
+def number_text(value: int | float) -> str:
+    """An int, or a float without a spurious ".0" (27.0 -> "27", 2.5 -> "2.5"); NaN/Inf and bools are refused."""
+    if isinstance(value, bool):
+        raise SkipRow("non-string answer (bool)")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SkipRow(f"non-finite number answer ({value})")
+        if value.is_integer():
+            return str(int(value))
+    return str(value)
+
+
+def answer_text(value: Any) -> str:
+    """A gold given as a string or a number, as a non-empty stripped string; anything else is a SkipRow."""
+    if isinstance(value, str):
+        text = value.strip()
+    elif isinstance(value, int | float):
+        text = number_text(value)
+    else:
+        raise SkipRow(f"non-string answer ({type(value).__name__})")
+    if not text:
+        raise SkipRow("empty answer")
+    return text
+
+
+def gold_text(value: Any) -> str:
+    """The gold as the grader should see it (module docstring): list joined, boxed content, $ stripped."""
+    if isinstance(value, list | tuple):
+        if not value:
+            raise SkipRow("empty answer list")
+        return ", ".join(strip_enclosing_dollars(answer_text(element)) for element in value)
+    text = answer_text(value)
+    if "\\boxed" in text:
+        boxed = last_boxed(text)
+        if not boxed:
+            raise SkipRow("solution has no complete, non-empty \\boxed{}")
+        text = boxed
+    gold = strip_enclosing_dollars(text)
+    if not gold:
+        raise SkipRow("empty answer")
+    return gold
+
+
+def upstream_gold_text(value: Any) -> str:
+    """The gold as upstream's scorer grades it: ``str(value)``, or a boxed string's last box by upstream's
+    extractor (it stops at the first unclosed box and keeps the content unstripped), as for Minerva's solution."""
+    if isinstance(value, bool):
+        raise SkipRow("non-string answer (bool)")
+    text = str(value)
+    if "\\boxed" in text:
+        text = last_boxed(text, "upstream") or ""
+    if not text.strip():
+        raise SkipRow("empty answer")
+    return text
+
+
+def first_present(row: dict[str, Any], fields: tuple[str, ...], what: str) -> tuple[str, Any]:
+    """(field, value) of the first of ``fields`` present in ``row`` with a value that is not None."""
+    for field in fields:
+        if row.get(field) is not None:
+            return field, row[field]
+    raise SkipRow(f"missing {what} field (one of {', '.join(fields)})")
+
+
+def problem_text(row: dict[str, Any], source: SourceFormat) -> str:
+    """The question (after its context, when the source has one) as a non-empty string."""
+    field, value = first_present(row, source.problem_fields, "problem")
+    if not isinstance(value, str):
+        raise SkipRow(f"field '{field}' is not a string ({type(value).__name__})")
+    if not value.strip():
+        raise SkipRow(f"empty field '{field}'")
+    context = row.get(source.context_field) if source.context_field else None
+    if isinstance(context, str) and context.strip():
+        return f"{context.strip()}\n{value.strip()}"
+    return value.strip()
+
+
+def item_id(row: dict[str, Any], index: int, source: SourceFormat) -> str:
+    """The row's own id (first of the source's id fields, or its composite id fields joined by ":") as a string,
+    else its position in the split."""
+    parts = [row.get(field) for field in source.composite_id_fields]
+    if parts and all(isinstance(part, str) and part.strip() for part in parts):
+        return ":".join(part.strip() for part in parts)
+    for field in source.id_fields:
+        value = row.get(field)
+        if isinstance(value, str | int) and not isinstance(value, bool) and str(value).strip():
+            return str(value).strip()
+    return str(index)
+
+
+def normalize_row(
+    row: dict[str, Any], index: int, source: SourceFormat, label: str, gold_format: str = "clean"
+) -> dict[str, str]:
+    """One source row -> ``{"id", "problem", "answer", "source"}``; raises SkipRow with the reason."""
+    problem = problem_text(row, source)
+    field, gold = first_present(row, source.gold_fields_for(gold_format), "answer")
+    # A worked solution is a gold only through its box (upstream extracts the last \boxed{} of Minerva's solution).
+    if field == "solution" and "\\boxed" not in str(gold):
+        raise SkipRow("field 'solution' has no \\boxed{} answer")
+    answer = upstream_gold_text(gold) if gold_format == "upstream" else gold_text(gold)
+    return {"id": item_id(row, index, source), "problem": problem, "answer": answer, "source": label}
+
+
+def normalize_rows(
+    rows: list[dict[str, Any]], source: SourceFormat, label: str, gold_format: str = "clean"
+) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+    """Normalized items and the skipped rows ``[{"row": index, "reason": str}]``; a repeated id is refused."""
+    if gold_format not in GOLD_FORMATS:
+        raise InputError(f"{label}: gold must be one of {', '.join(GOLD_FORMATS)}, got {gold_format!r}")
+    items: list[dict[str, str]] = []
+    skipped: list[dict[str, Any]] = []
+    for index, row in enumerate(rows):
+        try:
+            items.append(normalize_row(row, index, source, label, gold_format))
+        except SkipRow as reason:
+            skipped.append({"row": index, "reason": str(reason)})
+    repeated = [key for key, count in Counter(item["id"] for item in items).items() if count > 1]
+    if repeated:
+        raise InputError(f"{label}: item ids must be unique; repeated: {', '.join(repeated[:5])}")
+    return items, skipped
+
+
+def load_hub_rows(
+    hub_id: str, *, config: str | None, split: str, revision: str | None, cache_dir: str | None
+) -> list[dict[str, Any]]:
+    """Rows of a Hub dataset (or a local dataset directory) through ``datasets.load_dataset``.
+
+    Offline mode (HF_DATASETS_OFFLINE=1) and the cache are ``datasets``' own: a pinned revision already in the
+    cache loads without the network. Any loading failure becomes an InputError naming the dataset.
+    """
+    import datasets
+
+    try:
+        dataset = datasets.load_dataset(hub_id, config, split=split, revision=revision, cache_dir=cache_dir)
+    except Exception as error:
+        where = f"{hub_id}" + (f" (config {config})" if config else "") + f" split {split} revision {revision}"
+        raise InputError(
+            f"cannot load {where}: {type(error).__name__}: {error}. Offline runs need the revision in the "
+            "datasets cache (cache_dir / HF_DATASETS_CACHE); or give a local JSONL file as 'path'"
+        ) from None
+    return [dict(row) for row in dataset]
+
+
+def select_subset(items: list[dict[str, str]], size: int, seed: int) -> list[dict[str, str]]:
+    """``size`` items drawn without replacement by ``random.Random(seed)``, kept in their original order."""
+    if size >= len(items):
+        return list(items)
+    chosen = sorted(random.Random(seed).sample(range(len(items)), size))
+    return [items[index] for index in chosen]
+
+
+def items_with_ids(items: list[dict[str, str]], ids: list[str], ids_file: str | Path) -> list[dict[str, str]]:
+    """The items named by a recorded ids file, in the file's order; an id not in the data is refused."""
+    by_id = {item["id"]: item for item in items}
+    missing = [item for item in ids if item not in by_id]
+    if missing:
+        raise InputError(f"{ids_file}: ids not found in the benchmark data: {', '.join(missing[:5])}")
+    return [by_id[item] for item in ids]
+
+
+def read_subset_ids(path: Path) -> list[str]:
+    """Ids of a recorded subset file: a JSON list, or an object with an ``ids`` list."""
+    recorded = load_spec(str(path))
+    ids = recorded.get("ids") if isinstance(recorded, dict) else recorded
+    if not isinstance(ids, list) or not ids:
+        raise InputError(f"{path}: expected a non-empty list of ids (or an object with 'ids')")
+    return [str(item) for item in ids]
