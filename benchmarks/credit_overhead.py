@@ -53,7 +53,8 @@ from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokeniz
 from pipeline.tasks.arith import ArithmeticSpec, arithmetic_problems
 from pipeline.tasks.generation import chat_prompt_ids
 from pipeline.tasks.prompts import build_prompt
-from pipeline.training.trainer import GrailGRPOConfig, GrailGRPOTrainer
+from pipeline.training.grpo_config import GrailGRPOConfig
+from pipeline.training.trainer import GrailGRPOTrainer
 
 NATIVE_SUFFIX = "@native"
 METHODS = {

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.study.config import SCHEMA_PATH
+from pipeline.core.repo import SCHEMA_PATH
 from pipeline.study.schema import load_schema
 
 PAGE = SCHEMA_PATH.parent.parent / "docs" / "parameters.md"

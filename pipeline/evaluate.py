@@ -16,13 +16,11 @@ import sys
 from pathlib import Path
 
 from pipeline.core import kernels
-from pipeline.core.io import (
-    load_spec,
-    run_cli,
-)
-from pipeline.evaluation.backends import detect_backend, vllm_device_type
+from pipeline.core.io import load_spec, run_cli
+from pipeline.evaluation.backends import detect_backend
 from pipeline.evaluation.eval_spec import parse_eval_spec
 from pipeline.evaluation.sampling import evaluate
+from pipeline.evaluation.vllm_backend import vllm_device_type
 from pipeline.models.loading import resolve_model
 from pipeline.runtime.watchdog import load_watchdog
 from pipeline.tasks.gold_audit import clean_only_warning

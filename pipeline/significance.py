@@ -24,9 +24,7 @@ from pipeline.stats.paired_tests import (
     read_scores,
     wilcoxon_comparisons,
 )
-from pipeline.stats.seed_aware import (
-    seed_aware_rows,
-)
+from pipeline.stats.seed_aware import seed_aware_rows
 from pipeline.stats.wording import markdown_report
 
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from pipeline.core.io import (
-    InputError,
-)
+from pipeline.core.io import InputError
 from pipeline.evaluation.eval_spec import Backend, EvalSpec
 from pipeline.evaluation.hf_backend import HFBackend
 from pipeline.evaluation.vllm_backend import VllmBackend, vllm_device_type

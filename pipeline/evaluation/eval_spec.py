@@ -8,9 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from pipeline.core.io import (
-    InputError,
-)
+from pipeline.core.io import InputError
 from pipeline.core.specs import dataclass_from_mapping
 from pipeline.tasks.boxed import ExtractionMode
 from pipeline.tasks.generation import derive_seed

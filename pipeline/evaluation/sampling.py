@@ -51,12 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.file_digest import model_identity
-from pipeline.core.io import (
-    InputError,
-    append_jsonl_durably,
-    atomic_write_jsonl,
-    read_jsonl,
-)
+from pipeline.core.io import InputError, append_jsonl_durably, atomic_write_jsonl, read_jsonl
 from pipeline.core.layout import samples_provenance
 from pipeline.core.progress import progress
 from pipeline.core.provenance import write_provenance

@@ -10,9 +10,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline.core.io import (
-    InputError,
-)
+from pipeline.core.io import InputError
 from pipeline.evaluation.eval_spec import EvalSpec, Generation, Request, batch_seed
 from pipeline.models.vllm_cpu import CPU_KV_CACHE_GIB
 from pipeline.tasks.generation import derive_seed

@@ -75,9 +75,7 @@ from typing import Any, Literal, get_args
 
 import yaml
 
-from pipeline.core.exit_codes import (
-    STALL_EXIT_CODE,
-)
+from pipeline.core.exit_codes import STALL_EXIT_CODE
 from pipeline.core.io import InputError
 from pipeline.core.launch_dir import LAUNCH_DIR_VARIABLE, SIGNAL_FILE, write_small_file
 from pipeline.core.repo import CONFIGS_DIR

@@ -70,13 +70,7 @@ from pipeline.core.io import InputError, read_jsonl
 from pipeline.core.layout import BASELINE_METHOD, START_CHECKPOINT
 from pipeline.stats.metrics import group_by_item, parse_samples_path
 from pipeline.stats.scores import AVERAGE_BENCHMARKS
-from pipeline.stats.seed_aware import (
-    ALL_MODELS,
-    SEED_BOOTSTRAP_TEST,
-    SEED_PERMUTATION_TEST,
-    Runs,
-    comparison_seed,
-)
+from pipeline.stats.seed_aware import ALL_MODELS, SEED_BOOTSTRAP_TEST, SEED_PERMUTATION_TEST, Runs, comparison_seed
 from pipeline.stats.variance import ItemCounts, stack_seeds
 
 REQUIRED_COLUMNS = ("model", "method", "seed", "benchmark", "metric", "value")

@@ -16,9 +16,7 @@ from pipeline.stats.paired_tests import (
     paper_test,
     seed_aware_key_comparisons,
 )
-from pipeline.stats.seed_aware import (
-    ALL_MODELS,
-)
+from pipeline.stats.seed_aware import ALL_MODELS
 
 
 def _number(value: float | None, digits: int = 3) -> str:

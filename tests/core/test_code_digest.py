@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.core.repo import PACKAGE_DIR
 from pipeline.core.source_digest import (
-    PACKAGE_DIR,
     changed_modules,
     coverage_table,
     covered_modules,
@@ -143,7 +143,7 @@ def test_changed_modules_and_parsing() -> None:
     digests = module_digests("pipeline.core.layout")
     # pipeline/__init__ imports pipeline.core.kernels (the CPU kernel pin), so every module's digest covers it
     assert parse_source_digest(source_digest("pipeline.core.layout")) == {
-        name: digests[name] for name in ("pipeline", "pipeline.core.kernels", "pipeline.core.layout")
+        name: digests[name] for name in ("pipeline", "pipeline.core", "pipeline.core.kernels", "pipeline.core.layout")
     }
 
 

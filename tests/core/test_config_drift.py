@@ -9,6 +9,7 @@ import typing
 import pytest
 from trl import GRPOConfig
 
+from pipeline.credit.method import Range
 from pipeline.evaluation.eval_spec import EvalSpec, VllmSettings
 from pipeline.evaluation.token_weights import TokenAnalysisSpec
 from pipeline.runtime.launching import TRAINING_ENGINES, TrainingEngine
@@ -20,7 +21,6 @@ from pipeline.tasks.prompts import PROMPT_TEMPLATES, PromptTemplate
 from pipeline.training.grpo_config import (
     MODEL_LOADING_OPTIONS,
     GrailGRPOConfig,
-    Range,
     config_field_types,
     credit_choices,
     credit_fields,

@@ -4,12 +4,7 @@ from hypothesis import strategies as st
 
 from pipeline.tasks.boxed import boxed_contents, last_boxed
 from pipeline.tasks.prompts import PROMPT_SUFFIX_UPSTREAM, build_prompt
-from pipeline.tasks.rewards import (
-    gold_self_check,
-    outcome_reward,
-    trl_outcome_reward,
-    trl_reward_function,
-)
+from pipeline.tasks.rewards import gold_self_check, outcome_reward, trl_outcome_reward, trl_reward_function
 
 
 @pytest.mark.parametrize(

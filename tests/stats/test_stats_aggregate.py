@@ -10,15 +10,9 @@ import openpyxl
 import pandas as pd
 import pytest
 
-from pipeline.aggregate import (
-    load_training_curves,
-    main,
-    parse_samples_path,
-    seed_bands,
-    training_curve_keys,
-    training_curves_figure,
-)
+from pipeline.aggregate import load_training_curves, main, seed_bands, training_curve_keys, training_curves_figure
 from pipeline.core.io import InputError, run_cli
+from pipeline.stats.metrics import parse_samples_path
 from pipeline.stats.scores import RunKey, parse_run_path
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

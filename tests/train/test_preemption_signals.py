@@ -15,7 +15,8 @@ import pytest
 from train_support import REPO_ROOT, subprocess_env, train_command
 
 import pipeline.train
-from pipeline.train import PREEMPTED_EXIT_CODE, main
+from pipeline.core.exit_codes import PREEMPTED_EXIT_CODE
+from pipeline.train import main
 
 STOP_MESSAGE = "received {} before the first training step: stopping without a checkpoint"
 

@@ -14,7 +14,7 @@ from train_support import REPO_ROOT, TRAINING_SPEC, subprocess_env, train_comman
 from wandb_records import history_rows, read_records
 
 from pipeline.core.io import InputError
-from pipeline.study.config import SCHEMA_PATH
+from pipeline.core.repo import SCHEMA_PATH
 from pipeline.training.tracking import TrackingConfig, load_tracking, wandb_run_id
 
 FAKE_KEY = "wandbFAKEkey0123456789abcdef0123456789ab"

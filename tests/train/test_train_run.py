@@ -28,8 +28,8 @@ from train_support import REPO_ROOT, TRAINING_SPEC, run_train, subprocess_env, t
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.trainer.utils import RepeatSampler
 
+from pipeline.core.exit_codes import PREEMPTED_EXIT_CODE
 from pipeline.core.layout import working_metrics_path
-from pipeline.train import PREEMPTED_EXIT_CODE
 from tests.hold_stage import hold_training_env, pseudo_random_reward_env
 
 pytestmark = pytest.mark.slow

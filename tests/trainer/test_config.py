@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.core.io import InputError
-from pipeline.training.trainer import GrailGRPOConfig
+from pipeline.training.grpo_config import GrailGRPOConfig
 
 
 def config(tmp_path, **overrides) -> GrailGRPOConfig:

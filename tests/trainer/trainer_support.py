@@ -13,7 +13,8 @@ from trl import GRPOConfig, GRPOTrainer
 from pipeline.tasks.arith import ArithmeticSpec, arithmetic_problems
 from pipeline.tasks.generation import chat_prompt_ids
 from pipeline.tasks.prompts import build_prompt
-from pipeline.training.trainer import GrailGRPOConfig, GrailGRPOTrainer
+from pipeline.training.grpo_config import GrailGRPOConfig
+from pipeline.training.trainer import GrailGRPOTrainer
 
 
 def arithmetic_rows(count: int, seed: int) -> list[dict]:
