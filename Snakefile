@@ -36,8 +36,7 @@ from pipeline.core import exit_codes, kernels, layout
 from pipeline.core.io import InputError, canonical_json
 from pipeline.core.provenance import library_versions
 from pipeline.core.source_digest import source_digest
-from pipeline.runtime import cluster, time_windows
-from pipeline.study.config import UnrecordedParam
+from pipeline.runtime import cluster
 from pipeline.study.load import load_study
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
@@ -66,9 +65,10 @@ elif cluster.PLANNED_CONFIG_VARIABLE in os.environ:
 # The one study loader (pipeline.study.load): the config files and --config overrides, schema-checked (every bad
 # key named at once), defaults filled, cross-key checks; refuses before any job.
 STUDY = load_study(CONFIG_FILES, workflow.config_settings.config)
-# The launcher's bound on Slurm time windows, through the environment: the train rule's command stays as it was
-# (Snakemake's `code` rerun trigger compares the command's text), and the setting changes no result.
-os.environ[time_windows.TIME_WINDOWS_VARIABLE] = str(STUDY.time_windows)
+# The run-time settings (watchdog, time windows, collective timeout: pipeline.runtime.settings) reach every job
+# through its environment, never its command or params: a change reruns nothing. A cluster job's Snakemake re-reads
+# the config and sets them again.
+STUDY.runtime.export()
 # The CPU kernel path of every job (pipeline.core.kernels): the jobs inherit this process's environment, and a cluster
 # job's Snakemake re-reads the config and sets it again. A param of the rules that compute, so a change reruns them.
 kernels.configure(STUDY.kernel_pin)
@@ -127,9 +127,6 @@ TOKEN_ANALYSIS = f"{R}/{layout.TOKEN_ANALYSIS}"
 REPORT = f"{R}/{layout.REPORT}"
 TOKEN_VIEWER = f"{R}/token_weights.html"
 TRACKING_DIR = f"{R}/tracking"
-# The stall watchdog's settings (pipeline.runtime.watchdog): like resources they decide when a hung job is stopped, never
-# what it computes, so a change reruns no train or evaluate job (only the report, which shows the config).
-WATCHDOG = UnrecordedParam(canonical_json(STUDY.watchdog.__dict__))
 
 
 def _names(names):
@@ -369,7 +366,6 @@ rule train:
         # from the output, so that a storage provider's local path is used
         run_dir=lambda wildcards, output: os.path.dirname(output.metrics),
         tracking=canonical_json(STUDY.tracking.__dict__),
-        watchdog=WATCHDOG,
         run_name=lambda wildcards: STUDY.run_name(wildcards),
         tracking_dir=TRACKING_DIR,
         state_flags=shlex.join(TRAIN_STATE_ARGS),
@@ -385,7 +381,7 @@ rule train:
         " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
         " --out {params.run_dir:q} --export-steps {params.export_steps} --tracking {params.tracking:q}"
         " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} {params.state_flags}"
-        " --watchdog {params.watchdog:q} > {log:q} 2>&1"
+        " > {log:q} 2>&1"
 
 
 def evaluate_inputs(wildcards):
@@ -421,13 +417,12 @@ rule evaluate:
     params:
         model=evaluate_model_argument,
         spec=canonical_json(STUDY.evaluation.spec),
-        watchdog=WATCHDOG,
         libraries=LIBRARIES,
         kernels=KERNEL_PIN,
         code=source_digest("pipeline.evaluate"),
     shell:
         "python -m pipeline.evaluate {params.model} --benchmark {input.benchmark:q} --spec {params.spec:q}"
-        " --seed {wildcards.seed} --audit {input.audit:q} --out {output.samples:q} --watchdog {params.watchdog:q}"
+        " --seed {wildcards.seed} --audit {input.audit:q} --out {output.samples:q}"
         " > {log:q} 2>&1"
 
 

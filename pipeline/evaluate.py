@@ -22,7 +22,6 @@ from pipeline.evaluation.eval_spec import parse_eval_spec
 from pipeline.evaluation.sampling import evaluate
 from pipeline.evaluation.vllm_backend import vllm_device_type
 from pipeline.models.loading import resolve_model
-from pipeline.runtime.watchdog import load_watchdog
 from pipeline.tasks.gold_audit import clean_only_warning
 
 
@@ -35,21 +34,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--out", required=True, help="per-sample JSONL output (written atomically)")
     parser.add_argument("--audit", help="the benchmark's gold audit (prepare_benchmarks): warn about refused golds")
-    parser.add_argument(
-        "--watchdog", default="{}", help="WatchdogConfig fields (the stall watchdog, pipeline.runtime.watchdog): JSON"
-    )
     args = parser.parse_args(argv)
     spec = parse_eval_spec(load_spec(args.spec))
     if detect_backend(spec.backend) == "vllm" and vllm_device_type() == "cpu":
         arguments = sys.argv[1:] if argv is None else argv
         kernels.run_natively("pipeline.evaluate", arguments, "vLLM's CPU kernels are built for this machine")
-    watchdog = load_watchdog(args.watchdog)
     if args.audit and spec.grading == "clean":
         warning = clean_only_warning(json.loads(Path(args.audit).read_text()))
         if warning:
             print(f"evaluate: WARNING: {warning}", file=sys.stderr)
     model = resolve_model(args.model, args.model_revision)
-    evaluate(model, args.benchmark, spec, args.seed, args.out, watchdog=watchdog)
+    evaluate(model, args.benchmark, spec, args.seed, args.out)
 
 
 if __name__ == "__main__":

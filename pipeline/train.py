@@ -32,7 +32,7 @@ step or the save; the log names the step, the rank and the last finite checkpoin
 ``SAVE_FAILED_EXIT_CODE`` (73, EX_CANTCREAT): a checkpoint did not fit on the disk (checked before each save) or its
 write failed; the log names the path, the space needed or the error, and the space free; the staging directory is
 removed, and a rerun once there is space resumes from the last complete checkpoint. ``STALL_EXIT_CODE`` (79): the
-stall watchdog (pipeline.runtime.watchdog, ``--watchdog``) saw a step, or the gap after one, make no progress within its
+stall watchdog (pipeline.runtime.watchdog; its bounds are run-time settings, pipeline.runtime.settings) saw a step, or the gap after one, make no progress within its
 bound; the log names the rank and the step and holds every thread's stack; a rerun resumes from the last checkpoint.
 """
 
@@ -101,7 +101,7 @@ from pipeline.core.source_digest import module_digests
 from pipeline.credit.method import credit_module
 from pipeline.models.loading import check_model_reference, load_model, load_tokenizer
 from pipeline.runtime.disk_space import CheckpointSaveError
-from pipeline.runtime.watchdog import load_watchdog
+from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RUNTIME_VARIABLE, RuntimeSettings
 from pipeline.tasks.rewards import trl_reward_function
 from pipeline.training.grpo_config import GrailGRPOConfig, merge_specs, split_options
 from pipeline.training.nan_guard import NonFiniteTraining
@@ -166,14 +166,23 @@ def single_process_rendezvous(env: Mapping[str, str], pick_port: Callable[[], in
 
 
 def build_config(
-    config_options: dict[str, Any], run_dir: Path, seed: int, tracking: TrackingConfig, run_name: str
+    config_options: dict[str, Any],
+    run_dir: Path,
+    seed: int,
+    tracking: TrackingConfig,
+    run_name: str,
+    runtime: RuntimeSettings,
 ) -> GrailGRPOConfig:
     """The trainer config: the spec options plus what this stage fixes (paths, seed, full checkpoints, non-finite
-    losses kept in the loss the NaN guard checks) and, for DeepSpeed on CPU processes, the gloo backend unless the
-    spec names one."""
+    losses kept in the loss the NaN guard checks), the run-time ``ddp_timeout`` when one is set, and, for DeepSpeed
+    on CPU processes, the gloo backend unless the spec names one."""
+    for key in RUNTIME_TRAINING_KEYS:
+        if key in config_options:
+            raise InputError(f"training/method spec: {key} is a run-time setting ({RUNTIME_VARIABLE}), not a spec key")
+    collective = {} if runtime.ddp_timeout is None else {"ddp_timeout": runtime.ddp_timeout}
     try:
         return GrailGRPOConfig(
-            **{**process_group_options(os.environ, torch.cuda.is_available()), **config_options},
+            **{**process_group_options(os.environ, torch.cuda.is_available()), **config_options, **collective},
             output_dir=str(run_dir / CHECKPOINTS_DIR),
             seed=seed,
             report_to=tracking.integrations(),
@@ -236,9 +245,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tracking", default="{}", help="TrackingConfig fields (report_to, project, study): JSON")
     parser.add_argument("--run-name", help="the run's name in the trackers (default: the last 3 parts of --out)")
     parser.add_argument("--tracking-dir", type=Path, help="tracker files (default: RUN_DIR/tracking)")
-    parser.add_argument(
-        "--watchdog", default="{}", help="WatchdogConfig fields (the stall watchdog, pipeline.runtime.watchdog): JSON"
-    )
     parser.add_argument(
         "--stale-checkpoints",
         choices=STALE_CHECKPOINT_ACTIONS,
@@ -316,7 +322,7 @@ def publish_outputs(
     elif is_main:
         export_model(finished_checkpoint, run_dir / FINAL_CHECKPOINT)
     if is_main:
-        write_provenance(run_dir / PROVENANCE_FILE, "train")
+        write_provenance(run_dir / PROVENANCE_FILE, "train", runtime=RuntimeSettings.current().record())
         publish_metrics(working_metrics_path(run_dir), run_dir / METRICS_FILE)
 
 
@@ -360,7 +366,7 @@ def build_trainer(
             raise InputError(f"{name}: {error}") from None
     merged, origin = merge_specs(specs["training spec"], specs["method spec"])
     config_options, loading_options = split_options(merged, origin)
-    config = build_config(config_options, args.out, args.seed, tracking, args.run_name)
+    config = build_config(config_options, args.out, args.seed, tracking, args.run_name, RuntimeSettings.current())
     export_steps = check_export_steps(args.export_steps, config.max_steps)
     dataset = load_training_rows(args.data)
     check_model_reference(args.model)
@@ -403,7 +409,7 @@ def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
     if signals.received is not None:  # during the imports: stop before the slow validation and loading
         stop_before_training(signals.received_name())
     tracking = load_tracking(args.tracking)
-    stall = StallWatchdogCallback(load_watchdog(args.watchdog))
+    stall = StallWatchdogCallback(RuntimeSettings.current().watchdog)
     os.environ.update(single_process_rendezvous(os.environ))
     trainer, control = build_trainer(args, signals, tracking, stall)
     if control.stop_requested():  # during validation or model loading

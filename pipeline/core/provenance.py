@@ -51,13 +51,15 @@ def library_versions() -> dict[str, str]:
     return package_versions(LIBRARIES)
 
 
-def write_provenance(path: Path, stage: str) -> None:
-    """Record, atomically, which Python and library versions and which CPU kernel path ``stage`` ran with."""
+def write_provenance(path: Path, stage: str, runtime: dict[str, Any] | None = None) -> None:
+    """Record, atomically, which Python and library versions and which CPU kernel path ``stage`` ran with, and the
+    run-time settings it ran under (``runtime``: pipeline.runtime.settings, passed by the stage)."""
     record = {
         "stage": stage,
         "python": platform.python_version(),
         "libraries": library_versions(),
         "kernels": kernels.kernel_record(),
+        **({"runtime": runtime} if runtime is not None else {}),
     }
     atomic_write_json(path, record)
 

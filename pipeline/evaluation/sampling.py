@@ -36,7 +36,7 @@ on the vllm backend also the same data_parallel_size).
   reseeded with ``derive_seed(batch seed, i)``.
 
 Stalls: every generation batch (generation and grading, on either backend) and the append after it run under the
-stall watchdog (pipeline.runtime.watchdog, ``--watchdog``): a batch that makes no progress within its bound ends the stage
+stall watchdog (pipeline.runtime.watchdog; its bounds are run-time settings, pipeline.runtime.settings): a batch that makes no progress within its bound ends the stage
 with ``STALL_EXIT_CODE`` (79), the log naming the batch and holding every thread's stack; the rerun resumes from the
 partial file.
 """
@@ -58,7 +58,8 @@ from pipeline.core.provenance import write_provenance
 from pipeline.evaluation.backends import detect_backend, make_backend
 from pipeline.evaluation.eval_spec import SAMPLE_KEYS, Backend, EvalSpec, Item, Request, Unit
 from pipeline.models.loading import load_tokenizer
-from pipeline.runtime.watchdog import DEFAULT_WATCHDOG, StallWatchdog, WatchdogConfig
+from pipeline.runtime.settings import RuntimeSettings
+from pipeline.runtime.watchdog import StallWatchdog, WatchdogConfig
 from pipeline.tasks.boxed import last_boxed
 from pipeline.tasks.generation import chat_prompt_ids, derive_seed, stable_hash
 from pipeline.tasks.prompts import build_prompt
@@ -179,10 +180,12 @@ def evaluate(
     seed: int,
     out: str | Path,
     backend_factory: Callable[[str, str, Any, EvalSpec, int], Backend] = make_backend,
-    watchdog: WatchdogConfig = DEFAULT_WATCHDOG,
+    runtime: RuntimeSettings | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate ``model`` on ``benchmark`` into ``out`` (resuming from its partial file), each generation batch
-    under the stall ``watchdog`` (pipeline.runtime.watchdog); returns the rows."""
+    under the stall watchdog of the ``runtime`` settings (default: this process's, pipeline.runtime.settings), which
+    the provenance records; returns the rows."""
+    runtime = RuntimeSettings.current() if runtime is None else runtime
     items = load_benchmark(benchmark)
     units = plan_units(items, spec.n_samples, seed)
     expected = {u.key for u in units}
@@ -192,10 +195,10 @@ def evaluate(
     print(f"evaluate: {message}; {len(expected) - len(done)} samples to generate", file=sys.stderr)
 
     if len(done) < len(units):
-        _generate_pending(model, items, units, done, spec, seed, partial, stamp, backend_factory, watchdog)
+        _generate_pending(model, items, units, done, spec, seed, partial, stamp, backend_factory, runtime.watchdog)
 
     rows = [done[u.key] for u in units]
-    write_provenance(samples_provenance(Path(out)), "evaluate")
+    write_provenance(samples_provenance(Path(out)), "evaluate", runtime=runtime.record())
     atomic_write_jsonl(out, rows)
     partial.unlink(missing_ok=True)
     correct = sum(row["correct"] for row in rows)

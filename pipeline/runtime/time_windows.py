@@ -8,7 +8,7 @@ pattern of PyTorch Lightning's and submitit's Slurm support): the job keeps its 
 next run (the next window) runs the same Snakemake job again, which resumes from the checkpoint. Snakemake's Slurm
 executor counts a requeued job (REQUEUED, PENDING, RUNNING) as still active, so it never sees a failure.
 
-The bound: the study's ``time_windows`` (the launcher reads ``TIME_WINDOWS_VARIABLE``, which the Snakefile sets)
+The bound: the study's ``time_windows`` (a run-time setting: pipeline.runtime.settings, read by the launcher)
 is the most windows one Slurm job may use, the first included; Slurm counts the job's restarts (``Restarts`` of
 ``scontrol show job``; a requeue after a preemption or node failure counts too). The warning that ends the last
 window is passed up as exit 75: Snakemake's retry (a new Slurm job, attempt x the time limit) gets the same number
@@ -39,18 +39,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pipeline.core.exit_codes import PREEMPTED_EXIT_CODE
-from pipeline.core.io import InputError
+from pipeline.runtime.settings import RuntimeSettings
 
-TIME_WINDOWS_VARIABLE = "GRAIL_TIME_WINDOWS"
 SCONTROL_TIMEOUT_S = 60
 
 
 def time_window_bound(env: Mapping[str, str]) -> int:
-    """The most windows a Slurm job may use (``TIME_WINDOWS_VARIABLE``; unset: 1, no requeue)."""
-    value = env.get(TIME_WINDOWS_VARIABLE, "1")
-    if not value.isdigit() or int(value) < 1:
-        raise InputError(f"{TIME_WINDOWS_VARIABLE}={value!r}: expected a whole number of windows, at least 1")
-    return int(value)
+    """The most windows a Slurm job may use: the job's run-time ``time_windows`` (pipeline.runtime.settings; none
+    set: 1, no requeue)."""
+    return RuntimeSettings.current(env).time_windows
 
 
 def may_requeue(env: Mapping[str, str]) -> bool:

@@ -27,15 +27,14 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from pipeline.core.exit_codes import STALL_EXIT_CODE
-from pipeline.core.io import InputError, load_spec
+from pipeline.core.io import InputError
 from pipeline.core.launch_dir import record_exit_status
-from pipeline.core.specs import dataclass_from_mapping
 
 
 @dataclass(frozen=True)
 class WatchdogConfig:
     """The ``watchdog`` section of the study config (configs/schema.yaml declares the same keys, defaults and
-    ranges; the stages' ``--watchdog`` is checked here)."""
+    ranges); it reaches a job with the run-time settings (pipeline.runtime.settings), and is checked here."""
 
     enabled: bool = True
     stall_multiple: float = 5.0
@@ -50,15 +49,10 @@ class WatchdogConfig:
             ("first_step_s", self.first_step_s > 0),
         ):
             if not valid:
-                raise InputError(f"--watchdog.{name}: invalid value {getattr(self, name)!r}")
+                raise InputError(f"watchdog.{name}: invalid value {getattr(self, name)!r}")
 
 
 DEFAULT_WATCHDOG = WatchdogConfig()
-
-
-def load_watchdog(text: str) -> WatchdogConfig:
-    """``WatchdogConfig`` from the stages' ``--watchdog`` (inline JSON or a file); bad keys raise InputError."""
-    return dataclass_from_mapping(WatchdogConfig, load_spec(text), "--watchdog")
 
 
 def stall_bound(durations: Sequence[float], config: WatchdogConfig) -> float:

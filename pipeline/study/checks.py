@@ -12,6 +12,7 @@ from typing import Any
 from pipeline.core.io import InputError
 from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT
 from pipeline.runtime.launching import training_processes
+from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS
 from pipeline.study.schema import load_schema
 
 # TRL 1.16 GRPOConfig defaults of the fields the batch-shape check reads.
@@ -42,7 +43,21 @@ def semantic_errors(config: Mapping[str, Any]) -> list[str]:
         *_evaluation_gpu_errors(config),
         *_token_analysis_errors(config),
         *_token_viewer_errors(config),
+        *_runtime_key_errors(config),
     ]
+
+
+def _runtime_key_errors(config: Mapping[str, Any]) -> list[str]:
+    """A run-time setting is the study's, for every job (pipeline.runtime.settings): not a model's or a method's."""
+    errors = []
+    for key in RUNTIME_TRAINING_KEYS:
+        for model, raw in config["models"].items():
+            if key in (raw.get("training") or {}):
+                errors.append(f"models.{model}.training.{key}: a run-time setting of every job; set training.{key}")
+        for method, spec in config["methods"].items():
+            if key in (spec or {}):
+                errors.append(f"methods.{method}.{key}: a run-time setting of every job; set training.{key}")
+    return errors
 
 
 def _name_errors(config: Mapping[str, Any]) -> list[str]:

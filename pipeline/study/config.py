@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pipeline.core.io import InputError
 from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, checkpoint_label, label_step
 from pipeline.runtime.launching import TrainingEngine
+from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RuntimeSettings
 from pipeline.runtime.watchdog import WatchdogConfig
 from pipeline.study.checks import is_credit_key, semantic_errors, vllm_gpus
 from pipeline.study.schema import error_block
@@ -26,19 +27,6 @@ StaleCheckpoints = Literal["set_aside", "delete"]  # config key `stale_checkpoin
 RESOURCE_KEYS = ("cpus", "mem_mb", "runtime", "gpus", "nodes", "gpu_model", "slurm_extra")
 # Orchestration keys of `token_analysis` (the rest is pipeline.token_analysis's spec).
 TOKEN_ANALYSIS_PLAN_KEYS = ("benchmark", "checkpoints")
-
-
-@dataclass(frozen=True)
-class UnrecordedParam:
-    """A rule param that decides how a job runs, never what it computes (the stall watchdog's settings): formatted
-    into the command as ``text``. Snakemake records and compares only params of builtin types (strings, numbers,
-    containers: ``_serialize_param`` in snakemake/persistence), so a changed value reruns no job
-    (tests/pipeline/test_workflow_e2e.py checks it)."""
-
-    text: str
-
-    def __str__(self) -> str:
-        return self.text
 
 
 @dataclass(frozen=True)
@@ -238,8 +226,17 @@ class Study:
     # ----- specs passed to the stages
 
     def training_spec(self, model: str) -> dict[str, Any]:
-        """TRAINING_SPEC of a model: the top-level ``training`` with the model's overrides."""
-        return {**self.training, **self.models[model].training}
+        """TRAINING_SPEC of a model: the top-level ``training`` with the model's overrides, less the run-time
+        settings (``runtime``)."""
+        spec = {**self.training, **self.models[model].training}
+        return {key: value for key, value in spec.items() if key not in RUNTIME_TRAINING_KEYS}
+
+    @property
+    def runtime(self) -> RuntimeSettings:
+        """How every job runs, never what it computes (pipeline.runtime.settings): the Snakefile exports it."""
+        return RuntimeSettings(
+            watchdog=self.watchdog, time_windows=self.time_windows, ddp_timeout=self.training.get("ddp_timeout")
+        )
 
     def effective_training(self, model: str, method: str) -> dict[str, Any]:
         """What GRPOConfig will see for (model, method): TRAINING_SPEC with METHOD_SPEC's overrides on top."""

@@ -56,7 +56,7 @@ LOCK_FILE = "train.lock"
 StaleCheckpoints = Literal["set_aside", "delete"]
 STALE_CHECKPOINT_ACTIONS: tuple[StaleCheckpoints, ...] = ("set_aside", "delete")
 # Settings that choose which checkpoints are written and kept, or how long a collective may wait, not what is trained.
-NOT_TRAJECTORY = frozenset({"save_steps", "save_total_limit", "ddp_timeout"})
+NOT_TRAJECTORY = frozenset({"save_steps", "save_total_limit"})
 # Schedules whose learning rate at step t does not depend on max_steps (with a warm-up given in steps).
 CONSTANT_SCHEDULES = frozenset({"constant", "constant_with_warmup"})
 

@@ -494,7 +494,10 @@ def test_inside_slurm_the_launcher_requeues_its_job_after_the_warning(tmp_path: 
     (bin_dir / "scontrol").chmod(0o755)
     log = tmp_path / "seed0.log"
     env = launcher_env(
-        tmp_path, SLURM_JOB_ID="41", GRAIL_TIME_WINDOWS="3", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+        tmp_path,
+        SLURM_JOB_ID="41",
+        GRAIL_RUNTIME=json.dumps({"time_windows": 3}),
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
     )
     with open(log, "w") as handle:  # the rule's `> {log} 2>&1`
         process = subprocess.Popen(

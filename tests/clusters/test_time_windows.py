@@ -4,6 +4,7 @@ tests/faults/test_slurm_warning.py)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from pathlib import Path
@@ -12,15 +13,16 @@ import pytest
 
 from pipeline.core.exit_codes import INPUT_ERROR_EXIT_CODE, PREEMPTED_EXIT_CODE
 from pipeline.core.io import InputError
+from pipeline.runtime.settings import RUNTIME_VARIABLE
 from pipeline.runtime.time_windows import (
-    TIME_WINDOWS_VARIABLE,
     close_window,
     ends_window,
     may_requeue,
     time_window_bound,
 )
 
-IN_SLURM = {"SLURM_JOB_ID": "41", TIME_WINDOWS_VARIABLE: "3"}
+THREE_WINDOWS = {RUNTIME_VARIABLE: json.dumps({"time_windows": 3})}
+IN_SLURM = {"SLURM_JOB_ID": "41", **THREE_WINDOWS}
 
 
 class Scontrol:
@@ -42,7 +44,7 @@ def test_only_the_warning_ending_in_75_inside_slurm_ends_a_window() -> None:
     assert not ends_window(PREEMPTED_EXIT_CODE, signal.SIGTERM, IN_SLURM)  # preempted or cancelled: Slurm's call
     assert not ends_window(PREEMPTED_EXIT_CODE, None, IN_SLURM)
     assert not ends_window(INPUT_ERROR_EXIT_CODE, signal.SIGUSR1, IN_SLURM)
-    assert not ends_window(PREEMPTED_EXIT_CODE, signal.SIGUSR1, {TIME_WINDOWS_VARIABLE: "3"})  # not in Slurm
+    assert not ends_window(PREEMPTED_EXIT_CODE, signal.SIGUSR1, THREE_WINDOWS)  # not in Slurm
 
 
 @pytest.mark.parametrize(("restarts", "requeue"), [(0, True), (1, True), (2, False), (5, False)])
@@ -74,8 +76,8 @@ def test_any_other_end_passes_silently(capsys) -> None:
 
 def test_the_bound() -> None:
     assert time_window_bound({}) == 1 and not may_requeue({"SLURM_JOB_ID": "41"})  # unset: off
-    assert may_requeue(IN_SLURM) and not may_requeue({TIME_WINDOWS_VARIABLE: "3"})
-    assert not may_requeue({"SLURM_JOB_ID": "41", TIME_WINDOWS_VARIABLE: "1"})
-    for bad in ("0", "x", "-2"):
-        with pytest.raises(InputError, match=TIME_WINDOWS_VARIABLE):
-            time_window_bound({TIME_WINDOWS_VARIABLE: bad})
+    assert may_requeue(IN_SLURM) and not may_requeue(THREE_WINDOWS)
+    assert not may_requeue({"SLURM_JOB_ID": "41", RUNTIME_VARIABLE: json.dumps({"time_windows": 1})})
+    for bad in ('{"time_windows": 0}', '{"time_windows": "x"}', '{"time_windows": -2}', "not json"):
+        with pytest.raises(InputError, match=RUNTIME_VARIABLE):
+            time_window_bound({RUNTIME_VARIABLE: bad})

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from pipeline.core.exit_codes import STALL_EXIT_CODE
 from pipeline.core.io import InputError
-from pipeline.runtime.watchdog import StallWatchdog, WatchdogConfig, load_watchdog, stall_bound
+from pipeline.runtime.settings import RUNTIME_VARIABLE, RuntimeSettings
+from pipeline.runtime.watchdog import StallWatchdog, WatchdogConfig, stall_bound
 
 CONFIG = WatchdogConfig(stall_multiple=5, stall_floor_s=10, first_step_s=100)
 durations = st.lists(st.floats(min_value=0.001, max_value=1e5), min_size=1, max_size=50)
@@ -102,13 +103,21 @@ def test_the_rank_comes_from_the_launchers_environment(monkeypatch):
     assert StallWatchdog(CONFIG).rank == 0
 
 
+def watchdog_from_environment(watchdog: str) -> WatchdogConfig:
+    """The watchdog of a job whose run-time settings (pipeline.runtime.settings) hold ``watchdog`` (JSON)."""
+    return RuntimeSettings.current({RUNTIME_VARIABLE: f'{{"watchdog": {watchdog}}}'}).watchdog
+
+
 def test_settings_are_checked_by_name():
-    assert load_watchdog('{"stall_floor_s": 3, "enabled": false}') == WatchdogConfig(enabled=False, stall_floor_s=3.0)
+    assert watchdog_from_environment('{"stall_floor_s": 3, "enabled": false}') == WatchdogConfig(
+        enabled=False, stall_floor_s=3.0
+    )
     with pytest.raises(InputError, match="unknown key"):
-        load_watchdog('{"floor": 3}')
+        watchdog_from_environment('{"floor": 3}')
     with pytest.raises(InputError, match="stall_multiple"):
-        load_watchdog('{"stall_multiple": "ten"}')
+        watchdog_from_environment('{"stall_multiple": "ten"}')
     with pytest.raises(InputError, match=r"stall_multiple: invalid value 0\.5"):
-        load_watchdog('{"stall_multiple": 0.5}')
+        watchdog_from_environment('{"stall_multiple": 0.5}')
     with pytest.raises(InputError, match=r"stall_floor_s: invalid value 0\.0"):
-        load_watchdog('{"stall_floor_s": 0}')
+        watchdog_from_environment('{"stall_floor_s": 0}')
+    assert RuntimeSettings.current({}).watchdog == WatchdogConfig()  # a stage run on its own: the defaults

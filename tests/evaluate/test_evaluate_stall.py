@@ -18,6 +18,7 @@ from pathlib import Path
 from pipeline.core.exit_codes import STALL_EXIT_CODE
 from pipeline.core.io import read_jsonl
 from pipeline.evaluation import sampling
+from pipeline.runtime.settings import RUNTIME_VARIABLE
 from tests.evaluate.conftest import FAST_SPEC, benchmark_rows, write_jsonl
 from tests.hold_stage import stall_evaluation_env
 
@@ -31,12 +32,11 @@ def test_a_stalled_evaluation_batch_stops_the_stage_with_the_stall_code(tiny_mod
     command = [
         sys.executable, "-m", "pipeline.evaluate", "--model", str(tiny_model_dir), "--benchmark", str(bench),
         "--spec", json.dumps({**FAST_SPEC, "batch_size": 2}), "--seed", "3", "--out", str(out),
-        "--watchdog", json.dumps(watchdog),
     ]  # fmt: skip
     result = subprocess.run(
         command,
         cwd=REPO,
-        env={**os.environ, **stall_evaluation_env(batch=2)},
+        env={**os.environ, **stall_evaluation_env(batch=2), RUNTIME_VARIABLE: json.dumps({"watchdog": watchdog})},
         capture_output=True,
         text=True,
         timeout=200,

@@ -252,13 +252,15 @@ def test_second_run_does_nothing(workdir: Path) -> None:
     assert "Nothing to be done" in result.stdout + result.stderr, reasons
 
 
-def test_watchdog_change_reruns_only_the_report(workdir: Path, tmp_path: Path) -> None:
-    """The stall watchdog's settings reach train and evaluate as a param Snakemake does not record
-    (``pipeline.study.config.UnrecordedParam``): they decide when a hung job stops, never what it computes. The report
-    shows the whole config, so it is remade. (Checked by breaking it: with the settings as a plain string param,
-    every train and evaluate job and all after them are planned.)"""
+def test_run_time_settings_change_reruns_only_the_report(workdir: Path, tmp_path: Path) -> None:
+    """The run-time settings (the stall watchdog, time windows, the collective timeout: pipeline.runtime.settings)
+    reach the jobs through their environment, never a command or a param: they decide how a job runs, never what
+    it computes. The report shows the whole config, so it is remade. (Checked by breaking it: with the settings as a
+    plain string param of train and evaluate, every train and evaluate job and all after them are planned.)"""
     config = yaml.safe_load(CI_CONFIG.read_text())
     config["watchdog"] = {"stall_floor_s": 60, "stall_multiple": 3, "enabled": False}
+    config["time_windows"] = 3
+    config["training"]["ddp_timeout"] = 600
     changed = tmp_path / "changed.yaml"
     changed.write_text(yaml.safe_dump(config))
     result = snakemake(workdir, "-n", "--configfile", str(changed), str(PLUGIN_CONFIG))
@@ -292,6 +294,15 @@ def test_kernel_pin_change_reruns_the_stages_that_compute(workdir: Path, study: 
     assert counts["warmup"] == 1 and counts["train"] == len(study.runs()) and counts["token_viewer"] == 1
     assert counts["evaluate"] == len(study.evaluations()) and "token_analysis" in counts
     assert not {"prepare_data", "prepare_benchmarks"} & set(counts), counts
+
+
+def test_every_run_and_evaluation_records_its_run_time_settings(workdir: Path, study: Study) -> None:
+    """The run-time settings a job ran under are in its provenance (pipeline.runtime.settings)."""
+    results = workdir / "results"
+    records = [*results.glob("runs/*/*/seed*/provenance.json"), *results.glob("eval/**/*.provenance.json")]
+    assert len(records) > 4
+    for path in records:
+        assert json.loads(path.read_text())["runtime"] == study.runtime.record(), path
 
 
 def test_every_run_and_evaluation_records_the_pinned_kernel_path(workdir: Path) -> None:

@@ -20,6 +20,7 @@ import pytest
 from train_support import launch_two, run_train, train_command
 
 from pipeline.core.exit_codes import STALL_EXIT_CODE
+from pipeline.runtime.settings import RUNTIME_VARIABLE
 from tests.hold_stage import stall_training_env
 
 pytestmark = pytest.mark.slow
@@ -38,8 +39,11 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
 
 def test_a_rank_held_mid_step_stops_the_run_with_the_stall_code(model_dir, train_jsonl, tmp_path) -> None:
     run_dir = tmp_path / "run"
-    train = train_command(model_dir, train_jsonl, run_dir, "--watchdog", json.dumps(WATCHDOG))
-    result = run_train(launch_two(train), stall_training_env(rank=1, step=3), timeout=240)
+    train = train_command(model_dir, train_jsonl, run_dir)
+    runtime = {
+        RUNTIME_VARIABLE: json.dumps({"watchdog": WATCHDOG})
+    }  # the run-time settings (pipeline.runtime.settings)
+    result = run_train(launch_two(train), stall_training_env(rank=1, step=3), runtime, timeout=240)
     log = result.stderr
     assert result.returncode == STALL_EXIT_CODE, log[-3000:]
     assert "test hook: holding rank 1 inside training step 3 until killed" in log
