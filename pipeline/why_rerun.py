@@ -5,12 +5,14 @@
 Plans the study exactly as ``snakemake -n`` does (same Snakefile, config files, overrides and working directory;
 Snakemake's own DAG and metadata) and prints, for every job it would run, its rule, wildcards and each reason:
 missing or incomplete outputs, inputs updated on disk or by another planned job, changed settings (the params by
-name), and for a changed code digest the modules whose code changed, was added or was removed (each rule's
-``code`` param holds one digest per module, pipeline.core.source_digest, and Snakemake records it with the job).
+name), for a changed code digest the modules whose code changed, was added or was removed (each rule's ``code``
+param holds one digest per module, pipeline.core.source_digest, and Snakemake records it with the job), and for a
+changed rule command the words removed and added.
 
 ``--accept``: the escape hatch for a code change that was reviewed and does not alter results. Every planned job
-whose only reasons are its code digest and inputs that only accepted jobs would remake is not rerun: its outputs'
-recorded code digests are replaced by the current ones in Snakemake's metadata, and one line per job goes to
+whose only reasons are its code (the digest of its modules, the rule's command) and inputs that only accepted jobs
+would remake is not rerun: its outputs' recorded code digests and command are replaced by the current ones in
+Snakemake's metadata, and one line per job goes to
 ``<results_dir>/provenance/accepted_code_changes.jsonl`` (pipeline.core.provenance), so that the report's provenance
 names those outputs, the digest they were made with and the modules that differed (the report reruns to say so).
 Jobs with any other reason (a setting, a missing output, an input changed on disk) are left to run. Without
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import re
 import sys
 import time
@@ -38,7 +41,8 @@ from pipeline.core.source_digest import changed_modules, parse_source_digest
 
 @dataclass
 class Plan:
-    """Why one planned job runs: ``reasons`` to print; ``code`` the changed modules of its code digest."""
+    """Why one planned job runs: ``reasons`` to print; ``code`` the changed modules of its code digest;
+    ``command`` the rule's command as recorded and as it is now, when it changed."""
 
     rule: str
     job: str
@@ -48,7 +52,8 @@ class Plan:
     code: dict[str, str] = field(default_factory=dict)
     made_with: dict[str, str] = field(default_factory=dict)
     current: dict[str, str] = field(default_factory=dict)
-    other_reasons: bool = False  # anything but the code digest and inputs other planned jobs remake
+    command: tuple[str, str] | None = None
+    other_reasons: bool = False  # anything but the code (digest, command) and inputs other planned jobs remake
     remade_inputs: set[str] = field(default_factory=set)
 
 
@@ -79,23 +84,36 @@ def explain(job: Any, reason: Any, persistence: Any) -> Plan:
     plan.remade_inputs = set(map(str, reason.updated_input_run))
     if plan.remade_inputs:
         plan.reasons.append("input remade by a planned job: " + ", ".join(sorted(plan.remade_inputs)))
+    if reason.code_changed:
+        recorded = next((code for path in job.output if (code := persistence.code(path)) is not None), "")
+        plan.command = (recorded, persistence._code(job.rule))
+        plan.reasons.append(f"the rule's command changed: {command_change(*plan.command)}")
     for flag, text in (
         (reason.input_changed, "the set of input files changed"),
-        (reason.code_changed, "the rule's command changed"),
         (reason.software_stack_changed, "the software environment changed"),
         (reason.noio or reason.nooutput, "a rule without outputs"),
     ):
         if flag:
             plan.reasons.append(text)
     flags = (reason.forced, reason.missing_output, reason.incomplete_output, on_disk, reason.input_changed)
-    plan.other_reasons = any(flags) or any(
-        (reason.code_changed, reason.software_stack_changed, reason.noio, reason.nooutput)
-    )
+    plan.other_reasons = any(flags) or any((reason.software_stack_changed, reason.noio, reason.nooutput))
     # Asked of the metadata directly: Snakemake does not compare the params of a job it runs for another reason.
     change = persistence.params_changed(job)
     if change:
         explain_params(plan, job, change)
     return plan
+
+
+def command_change(before: str, after: str) -> str:
+    """The words of a rule's command that a change removed (``-``) and added (``+``)."""
+    old, new = before.split(), after.split()
+    edits = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag in ("delete", "replace"):
+            edits.append("-`" + " ".join(old[i1:i2]) + "`")
+        if tag in ("insert", "replace"):
+            edits.append("+`" + " ".join(new[j1:j2]) + "`")
+    return ", ".join(edits) or "(whitespace)"
 
 
 def explain_params(plan: Plan, job: Any, change: Any) -> None:
@@ -126,8 +144,8 @@ def explain_params(plan: Plan, job: Any, change: Any) -> None:
 
 
 def acceptable(plans: list[Plan]) -> list[Plan]:
-    """The plans that accepting their code change leaves with nothing to do: no reason but the code digest and
-    inputs that only (other) acceptable jobs remake."""
+    """The plans that accepting their code change leaves with nothing to do: no reason but the code (its digest,
+    the rule's command) and inputs that only (other) acceptable jobs remake."""
     producers = {output: plan for plan in plans for output in plan.outputs}
     accepted = {plan.job: plan for plan in plans if not plan.other_reasons}
     changed = True
@@ -137,7 +155,7 @@ def acceptable(plans: list[Plan]) -> list[Plan]:
             if any(producers.get(path) is None or producers[path].job not in accepted for path in plan.remade_inputs):
                 del accepted[job]
                 changed = True
-    return [plan for plan in accepted.values() if plan.code]
+    return [plan for plan in accepted.values() if plan.code or plan.command]
 
 
 @contextmanager
@@ -188,6 +206,9 @@ def accept(workflow: Any, plans: list[Plan], ledger: Path) -> list[Plan]:
             key = persistence._get_key(output)
             record = persistence._read_record(key)
             record.params = persistence._params(plan.snakemake_job)
+            if plan.command is not None:
+                record.code = plan.command[1]
+                record.shellcmd = plan.snakemake_job.shellcmd
             persistence._write_record(key, record)
     ledger.parent.mkdir(parents=True, exist_ok=True)
     with open(ledger, "a", encoding="utf-8") as handle:
@@ -202,6 +223,9 @@ def accept(workflow: Any, plans: list[Plan], ledger: Path) -> list[Plan]:
                     "modules": plan.code,
                     "made_with": plan.made_with,
                     "accepted": plan.current,
+                    **(
+                        {"command": {"made_with": plan.command[0], "accepted": plan.command[1]}} if plan.command else {}
+                    ),
                 }
                 for plan in accepted
             ],
