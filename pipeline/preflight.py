@@ -17,6 +17,9 @@ pushes, the namespace exists and some node offers the GPU resource (via the curr
 storage prefix is set. docs/cluster.md describes each check. Under the cost estimate it prints the planner's one
 line (``pipeline.power``, documented defaults): the power of the paper's test and of the seed-aware one for GRAIL's
 claimed effect under this design, their false-positive rates and minimum detectable effects.
+
+One module: each check is a few lines over the same plan, profile and study, and together they are the checklist
+of a first cluster run, read top to bottom; the plan and the cost they print are ``pipeline.study.plan``'s.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the test suite: lint (ruff, snakefmt, snakemake --lint), then pytest on three workers (pytest-xdist). Starts the
+# Run the test suite: lint (ruff, import contracts, snakefmt, snakemake --lint), then pytest on three workers (pytest-xdist). Starts the
 # services the cluster tests use — a single-node Slurm on localhost (Debian packages, needs root), set up while the
 # linters run — so that those tests run against the real scheduler.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"`.
@@ -26,6 +26,9 @@ if [ -n "$free_gb" ] && [ "$free_gb" -lt 13 ]; then
 fi
 ruff check .
 ruff format --check .
+# The architecture's import contracts (pyproject.toml [tool.importlinter], ARCHITECTURE.md): entry modules import
+# no entry module, the subpackages import only downward, no cycles.
+lint-imports --no-cache
 snakefmt --check .
 # Snakemake's linter on the default, paper, SmolLM2, ablations and quick studies, from a scratch directory (it writes .snakemake/ there).
 lint_dir="$(mktemp -d)"

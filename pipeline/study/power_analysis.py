@@ -60,6 +60,9 @@ so. The minimums, chosen for the direction in which a wrong component misleads t
   models with 2 seeds of each compared method has 10.
 
 ``--seed-sd`` and ``--seed-correlation`` override the pilot or the defaults.
+
+One module: the simulation, the variance model and its estimates from a pilot share the ``Design`` and
+``VarianceModel`` types and the formulas above; split, each part would need the others to be read.
 """
 
 from __future__ import annotations
