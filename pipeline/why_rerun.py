@@ -84,9 +84,12 @@ def explain(job: Any, reason: Any, persistence: Any) -> Plan:
     plan.remade_inputs = set(map(str, reason.updated_input_run))
     if plan.remade_inputs:
         plan.reasons.append("input remade by a planned job: " + ", ".join(sorted(plan.remade_inputs)))
-    if reason.code_changed:
-        recorded = next((code for path in job.output if (code := persistence.code(path)) is not None), "")
-        plan.command = (recorded, persistence._code(job.rule))
+    # Asked of the metadata directly, as the params below: Snakemake does not compare the command of a job it runs
+    # for another reason.
+    current = persistence._code(job.rule)
+    recorded = next((code for path in job.output if (code := persistence.code(path)) is not None), current)
+    if recorded != current:
+        plan.command = (recorded, current)
         plan.reasons.append(f"the rule's command changed: {command_change(*plan.command)}")
     for flag, text in (
         (reason.input_changed, "the set of input files changed"),
