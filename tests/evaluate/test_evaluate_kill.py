@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from pipeline.core.io import read_jsonl
-from pipeline.evaluation import sampling
+from pipeline.evaluation import eval_spec, sampling
 from tests.evaluate.conftest import FAST_SPEC, benchmark_rows, write_jsonl
 from tests.evaluate.test_evaluate import CountingFactory
 from tests.hold_stage import hold_evaluation_env
@@ -56,7 +56,7 @@ def test_sigkill_mid_evaluation_then_rerun_completes_without_duplicates(tiny_mod
     assert len(survived) == HELD_AFTER
     counter = CountingFactory()
     # Batching is not part of the fingerprint: the rerun may use bigger batches and still resume.
-    rerun_spec = spec.parse_eval_spec({**spec, "batch_size": 32})
+    rerun_spec = eval_spec.parse_eval_spec({**spec, "batch_size": 32})
     rows = sampling.evaluate(str(tiny_model_dir), bench, rerun_spec, 3, out, backend_factory=counter)
     assert counter.requests == 2 * ITEMS - HELD_AFTER
     keys = [(row["id"], row["sample"]) for row in rows]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-import pipeline.evaluate
+import pipeline.evaluation.sampling
 from pipeline.core.io import InputError
 from pipeline.evaluation.eval_spec import EvalSpec, parse_eval_spec
 from pipeline.evaluation.sampling import grade
@@ -43,7 +43,7 @@ def test_megabyte_answer_is_scored_zero_without_parsing(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise AssertionError("an answer over max_answer_chars reached math-verify")
 
-    monkeypatch.setattr(pipeline.evaluate, "is_correct", refuse)
+    monkeypatch.setattr(pipeline.evaluation.sampling, "is_correct", refuse)
     answer = "1" * 1_000_000
     extracted, correct = grade(f"\\boxed{{{answer}}}", "5", parse_eval_spec({"grading_timeout_seconds": 5}))
     assert (extracted, correct) == (answer, False)
@@ -67,7 +67,7 @@ def test_latex_slow_for_sympy_is_bounded_by_the_timeout_and_scored_zero():
     # The spy records the timeouts math-verify is given: the spec's, for every parse and verify.
     code = (
         "import pipeline.tasks.grading as grading\n"
-        "from pipeline.evaluate import grade, parse_eval_spec\n"
+        "from pipeline.evaluation.eval_spec import parse_eval_spec\nfrom pipeline.evaluation.sampling import grade\n"
         "timeouts = []\n"
         "parse, verify = grading.parse, grading.verify\n"
         "def parse_spy(text, parsing_timeout):\n"
@@ -86,7 +86,7 @@ def test_latex_slow_for_sympy_is_bounded_by_the_timeout_and_scored_zero():
 
 
 def test_megabyte_of_unclosed_boxes_is_bounded():
-    code = "from pipeline.evaluate import grade, EvalSpec\nprint(grade('\\\\boxed{' * 150_000, '3', EvalSpec()))\n"
+    code = "from pipeline.evaluation.eval_spec import EvalSpec\nfrom pipeline.evaluation.sampling import grade\nprint(grade('\\\\boxed{' * 150_000, '3', EvalSpec()))\n"
     assert _grade_in_subprocess(code, limit_s=10) == "(None, False)"
 
 
