@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,13 +57,9 @@ class RuntimeSettings:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any]) -> RuntimeSettings:
-        """From a mapping like ``record()``'s; an unknown key or a bad value raises InputError naming it."""
-        return dataclass_from_mapping(cls, mapping, RUNTIME_VARIABLE)
-
-    @classmethod
     def current(cls, env: Mapping[str, str] | None = None) -> RuntimeSettings:
-        """The settings this process runs with: ``RUNTIME_VARIABLE`` when set, else the defaults."""
+        """The settings this process runs with: ``RUNTIME_VARIABLE`` when set, else the defaults; an unknown key or a
+        bad value raises InputError naming it."""
         text = (os.environ if env is None else env).get(RUNTIME_VARIABLE)
         if not text:
             return cls()
@@ -73,8 +69,8 @@ class RuntimeSettings:
             raise InputError(f"{RUNTIME_VARIABLE}: not JSON ({error})") from error
         if not isinstance(mapping, dict):
             raise InputError(f"{RUNTIME_VARIABLE}: expected a JSON object")
-        return cls.from_mapping(mapping)
+        return dataclass_from_mapping(cls, mapping, RUNTIME_VARIABLE)
 
-    def export(self, env: MutableMapping[str, str] | None = None) -> None:
+    def export(self) -> None:
         """Set ``RUNTIME_VARIABLE`` for this process and every process it starts."""
-        (os.environ if env is None else env)[RUNTIME_VARIABLE] = canonical_json(self.record())
+        os.environ[RUNTIME_VARIABLE] = canonical_json(self.record())

@@ -47,13 +47,6 @@ def load_study(config_files: Sequence[str | Path], overrides: Mapping[str, Any] 
     config: dict[str, Any] = {}
     for path in config_files:
         update_config(config, read_config_file(path))
-    return study_from_config(config, overrides or {})
-
-
-def study_from_config(config: dict[str, Any], overrides: Mapping[str, Any] | None = None) -> Study:
-    """Steps 2-4 on a config already merged from its files (in place: the defaults are filled into it)."""
-    from snakemake.utils import update_config
-
     if overrides:
         update_config(config, dict(overrides))
         coerce_overrides(config, overrides)

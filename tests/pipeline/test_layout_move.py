@@ -69,8 +69,8 @@ with planned_workflow(parse_args(sys.argv[3:]), lock=True) as workflow:
                 continue
             params = []
             for value in record.params:
-                literal = ast.literal_eval(value) if isinstance(value, str) and value.startswith("'") else value
-                digests = parse_source_digest(literal)
+                quoted = isinstance(value, str) and value.startswith("'")  # a param as Snakemake serialized it
+                digests = parse_source_digest(ast.literal_eval(value) if quoted else value)
                 if digests is not None:
                     old = {}
                     for module, digest in digests.items():
@@ -79,8 +79,8 @@ with planned_workflow(parse_args(sys.argv[3:]), lock=True) as workflow:
                         ):
                             continue  # added by the move: the repo paths, the subpackages' __init__
                         old[before.get(module, module)] = digest
-                    literal = CODE_TAG + json.dumps(old, sort_keys=True, separators=(",", ":"))
-                    value = repr(literal) if literal is not value else literal
+                    rewound_value = CODE_TAG + json.dumps(old, sort_keys=True, separators=(",", ":"))
+                    value = repr(rewound_value) if quoted else rewound_value
                 params.append(value)
             record.params = sorted(params)
             if job.rule.name in commands:
