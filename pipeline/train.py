@@ -401,6 +401,8 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if signals is not STARTUP_SIGNALS:  # called in-process: give the caller its handlers back
             signals.restore()
+    if signals is STARTUP_SIGNALS:  # the run is complete and published: only the interpreter's shutdown is left
+        signals.ignore_from_now()
 
 
 def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:

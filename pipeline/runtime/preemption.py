@@ -48,6 +48,16 @@ class PreemptionSignals:
         with contextlib.suppress(FileNotFoundError):
             self.received = int((pid_file.parent / SIGNAL_FILE).read_text(encoding="utf-8"))
 
+    def ignore_from_now(self) -> None:
+        """The stage's work is done: ignore the signals until the process ends.
+
+        Python's finalization puts the default action back for every signal it handles, and the default action of
+        SIGUSR1 and SIGTERM is to terminate: a time-limit warning that lands while a finished run's interpreter
+        shuts down (seconds, with torch loaded) would make its exit status 138 or 143, and a finished job would be
+        counted as killed. An ignored signal stays ignored through finalization."""
+        for signum in PREEMPTION_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
     def restore(self) -> None:
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
