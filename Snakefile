@@ -37,6 +37,7 @@ from pipeline.core.io import InputError, canonical_json
 from pipeline.core.provenance import library_versions
 from pipeline.core.source_digest import source_digest
 from pipeline.runtime import cluster
+from pipeline.study.integrity import damaged_outputs
 from pipeline.study.load import load_study
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
@@ -74,6 +75,15 @@ STUDY.runtime.export()
 # job's Snakemake re-reads the config and sets it again. A param of the rules that compute, so a change reruns them.
 kernels.configure(STUDY.kernel_pin)
 KERNEL_PIN = "pinned" if STUDY.kernel_pin else "native"
+
+# An output that does not match its writer's seal (cut, changed: pipeline.study.integrity) is written again, with
+# everything that read it: Snakemake's own --forcerun, which it reads when it builds the DAG after this file. Asked
+# once, by the controller (a cluster job's Snakemake runs one job, whose outputs it is about to write).
+if workflow.exec_mode == ExecMode.DEFAULT and workflow.dag_settings is not None:
+    DAMAGED = damaged_outputs(STUDY)
+    for damaged in DAMAGED:
+        print(damaged.message(), file=sys.stderr)
+    workflow.dag_settings.forcerun = frozenset(workflow.dag_settings.forcerun) | {d.path for d in DAMAGED}
 
 
 IMAGE = cluster.resolve_image(STUDY.container_image, workflow.basedir)
@@ -430,6 +440,8 @@ rule evaluate:
 rule aggregate:
     input:
         samples=[SAMPLES.format(**job) for job in STUDY.evaluations()],
+        # a samples file must cover its benchmark's items
+        benchmarks=expand(BENCHMARK_FILE, benchmark=STUDY.benchmarks),
         metrics=[RUN_METRICS.format(**run) for run in STUDY.runs()],
     output:
         tables=[report(path, category="Tables") if path.endswith(".csv") else path for path in TABLES],
@@ -449,6 +461,7 @@ rule aggregate:
         code=source_digest("pipeline.aggregate", *STUDY.credit_modules()),
     shell:
         "python -m pipeline.aggregate --samples {input.samples:q} --train-metrics {input.metrics:q}"
+        " --benchmarks {input.benchmarks:q}"
         " --out-dir {params.tables_dir:q} --figures-dir {params.figures_dir:q} --credit-methods {params.credits}"
         " > {log:q} 2>&1"
 

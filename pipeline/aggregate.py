@@ -1,10 +1,12 @@
 """Stage `aggregate`: per-sample evaluation files -> scores.csv, summary tables (CSV/MD/XLSX) and figures.
 
     python -m pipeline.aggregate --samples FILE... --train-metrics FILE... --out-dir DIR --figures-dir DIR
-        [--credit-methods CREDIT...]
+        [--benchmarks FILE...] [--credit-methods CREDIT...]
 
 Keys come from paths: samples files are ``.../<model>/<method>/seed<seed>/<checkpoint>/<benchmark>.jsonl`` and
-training metrics ``.../<model>/<method>/seed<seed>/metrics.jsonl``.
+training metrics ``.../<model>/<method>/seed<seed>/metrics.jsonl``. A samples file whose items are not those of its
+benchmark (``--benchmarks``: the file ``<benchmark>.jsonl``) is refused, naming how many are missing; every file
+read must match its seal (``pipeline.core.seal``).
 
 Outputs (each written atomically):
 - ``scores.csv``: long format (model, method, seed, checkpoint, benchmark, metric, value), values as fractions;
@@ -257,6 +259,11 @@ def write_outputs(
     plot_training_curves(curves, keys, figures_dir / TRAINING_CURVES_FIGURE, figures_dir / TRAINING_DIAGNOSTICS_FIGURE)
 
 
+def benchmark_item_ids(paths: list[str]) -> dict[str, list[str]]:
+    """Benchmark name (the file's stem) -> its item ids."""
+    return {Path(path).stem: [str(row.get("id")) for row in read_jsonl(path)] for path in paths}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", nargs="+", required=True, help="per-sample evaluation JSONL files")
@@ -269,8 +276,14 @@ def main(argv: list[str] | None = None) -> None:
         help="the study's credit methods (its `credit` values: built-in names or import paths), whose statistics "
         "the training-curve figures show, headline ones first; default every built-in method",
     )
+    parser.add_argument(
+        "--benchmarks",
+        nargs="*",
+        default=[],
+        help="the benchmark JSONL files (<name>.jsonl): a samples file of benchmark <name> must cover its items",
+    )
     args = parser.parse_args(argv)
-    scores, counts = score_files(args.samples)
+    scores, counts = score_files(args.samples, benchmark_item_ids(args.benchmarks))
     curves = load_training_curves(args.train_metrics)
     write_outputs(
         add_averages(scores), variance_table(counts), curves, args.out_dir, args.figures_dir, args.credit_methods

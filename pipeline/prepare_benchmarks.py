@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.io import InputError, atomic_write_json, atomic_write_jsonl, load_spec, read_jsonl, run_cli
+from pipeline.core.io import InputError, atomic_write_json, load_spec, publish_jsonl, read_jsonl, run_cli
 from pipeline.tasks import gsm
 from pipeline.tasks.arith import arithmetic_problems
 from pipeline.tasks.benchmarks import (
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--audit", required=True, help="output gold-audit JSON")
     args = parser.parse_args(argv)
     items, audit = prepare_benchmark(args.name, load_spec(args.spec))
-    atomic_write_jsonl(args.out, items)
+    publish_jsonl(args.out, items)
     atomic_write_json(args.audit, audit)
 
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pipeline.core.file_digest import file_digest
 from pipeline.core.io import InputError, atomic_path, atomic_write_json, load_spec, run_cli
+from pipeline.core.seal import write_seal
 from pipeline.core.specs import dataclass_from_mapping
 from pipeline.models.loading import load_model, load_tokenizer
 
@@ -126,6 +127,7 @@ def prepare_model(source: ModelSource, out: str | Path) -> dict[str, Any]:
         model.save_pretrained(temporary)
         tokenizer.save_pretrained(temporary)
         atomic_write_json(temporary / PROVENANCE_FILE, provenance)
+        write_seal(temporary)
     return provenance
 
 

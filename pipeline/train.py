@@ -85,7 +85,7 @@ from transformers import ProgressCallback
 from pipeline.core import kernels
 from pipeline.core.exit_codes import NONFINITE_EXIT_CODE, PREEMPTED_EXIT_CODE, SAVE_FAILED_EXIT_CODE
 from pipeline.core.file_digest import file_digest, model_identity
-from pipeline.core.io import atomic_write_text, export_model, publish_directory, read_jsonl, run_cli
+from pipeline.core.io import export_model, publish_directory, publish_text, read_jsonl, run_cli
 from pipeline.core.layout import (
     CHECKPOINTS_DIR,
     EXPORTS_DIR,
@@ -301,8 +301,8 @@ def save_final(trainer: ResumableGRPOTrainer, final_dir: Path) -> None:
 
 
 def publish_metrics(working: Path, published: Path) -> None:
-    """Copy the complete working metrics log to the stage output ``published`` atomically."""
-    atomic_write_text(published, working.read_text(encoding="utf-8"))
+    """Copy the complete working metrics log to the stage output ``published`` atomically, sealed."""
+    publish_text(published, working.read_text(encoding="utf-8"))
 
 
 def publish_outputs(

@@ -33,6 +33,7 @@ import torch
 
 from pipeline.core.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
 from pipeline.core.progress import progress
+from pipeline.core.seal import write_seal
 from pipeline.core.specs import dataclass_from_mapping
 from pipeline.models.loading import load_model, load_tokenizer
 from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokenizer
@@ -222,6 +223,7 @@ def main(argv: list[str] | None = None) -> None:
                 "losses": losses,
             },
         )
+        write_seal(temporary)
     print(f"warmup: {settings.steps} steps on {len(examples)} rows, final loss {losses[-1]:.4f} -> {args.out}")
 
 

@@ -18,6 +18,7 @@ import yaml
 
 from pipeline.core.exit_codes import INPUT_ERROR_EXIT_CODE, record_final_exit, repeat_final_exit
 from pipeline.core.launch_dir import record_exit_status
+from pipeline.core.seal import DIRECTORY_SEAL, damage_message, seal_problem, write_seal
 
 # Checkpoint content that is training state, not part of an exported model.
 TRAINING_STATE_FILES = re.compile(
@@ -83,6 +84,18 @@ def atomic_write_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, An
     atomic_write_text(path, "".join(json.dumps(row, default=_json_default) + "\n" for row in rows))
 
 
+def publish_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> None:
+    """Write a stage output that later stages read: atomically, then sealed (``pipeline.core.seal``)."""
+    atomic_write_jsonl(path, rows)
+    write_seal(Path(path))
+
+
+def publish_text(path: str | os.PathLike[str], text: str) -> None:
+    """``publish_jsonl`` for text that is already serialised (a copied JSONL log)."""
+    atomic_write_text(path, text)
+    write_seal(Path(path))
+
+
 def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
@@ -118,7 +131,9 @@ def fsync_directory(directory: Path) -> None:
 
 
 def publish_directory(staging: Path, target: Path) -> None:
-    """Make the complete directory ``staging`` durable and rename it onto ``target`` (replacing it)."""
+    """Seal the complete directory ``staging`` (``pipeline.core.seal``), make it durable and rename it onto
+    ``target`` (replacing it)."""
+    write_seal(staging)
     fsync_tree(staging)
     if target.exists():
         shutil.rmtree(target)
@@ -134,7 +149,8 @@ def export_model(checkpoint: Path, destination: Path) -> None:
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     for source in sorted(checkpoint.iterdir()):
-        if source.is_file() and not TRAINING_STATE_FILES.match(source.name):
+        # (the checkpoint's seal covers its training state: publish_directory seals the export anew)
+        if source.is_file() and not TRAINING_STATE_FILES.match(source.name) and source.name != DIRECTORY_SEAL:
             try:
                 os.link(source, staging / source.name)
             except OSError:  # another filesystem, or no hardlinks there
@@ -143,13 +159,16 @@ def export_model(checkpoint: Path, destination: Path) -> None:
 
 
 def read_jsonl(path: str | os.PathLike[str], *, tolerate_torn_tail: bool = False) -> list[dict[str, Any]]:
-    """Read a JSONL file; a malformed line raises InputError naming the file and line number.
+    """Read a JSONL file; a malformed line raises InputError naming the file and line number, and so does a
+    file that does not match its seal (``pipeline.core.seal``: cut, even at a line boundary, or changed).
 
     With ``tolerate_torn_tail`` a final line without its newline (a write cut by a kill) is dropped instead.
     """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: file not found")
+    if problem := seal_problem(path):
+        raise InputError(damage_message(path, problem))
     text = path.read_text(encoding="utf-8")
     lines = text.split("\n")
     torn_tail = bool(lines) and lines[-1] != ""

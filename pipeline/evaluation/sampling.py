@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.file_digest import model_identity
-from pipeline.core.io import InputError, append_jsonl_durably, atomic_write_jsonl, read_jsonl
+from pipeline.core.io import InputError, append_jsonl_durably, atomic_write_jsonl, publish_jsonl, read_jsonl
 from pipeline.core.layout import samples_provenance
 from pipeline.core.progress import progress
 from pipeline.core.provenance import write_provenance
@@ -199,7 +199,7 @@ def evaluate(
 
     rows = [done[u.key] for u in units]
     write_provenance(samples_provenance(Path(out)), "evaluate", runtime=runtime.record())
-    atomic_write_jsonl(out, rows)
+    publish_jsonl(out, rows)
     partial.unlink(missing_ok=True)
     correct = sum(row["correct"] for row in rows)
     no_answer = sum(row["extracted"] is None for row in rows)

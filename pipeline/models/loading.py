@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.io import InputError
+from pipeline.core.seal import damage_message, seal_problem
 
 
 def check_model_reference(model: str) -> None:
@@ -57,14 +58,16 @@ def model_file_problem(path: Path) -> str | None:
 
 
 def check_model_files(model: str) -> None:
-    """Refuse a local model directory with a damaged (truncated, garbled) weights, tokenizer or config file with an
-    InputError naming the file; the loaders' own errors would name neither (a hub id is left to the hub client).
+    """Refuse a local model directory that does not match its seal (``pipeline.core.seal``: a file missing or cut)
+    or has a damaged (truncated, garbled) weights, tokenizer or config file with an InputError naming the file; the loaders' own errors would name neither (a hub id is left to the hub client).
 
     Called by both loaders, so that every stage (and vLLM, whose tokenizer is loaded before its engine starts)
     refuses such a file before any work, with exit status 2: a rerun cannot heal it."""
     directory = Path(model).expanduser()
     if not directory.is_dir():
         return
+    if problem := seal_problem(directory):
+        raise InputError(damage_message(directory, problem))
     for path in sorted(directory.iterdir()):
         if path.is_file() and (problem := model_file_problem(path)):
             raise InputError(f"{path}: damaged model file: {problem}")

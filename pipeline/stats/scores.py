@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -49,9 +50,23 @@ def parse_run_path(path: str | Path) -> RunKey:
     return RunKey(parts[-4], parts[-3], parse_seed(parts[-2], path, RUN_LAYOUT))
 
 
-def score_files(paths: list[str]) -> tuple[pd.DataFrame, list[tuple[SamplesKey, ItemCounts]]]:
+def missing_items_problem(path: str, items: Mapping[str, Any], benchmark: str, benchmark_ids: list[str]) -> str | None:
+    """Why the items of a samples file are not those of its benchmark (items missing, or not in it); None if they are."""
+    expected = set(benchmark_ids)
+    missing, unknown = len(expected - set(items)), len(set(items) - expected)
+    if not missing and not unknown:
+        return None
+    problems = [f"{missing} of the {len(expected)} items of benchmark {benchmark!r} have no sample"] if missing else []
+    problems += [f"{unknown} items are not in the benchmark"] if unknown else []
+    return f"{path}: {'; '.join(problems)}: the file is incomplete or from another benchmark"
+
+
+def score_files(
+    paths: list[str], benchmark_ids: Mapping[str, list[str]] | None = None
+) -> tuple[pd.DataFrame, list[tuple[SamplesKey, ItemCounts]]]:
     """Long-format scores (SCORE_COLUMNS) of every samples file, and each file's per-item counts (the variance
-    table's input); a repeated key is refused."""
+    table's input); a repeated key is refused, and so is a file whose items are not those of its benchmark, when
+    ``benchmark_ids`` (benchmark name -> item ids) has it."""
     rows: list[dict[str, Any]] = []
     counts: list[tuple[SamplesKey, ItemCounts]] = []
     seen: dict[SamplesKey, str] = {}
@@ -61,6 +76,9 @@ def score_files(paths: list[str]) -> tuple[pd.DataFrame, list[tuple[SamplesKey, 
             raise InputError(f"{path}: same model/method/seed/checkpoint/benchmark as {seen[key]}")
         seen[key] = path
         items = group_by_item(read_jsonl(path), source=str(path))
+        expected = (benchmark_ids or {}).get(key.benchmark)
+        if expected is not None and (problem := missing_items_problem(path, items, key.benchmark, expected)):
+            raise InputError(problem)
         scores = score_items(items)
         counts.append((key, ItemCounts.from_items(items)))
         if scores["samples"] != scores["items"] * _label_n(scores):
