@@ -76,14 +76,25 @@ STUDY.runtime.export()
 kernels.configure(STUDY.kernel_pin)
 KERNEL_PIN = "pinned" if STUDY.kernel_pin else "native"
 
-# An output that does not match its writer's seal (cut, changed: pipeline.study.integrity) is written again, with
-# everything that read it: Snakemake's own --forcerun, which it reads when it builds the DAG after this file. Asked
-# once, by the controller (a cluster job's Snakemake runs one job, whose outputs it is about to write).
-if workflow.exec_mode == ExecMode.DEFAULT and workflow.dag_settings is not None:
-    DAMAGED = damaged_outputs(STUDY)
-    for damaged in DAMAGED:
-        print(damaged.message(), file=sys.stderr)
-    workflow.dag_settings.forcerun = frozenset(workflow.dag_settings.forcerun) | {d.path for d in DAMAGED}
+
+# The DAG whose damaged outputs were handed to Snakemake (force_damaged_outputs)
+SEALS_CHECKED_FOR = []
+
+
+def force_damaged_outputs(wildcards):
+    """No input: once per DAG, while Snakemake builds it, hand every output that does not match its writer's seal
+    (cut, changed: pipeline.study.integrity) to the DAG's forced files, what `--forcerun FILE` fills: the jobs that
+    wrote them run again, with every job downstream, and a dry run plans them. (The command-line setting cannot be
+    extended from here: Snakemake reads this file before it takes its DAG settings.) Only the controller asks; a
+    cluster job's Snakemake runs one job, whose outputs it is about to write."""
+    dag = workflow.dag
+    if workflow.exec_mode == ExecMode.DEFAULT and dag is not None and dag not in SEALS_CHECKED_FOR:
+        SEALS_CHECKED_FOR.append(dag)
+        damaged = damaged_outputs(STUDY)
+        for output in damaged:
+            print(output.message(), file=sys.stderr)
+        dag.forcefiles.update(output.path for output in damaged)
+    return []
 
 
 IMAGE = cluster.resolve_image(STUDY.container_image, workflow.basedir)
@@ -237,6 +248,7 @@ localrules:
 rule all:
     input:
         REPORT,
+        repairs=force_damaged_outputs,
 
 
 rule prepare_benchmarks:
@@ -247,6 +259,7 @@ rule prepare_benchmarks:
             for path in [STUDY.benchmarks[wildcards.benchmark].get("subset_ids_file")]
             if path and Path(path).is_file()
         ],
+        repairs=force_damaged_outputs,
     output:
         benchmark=BENCHMARK_FILE,
         audit=AUDIT,
@@ -268,6 +281,7 @@ rule prepare_benchmarks:
 rule prepare_data:
     input:
         decontaminate_against=expand(BENCHMARK_FILE, benchmark=STUDY.benchmarks) if STUDY.decontaminates() else [],
+        repairs=force_damaged_outputs,
     output:
         data=TRAIN_DATA,
         card=DATA_CARD,
@@ -287,6 +301,8 @@ rule prepare_data:
 
 
 rule prepare_model:
+    input:
+        repairs=force_damaged_outputs,
     output:
         model=directory(SOURCE_MODEL),
     log:
@@ -318,6 +334,7 @@ def warmup_model_argument(wildcards, input):
 rule warmup:
     input:
         unpack(warmup_inputs),
+        repairs=force_damaged_outputs,
     output:
         model=directory(START_MODEL),
     log:
@@ -354,6 +371,7 @@ def train_model_argument(wildcards, input):
 rule train:
     input:
         unpack(train_inputs),
+        repairs=force_damaged_outputs,
     output:
         *[directory(layout.run_model_dir(RUN_DIR, layout.export_label(step))) for step in STUDY.export_steps()],
         final=directory(layout.run_model_dir(RUN_DIR, layout.FINAL_CHECKPOINT)),
@@ -415,6 +433,7 @@ def evaluate_model_argument(wildcards, input):
 rule evaluate:
     input:
         unpack(evaluate_inputs),
+        repairs=force_damaged_outputs,
     output:
         samples=SAMPLES,
         provenance=SAMPLES_PROVENANCE,
@@ -443,6 +462,7 @@ rule aggregate:
         # a samples file must cover its benchmark's items
         benchmarks=expand(BENCHMARK_FILE, benchmark=STUDY.benchmarks),
         metrics=[RUN_METRICS.format(**run) for run in STUDY.runs()],
+        repairs=force_damaged_outputs,
     output:
         tables=[report(path, category="Tables") if path.endswith(".csv") else path for path in TABLES],
         figures=[report(path, category="Figures") for path in FIGURES],
@@ -476,6 +496,7 @@ rule significance:
     input:
         scores=TABLES[0],
         samples=significance_samples,
+        repairs=force_damaged_outputs,
     output:
         json=SIGNIFICANCE,
         markdown=SIGNIFICANCE_MD,
@@ -521,6 +542,7 @@ def token_analysis_checkpoints(wildcards, input):
 rule token_analysis:
     input:
         unpack(token_analysis_inputs),
+        repairs=force_damaged_outputs,
     output:
         summary=f"{TOKEN_ANALYSIS}/summary.json",
         figure=report(
@@ -568,6 +590,7 @@ def viewer_rollout_arguments(wildcards, input):
 rule token_viewer:
     input:
         unpack(token_viewer_inputs),
+        repairs=force_damaged_outputs,
     output:
         page=report(TOKEN_VIEWER, category="Token weights"),
     log:
@@ -613,6 +636,7 @@ rule report:
         provenance=[RUN_PROVENANCE.format(**run) for run in STUDY.runs()]
         + [SAMPLES_PROVENANCE.format(**job) for job in STUDY.evaluations()],
         code_changes=[CODE_CHANGES] if os.path.isfile(CODE_CHANGES) else [],
+        repairs=force_damaged_outputs,
     output:
         report=REPORT,
     log:

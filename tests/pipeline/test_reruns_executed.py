@@ -22,6 +22,7 @@ import yaml
 from safetensors.torch import load_file
 
 from pipeline.core.io import canonical_json
+from pipeline.core.seal import write_seal
 from pipeline.study.load import load_study
 from pipeline.training.run_state import SET_ASIDE_DIR, WHY_FILE
 from tests.hold_stage import pseudo_random_reward_env
@@ -155,6 +156,7 @@ def test_changed_training_data_retrains(ci_study_copy: Path, tmp_path: Path) -> 
     data = ci_study_copy / "results/data/train.jsonl"
     rows = data.read_text().splitlines(keepends=True)
     data.write_text("".join(rows[: 3 * len(rows) // 4]))
+    write_seal(data)  # as data preparation would have published other rows (unsealed, the plan would redo them)
     reference, log = rerun_beside_reference(ci_study_copy, CI_CONFIG, tmp_path)
     assert_retrained(ci_study_copy, old, reference, log, "data")
 

@@ -221,3 +221,20 @@ def test_an_out_of_tree_methods_headline_leads_the_training_curves(tmp_path: Pat
     with pytest.raises(InputError, match=r"credit method\(s\) \['halfway'\], which no --credit-methods names"):
         run(tmp_path / "unnamed", samples, metrics)
     assert not (tmp_path / "unnamed").exists()  # refused before anything is written
+
+
+def test_a_samples_file_missing_items_of_its_benchmark_is_refused(tmp_path: Path, study) -> None:
+    samples, metrics = study
+    benchmarks = tmp_path / "eval_data"
+    benchmarks.mkdir()
+    (benchmarks / "b1.jsonl").write_text("".join(json.dumps({"id": item}) + "\n" for item in ("x", "y", "w", "v")))
+    (benchmarks / "b2.jsonl").write_text(json.dumps({"id": "z"}) + "\n")
+    with pytest.raises(InputError) as refused:
+        run(tmp_path, samples, metrics, "--benchmarks", str(benchmarks / "b1.jsonl"), str(benchmarks / "b2.jsonl"))
+    assert str(refused.value) == (
+        f"{samples[0]}: 2 of the 4 items of benchmark 'b1' have no sample: the file is incomplete or from another"
+        " benchmark"
+    )
+    (benchmarks / "b1.jsonl").write_text("".join(json.dumps({"id": item}) + "\n" for item in ("x", "y")))
+    out, _ = run(tmp_path, samples, metrics, "--benchmarks", str(benchmarks / "b1.jsonl"), str(benchmarks / "b2.jsonl"))
+    assert (out / "scores.csv").is_file()
