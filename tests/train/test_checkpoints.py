@@ -13,6 +13,7 @@ import torch
 from trl.trainer.utils import RepeatSampler
 
 from pipeline.core.io import export_model
+from pipeline.core.seal import seal_problem
 from pipeline.training.resume import EpochRepeatSampler, checkpoint_problem, keep_metrics_up_to, newest_valid_checkpoint
 
 
@@ -119,7 +120,8 @@ def test_export_hardlinks_model_files_and_leaves_training_state(untrained_model,
     destination = tmp_path / "exports" / "step-2"
     export_model(checkpoint, destination)
     exported = sorted(path.name for path in destination.iterdir())
-    assert exported == sorted(path.name for path in untrained_model.iterdir())
+    assert exported == sorted([*(path.name for path in untrained_model.iterdir()), "seal.json"])
+    assert seal_problem(destination) is None  # sealed anew: the checkpoint's seal covers its training state
     weights = destination / "model.safetensors"
     assert os.stat(weights).st_ino == os.stat(checkpoint / "model.safetensors").st_ino
     assert not list((tmp_path / "exports").glob(".*"))
