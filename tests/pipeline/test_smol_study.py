@@ -25,8 +25,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(3600)]
 REPO = Path(__file__).resolve().parents[2]
 SMOL_CONFIG = REPO / "configs" / "smol.yaml"
 # GRPO and GRAIL: OAR-G's run (two processes with vLLM, one more vLLM evaluation) was a quarter of this test's time
-# in CI; OAR-G trains with vLLM rollouts in tests/train/test_vllm_colocate.py and on two processes (DDP and ZeRO-2)
-# in tests/train/test_zero2.py, and every shipped config, configs/smol.yaml with its OAR-G settings, is loaded by tests/pipeline/test_study_config.py
+# in CI. OAR-G trains with vLLM rollouts in tests/train/test_vllm_colocate.py and on two processes (DDP, ZeRO-2) in
+# tests/train/test_zero2.py; tests/pipeline/test_study_config.py loads configs/smol.yaml with its OAR-G settings.
 METHODS = ("grpo", "grail")
 # TRL logs these only when vLLM generated the rollouts and its importance-sampling correction ran
 VLLM_METRICS = ("sampling/sampling_logp_difference/mean", "sampling/importance_sampling_ratio/mean")
