@@ -142,29 +142,43 @@ def export_model(checkpoint: Path, destination: Path) -> None:
     publish_directory(staging, destination)
 
 
-def read_jsonl(path: str | os.PathLike[str], *, tolerate_torn_tail: bool = False) -> list[dict[str, Any]]:
-    """Read a JSONL file; a malformed line raises InputError naming the file and line number.
+def jsonl_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any] | str]]:
+    """Stream a JSONL file line by line: ``(line number, row)`` per non-blank line, or ``(line number, problem)``
+    (a string) for a line that is not a JSON object, so that a check can name every bad line at once.
 
-    With ``tolerate_torn_tail`` a final line without its newline (a write cut by a kill) is dropped instead.
+    A final line without its newline (a write cut by a kill) that does not parse yields the problem
+    ``TORN_TAIL`` + its reason. A missing file is an InputError naming it.
     """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: file not found")
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    torn_tail = bool(lines) and lines[-1] != ""
+    with open(path, encoding="utf-8", newline="\n") as handle:  # lines end at "\n" only, as JSONL's
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                torn = TORN_TAIL if not line.endswith("\n") else ""
+                yield number, f"{torn}not valid JSON ({error.msg})"
+                continue
+            yield number, row if isinstance(row, dict) else f"expected a JSON object, got {type(row).__name__}"
+
+
+TORN_TAIL = "torn final line: "  # jsonl_rows' prefix of a problem on a last line without its newline
+
+
+def read_jsonl(path: str | os.PathLike[str], *, tolerate_torn_tail: bool = False) -> list[dict[str, Any]]:
+    """Read a JSONL file (``jsonl_rows``); a malformed line raises InputError naming the file and line number.
+
+    With ``tolerate_torn_tail`` a final line without its newline (a write cut by a kill) is dropped instead.
+    """
     rows: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            if tolerate_torn_tail and torn_tail and number == len(lines):
+    for number, row in jsonl_rows(path):
+        if isinstance(row, str):
+            if tolerate_torn_tail and row.startswith(TORN_TAIL):
                 break
-            raise InputError(f"{path}:{number}: not valid JSON ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise InputError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+            raise InputError(f"{Path(path)}:{number}: {row.removeprefix(TORN_TAIL)}")
         rows.append(row)
     return rows
 

@@ -262,7 +262,7 @@ def test_bad_specs_name_the_key(spec: object, message: str) -> None:
 
 def test_repeated_ids_are_refused() -> None:
     rows = [{"id": 1, "problem": "a", "answer": "1"}, {"id": 1, "problem": "b", "answer": "2"}]
-    with pytest.raises(InputError, match="repeated: 1"):
+    with pytest.raises(InputError, match=r"file\.jsonl:2: duplicate id .1. \(first at file\.jsonl:1\)"):
         normalize_rows(rows, SOURCE_FORMATS["qwen_jsonl"], "file.jsonl")
 
 
