@@ -63,8 +63,9 @@ elif cluster.PLANNED_CONFIG_VARIABLE in os.environ:
 
 
 # The one study loader (pipeline.study.load): the config files and --config overrides, schema-checked (every bad
-# key named at once), defaults filled, cross-key checks; refuses before any job.
-STUDY = load_study(CONFIG_FILES, workflow.config_settings.config)
+# key named at once), defaults filled, cross-key checks, and (once per plan: the controller's) the study's own input
+# files, every problem named with file and line; refuses before any job.
+STUDY = load_study(CONFIG_FILES, workflow.config_settings.config, check_inputs=workflow.exec_mode == ExecMode.DEFAULT)
 config.update(STUDY.config)  # Snakemake's own view of the config, with the schema's defaults (as its validator left it)
 # The run-time settings (watchdog, time windows, collective timeout: pipeline.runtime.settings) reach every job
 # through its environment, never its command or params: a change reruns nothing. A cluster job's Snakemake re-reads
