@@ -38,6 +38,7 @@ from pipeline.core.provenance import library_versions
 from pipeline.core.source_digest import source_digest
 from pipeline.runtime import cluster
 from pipeline.study.load import load_study
+from pipeline.study.writers import refuse_busy_runs
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
 DEFAULT_CONFIG = os.path.join(workflow.basedir, "configs", "default.yaml")
@@ -384,6 +385,15 @@ rule train:
         " --out {params.run_dir:q} --export-steps {params.export_steps} --tracking {params.tracking:q}"
         " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} {params.state_flags}"
         " > {log:q} 2>&1"
+
+
+# Before the first job (never in a dry run), the controller refuses to train a run that another writer is training:
+# Snakemake would delete that writer's log and published outputs (pipeline.study.writers, docs/usage.md).
+onstart:
+    if workflow.exec_mode == ExecMode.DEFAULT:
+        refuse_busy_runs(
+            RUN_DIR.format(**job.wildcards_dict) for job in workflow.dag.needrun_jobs() if job.rule.name == "train"
+        )
 
 
 def evaluate_inputs(wildcards):
