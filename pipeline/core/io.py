@@ -142,12 +142,14 @@ def export_model(checkpoint: Path, destination: Path) -> None:
     publish_directory(staging, destination)
 
 
-def jsonl_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any] | str]]:
+def jsonl_rows(
+    path: str | os.PathLike[str], *, tolerate_torn_tail: bool = False
+) -> Iterator[tuple[int, dict[str, Any] | str]]:
     """Stream a JSONL file line by line: ``(line number, row)`` per non-blank line, or ``(line number, problem)``
     (a string) for a line that is not a JSON object, so that a check can name every bad line at once.
 
-    A final line without its newline (a write cut by a kill) that does not parse yields the problem
-    ``TORN_TAIL`` + its reason. A missing file is an InputError naming it.
+    With ``tolerate_torn_tail`` a final line without its newline (a write cut by a kill) that does not parse ends
+    the rows instead. A missing file is an InputError naming it.
     """
     path = Path(path)
     if not path.is_file():
@@ -159,13 +161,11 @@ def jsonl_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, An
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as error:
-                torn = TORN_TAIL if not line.endswith("\n") else ""
-                yield number, f"{torn}not valid JSON ({error.msg})"
+                if tolerate_torn_tail and not line.endswith("\n"):
+                    return
+                yield number, f"not valid JSON ({error.msg})"
                 continue
             yield number, row if isinstance(row, dict) else f"expected a JSON object, got {type(row).__name__}"
-
-
-TORN_TAIL = "torn final line: "  # jsonl_rows' prefix of a problem on a last line without its newline
 
 
 def read_jsonl(path: str | os.PathLike[str], *, tolerate_torn_tail: bool = False) -> list[dict[str, Any]]:
@@ -174,11 +174,9 @@ def read_jsonl(path: str | os.PathLike[str], *, tolerate_torn_tail: bool = False
     With ``tolerate_torn_tail`` a final line without its newline (a write cut by a kill) is dropped instead.
     """
     rows: list[dict[str, Any]] = []
-    for number, row in jsonl_rows(path):
+    for number, row in jsonl_rows(path, tolerate_torn_tail=tolerate_torn_tail):
         if isinstance(row, str):
-            if tolerate_torn_tail and row.startswith(TORN_TAIL):
-                break
-            raise InputError(f"{Path(path)}:{number}: {row.removeprefix(TORN_TAIL)}")
+            raise InputError(f"{Path(path)}:{number}: {row}")
         rows.append(row)
     return rows
 
