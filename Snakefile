@@ -39,6 +39,7 @@ from pipeline.core.source_digest import source_digest
 from pipeline.runtime import cluster
 from pipeline.study.integrity import damaged_outputs
 from pipeline.study.load import load_study
+from pipeline.study.writers import refuse_busy_runs
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
 DEFAULT_CONFIG = os.path.join(workflow.basedir, "configs", "default.yaml")
@@ -64,8 +65,9 @@ elif cluster.PLANNED_CONFIG_VARIABLE in os.environ:
 
 
 # The one study loader (pipeline.study.load): the config files and --config overrides, schema-checked (every bad
-# key named at once), defaults filled, cross-key checks; refuses before any job.
-STUDY = load_study(CONFIG_FILES, workflow.config_settings.config)
+# key named at once), defaults filled, cross-key checks, and (once per plan: the controller's) the study's own input
+# files, every problem named with file and line; refuses before any job.
+STUDY = load_study(CONFIG_FILES, workflow.config_settings.config, check_inputs=workflow.exec_mode == ExecMode.DEFAULT)
 config.update(STUDY.config)  # Snakemake's own view of the config, with the schema's defaults (as its validator left it)
 # The run-time settings (watchdog, time windows, collective timeout: pipeline.runtime.settings) reach every job
 # through its environment, never its command or params: a change reruns nothing. A cluster job's Snakemake re-reads
@@ -411,6 +413,15 @@ rule train:
         " --out {params.run_dir:q} --export-steps {params.export_steps} --tracking {params.tracking:q}"
         " --run-name {params.run_name:q} --tracking-dir {params.tracking_dir:q} {params.state_flags}"
         " > {log:q} 2>&1"
+
+
+# Before the first job (never in a dry run), the controller refuses to train a run that another writer is training:
+# Snakemake would delete that writer's log and published outputs (pipeline.study.writers, docs/usage.md).
+onstart:
+    if workflow.exec_mode == ExecMode.DEFAULT:
+        refuse_busy_runs(
+            RUN_DIR.format(**job.wildcards_dict) for job in workflow.dag.needrun_jobs() if job.rule.name == "train"
+        )
 
 
 def evaluate_inputs(wildcards):

@@ -26,13 +26,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.io import InputError, atomic_write_json, load_spec, publish_jsonl, read_jsonl, run_cli
+from pipeline.core.io import InputError, atomic_write_json, load_spec, publish_jsonl, run_cli
 from pipeline.tasks import gsm
 from pipeline.tasks.arith import arithmetic_problems
 from pipeline.tasks.benchmarks import (
     DEFAULT_SUBSET_SEED,
     SOURCE_FORMATS,
     arithmetic_spec,
+    check_file,
     check_keys,
     gsm_symbolic_settings,
     items_with_ids,
@@ -40,6 +41,7 @@ from pipeline.tasks.benchmarks import (
     normalize_rows,
     read_subset_ids,
     select_subset,
+    usable_rows,
 )
 from pipeline.tasks.gold_audit import audit_golds
 
@@ -93,11 +95,11 @@ def source_items(name: str, spec: dict[str, Any]) -> tuple[list[dict[str, str]],
     """Normalized items, skipped rows and the provenance of a Hub or local-file benchmark."""
     kind = spec["kind"]
     source = SOURCE_FORMATS[kind]
+    gold_format = spec.get("gold", "clean")
     if "path" in spec:
         path = str(spec["path"])
-        rows = read_jsonl(path)
-        provenance = {"kind": kind, "path": path}
-        label = path
+        items, skipped = usable_rows(check_file(path, source, gold_format))
+        provenance = {"kind": kind, "path": path, "rows": len(items) + len(skipped)}
     elif source.hub_id is None and "hub_id" not in spec:
         raise InputError(f"benchmarks.{name}: kind '{kind}' reads a local file: set 'path'")
     else:
@@ -115,10 +117,9 @@ def source_items(name: str, spec: dict[str, Any]) -> tuple[list[dict[str, str]],
             revision=provenance["revision"],
             cache_dir=spec.get("cache_dir"),
         )
-        label = provenance["hub_id"]
-    gold_format = spec.get("gold", "clean")
-    items, skipped = normalize_rows(rows, source, label, gold_format)
-    return items, skipped, provenance | {"rows": len(rows), "gold": gold_format}
+        items, skipped = normalize_rows(rows, source, provenance["hub_id"], gold_format)
+        provenance["rows"] = len(rows)
+    return items, skipped, provenance | {"gold": gold_format}
 
 
 def apply_subset(

@@ -158,32 +158,45 @@ def export_model(checkpoint: Path, destination: Path) -> None:
     publish_directory(staging, destination)
 
 
-def read_jsonl(path: str | os.PathLike[str], *, tolerate_torn_tail: bool = False) -> list[dict[str, Any]]:
-    """Read a JSONL file; a malformed line raises InputError naming the file and line number, and so does a
-    file that does not match its seal (``pipeline.core.seal``: cut, even at a line boundary, or changed).
+def jsonl_rows(
+    path: str | os.PathLike[str], *, tolerate_torn_tail: bool = False
+) -> Iterator[tuple[int, dict[str, Any] | str]]:
+    """Stream a JSONL file line by line: ``(line number, row)`` per non-blank line, or ``(line number, problem)``
+    (a string) for a line that is not a JSON object, so that a check can name every bad line at once.
 
-    With ``tolerate_torn_tail`` a final line without its newline (a write cut by a kill) is dropped instead.
+    With ``tolerate_torn_tail`` a final line without its newline (a write cut by a kill) that does not parse ends
+    the rows instead. A missing file, and a file that does not match its seal (``pipeline.core.seal``: cut, even at
+    a line boundary, or changed), is an InputError naming it.
     """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: file not found")
     if problem := seal_problem(path):
         raise InputError(damage_message(path, problem))
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    torn_tail = bool(lines) and lines[-1] != ""
+    with open(path, encoding="utf-8", newline="\n") as handle:  # lines end at "\n" only, as JSONL's
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                if tolerate_torn_tail and not line.endswith("\n"):
+                    return
+                yield number, f"not valid JSON ({error.msg})"
+                continue
+            yield number, row if isinstance(row, dict) else f"expected a JSON object, got {type(row).__name__}"
+
+
+def read_jsonl(path: str | os.PathLike[str], *, tolerate_torn_tail: bool = False) -> list[dict[str, Any]]:
+    """Read a JSONL file (``jsonl_rows``); a malformed line raises InputError naming the file and line number, and
+    so does a damaged file.
+
+    With ``tolerate_torn_tail`` a final line without its newline (a write cut by a kill) is dropped instead.
+    """
     rows: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            if tolerate_torn_tail and torn_tail and number == len(lines):
-                break
-            raise InputError(f"{path}:{number}: not valid JSON ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise InputError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+    for number, row in jsonl_rows(path, tolerate_torn_tail=tolerate_torn_tail):
+        if isinstance(row, str):
+            raise InputError(f"{Path(path)}:{number}: {row}")
         rows.append(row)
     return rows
 

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.file_digest import model_identity
-from pipeline.core.io import InputError, append_jsonl_durably, atomic_write_jsonl, publish_jsonl, read_jsonl
+from pipeline.core.io import InputError, append_jsonl_durably, atomic_write_jsonl, jsonl_rows, publish_jsonl, read_jsonl
 from pipeline.core.layout import samples_provenance
 from pipeline.core.progress import progress
 from pipeline.core.provenance import write_provenance
@@ -60,27 +60,31 @@ from pipeline.evaluation.eval_spec import SAMPLE_KEYS, Backend, EvalSpec, Item, 
 from pipeline.models.loading import load_tokenizer
 from pipeline.runtime.settings import RuntimeSettings
 from pipeline.runtime.watchdog import StallWatchdog, WatchdogConfig
+from pipeline.tasks.benchmarks import SkipRow, check_rows
 from pipeline.tasks.boxed import last_boxed
 from pipeline.tasks.generation import chat_prompt_ids, derive_seed, stable_hash
 from pipeline.tasks.prompts import build_prompt
 from pipeline.tasks.rewards import is_correct
 
 
+def benchmark_row(row: dict[str, Any], index: int) -> dict[str, str]:
+    """A row of a prepared benchmark file as it is (``check_rows``' normalizer): id, problem and answer are
+    non-empty strings, else a SkipRow naming the field."""
+    for key in ("id", "problem", "answer"):
+        if not isinstance(row.get(key), str) or not row[key].strip():
+            raise SkipRow(f"field '{key}' must be a non-empty string")
+    return row
+
+
 def load_benchmark(path: str | Path) -> list[Item]:
-    """Benchmark rows ``{id, problem, answer, ...}``: non-empty strings, unique ids; errors name file and line."""
-    rows = read_jsonl(path)
-    if not rows:
+    """Benchmark rows ``{id, problem, answer, ...}``: non-empty strings, unique ids (``check_rows``, strict: a
+    row it would skip is refused); one InputError names every bad line with file and line number."""
+    check = check_rows(jsonl_rows(path), str(path), benchmark_row)
+    if problems := check.messages(strict=True):
+        raise InputError("\n".join(problems))
+    if not check.items:
         raise InputError(f"{path}: the benchmark has no items")
-    items, seen = [], set()
-    for number, row in enumerate(rows, start=1):
-        for key in ("id", "problem", "answer"):
-            if not isinstance(row.get(key), str) or not row[key].strip():
-                raise InputError(f"{path}:{number}: field '{key}' must be a non-empty string")
-        if row["id"] in seen:
-            raise InputError(f"{path}:{number}: duplicate id {row['id']!r}")
-        seen.add(row["id"])
-        items.append(Item(id=row["id"], problem=row["problem"], answer=row["answer"]))
-    return items
+    return [Item(id=row["id"], problem=row["problem"], answer=row["answer"]) for row in check.items]
 
 
 def plan_units(items: Sequence[Item], n_samples: int, seed: int) -> list[Unit]:

@@ -14,10 +14,15 @@ from pipeline.core.io import InputError
 from pipeline.core.seal import damage_message, seal_problem
 
 
+def looks_like_hub_id(reference: str) -> bool:
+    """Whether a model or dataset reference has a hub id's form, ``name`` or ``owner/name``; anything else is a
+    local path."""
+    return re.fullmatch(r"[\w-][\w.-]*(/[\w.-]+)?", reference) is not None
+
+
 def check_model_reference(model: str) -> None:
     """Refuse a local model path that does not exist (anything but a hub id ``name`` / ``org/name`` is a path)."""
-    looks_like_hub_id = re.fullmatch(r"[\w-][\w.-]*(/[\w.-]+)?", model) is not None
-    if not looks_like_hub_id and not Path(model).expanduser().is_dir():
+    if not looks_like_hub_id(model) and not Path(model).expanduser().is_dir():
         raise InputError(f"{model}: model directory not found")
 
 

@@ -10,7 +10,10 @@ read one way everywhere:
 2. the overrides, the same way, their nested values given the schema's types (``coerce_overrides``: Snakemake
    hands ``--config`` values over as text);
 3. the schema check, every bad key named at once; the schema's defaults filled by Snakemake's own validator;
-4. the cross-key checks (``Study.from_config``).
+4. the cross-key checks (``Study.from_config``);
+5. the study's own input files (``pipeline.study.inputs``: benchmark files, model directories, dataset
+   directories), every problem named with its file and line; ``check_inputs=False`` skips them (a cluster job's
+   Snakemake re-reads a study that its controller checked).
 
 The result keeps the merged config (``Study.config``), which the report records.
 """
@@ -24,6 +27,7 @@ from typing import Any
 import yaml
 
 from pipeline.core.io import InputError
+from pipeline.study import inputs
 from pipeline.study.config import Study
 from pipeline.study.schema import check_config_schema, coerce_overrides, fill_defaults
 
@@ -40,8 +44,10 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return config
 
 
-def load_study(config_files: Sequence[str | Path], overrides: Mapping[str, Any] | None = None) -> Study:
-    """Steps 1-4 of the module docstring; InputError lists every problem of the first step that finds any."""
+def load_study(
+    config_files: Sequence[str | Path], overrides: Mapping[str, Any] | None = None, *, check_inputs: bool = True
+) -> Study:
+    """Steps 1-5 of the module docstring; InputError lists every problem of the first step that finds any."""
     from snakemake.utils import update_config
 
     config: dict[str, Any] = {}
@@ -52,4 +58,7 @@ def load_study(config_files: Sequence[str | Path], overrides: Mapping[str, Any] 
         coerce_overrides(config, overrides)
     check_config_schema(config)
     fill_defaults(config)
-    return Study.from_config(config)
+    study = Study.from_config(config)
+    if check_inputs:
+        inputs.check_inputs(study)
+    return study

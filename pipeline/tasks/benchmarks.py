@@ -20,12 +20,12 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.io import InputError, load_spec
+from pipeline.core.io import InputError, jsonl_rows, load_spec
 from pipeline.tasks.arith import ArithmeticSpec
 from pipeline.tasks.boxed import last_boxed
 
@@ -37,6 +37,9 @@ ENCLOSING_DOLLARS = re.compile(r"^\s*\$+([^$]*?)\$+\s*$", re.DOTALL)
 
 class SkipRow(ValueError):
     """A data row that cannot be used (missing, empty or mistyped field); the message is the reason."""
+
+
+Normalize = Callable[[dict[str, Any], int], dict[str, str]]  # (row, index) -> item, or SkipRow
 
 
 @dataclass(frozen=True)
@@ -280,23 +283,77 @@ def normalize_row(
     return {"id": item_id(row, index, source), "problem": problem, "answer": answer, "source": label}
 
 
+@dataclass(frozen=True)
+class RowCheck:
+    """What ``check_rows`` found: the usable items, the rows it skipped as ``(place, index, reason)``, and the
+    problems that refuse the whole file as ``(place, reason)``."""
+
+    label: str
+    items: list[dict[str, str]]
+    skipped: list[tuple[int, int, str]]
+    problems: list[tuple[int, str]]
+
+    def messages(self, *, strict: bool = False) -> list[str]:
+        """Every problem as ``"LABEL:PLACE: reason"`` in file order; ``strict``: the skipped rows too."""
+        found = self.problems + ([(place, reason) for place, _, reason in self.skipped] if strict else [])
+        return [f"{self.label}:{place}: {reason}" for place, reason in sorted(found)]
+
+
+def check_rows(rows: Iterable[tuple[int, dict[str, Any] | str]], label: str, normalize: Normalize) -> RowCheck:
+    """Every row of ``rows`` (``(place, row)``: a file's line number, ``jsonl_rows``, or a split's row number; a
+    string row is a line that did not parse) through ``normalize(row, index)``, ``index`` counting the rows that
+    parsed from 0 (an id-less row's id). A SkipRow is a skipped row; a line that did not parse and an id that an
+    earlier row has are problems, every one: the stages and the plan-time input check (pipeline.study.inputs)
+    share it.
+    """
+    items: list[dict[str, str]] = []
+    skipped: list[tuple[int, int, str]] = []
+    problems: list[tuple[int, str]] = []
+    first_place: dict[str, int] = {}
+    index = 0
+    for place, row in rows:
+        if isinstance(row, str):
+            problems.append((place, row))
+            continue
+        try:
+            item = normalize(row, index)
+        except SkipRow as reason:
+            skipped.append((place, index, str(reason)))
+        else:
+            if item["id"] in first_place:
+                problems.append((place, f"duplicate id {item['id']!r} (first at {label}:{first_place[item['id']]})"))
+            else:
+                first_place[item["id"]] = place
+                items.append(item)
+        index += 1
+    return RowCheck(label, items, skipped, problems)
+
+
+def check_file(path: str, source: SourceFormat, gold_format: str) -> RowCheck:
+    """``check_rows`` of a local JSONL file in ``source``'s format, streamed line by line (places: line numbers)."""
+    return check_rows(jsonl_rows(path), path, source_normalizer(source, path, gold_format))
+
+
+def source_normalizer(source: SourceFormat, label: str, gold_format: str) -> Normalize:
+    """``normalize_row`` of one source and gold format, as ``check_rows`` calls it."""
+    if gold_format not in GOLD_FORMATS:
+        raise InputError(f"{label}: gold must be one of {', '.join(GOLD_FORMATS)}, got {gold_format!r}")
+    return lambda row, index: normalize_row(row, index, source, label, gold_format)
+
+
+def usable_rows(check: RowCheck) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+    """The items and the skipped rows ``[{"row": index, "reason": str}]`` (the audit's) of a ``check_rows`` that
+    found no problem; otherwise one InputError naming every problem."""
+    if check.problems:
+        raise InputError("\n".join(check.messages()))
+    return check.items, [{"row": index, "reason": reason} for _, index, reason in check.skipped]
+
+
 def normalize_rows(
     rows: list[dict[str, Any]], source: SourceFormat, label: str, gold_format: str = "clean"
 ) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
-    """Normalized items and the skipped rows ``[{"row": index, "reason": str}]``; a repeated id is refused."""
-    if gold_format not in GOLD_FORMATS:
-        raise InputError(f"{label}: gold must be one of {', '.join(GOLD_FORMATS)}, got {gold_format!r}")
-    items: list[dict[str, str]] = []
-    skipped: list[dict[str, Any]] = []
-    for index, row in enumerate(rows):
-        try:
-            items.append(normalize_row(row, index, source, label, gold_format))
-        except SkipRow as reason:
-            skipped.append({"row": index, "reason": str(reason)})
-    repeated = [key for key, count in Counter(item["id"] for item in items).items() if count > 1]
-    if repeated:
-        raise InputError(f"{label}: item ids must be unique; repeated: {', '.join(repeated[:5])}")
-    return items, skipped
+    """``usable_rows`` of a split's rows (places: row numbers from 1); a repeated id is refused."""
+    return usable_rows(check_rows(enumerate(rows, start=1), label, source_normalizer(source, label, gold_format)))
 
 
 def load_hub_rows(

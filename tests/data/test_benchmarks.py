@@ -262,7 +262,7 @@ def test_bad_specs_name_the_key(spec: object, message: str) -> None:
 
 def test_repeated_ids_are_refused() -> None:
     rows = [{"id": 1, "problem": "a", "answer": "1"}, {"id": 1, "problem": "b", "answer": "2"}]
-    with pytest.raises(InputError, match="repeated: 1"):
+    with pytest.raises(InputError, match=r"file\.jsonl:2: duplicate id .1. \(first at file\.jsonl:1\)"):
         normalize_rows(rows, SOURCE_FORMATS["qwen_jsonl"], "file.jsonl")
 
 
@@ -298,3 +298,17 @@ def test_cli_bad_input_exits_2_with_the_message(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "corrupt.jsonl:2: not valid JSON" in result.stderr
     assert not out.exists()
+
+
+def test_every_bad_line_of_a_local_file_is_named_at_once(tmp_path: Path) -> None:
+    """The stage's refusal names each line that is no JSON and each repeated id (with its first line) together."""
+    path = tmp_path / "mine.jsonl"
+    rows = ['{"id": "a", "problem": "1+1", "answer": "2"}', "[1]", '{"id": "a", "problem": "2+2", "answer": "4"}']
+    path.write_text("\n".join([*rows, "{torn"]), encoding="utf-8")
+    with pytest.raises(InputError) as refused:
+        prepare_benchmark("mine", {"kind": "qwen_jsonl", "path": str(path)})
+    assert str(refused.value).splitlines() == [
+        f"{path}:2: expected a JSON object, got list",
+        f"{path}:3: duplicate id 'a' (first at {path}:1)",
+        f"{path}:4: not valid JSON (Expecting property name enclosed in double quotes)",
+    ]

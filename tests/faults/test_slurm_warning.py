@@ -71,11 +71,11 @@ def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path)
     config = small_study()
     config["resources"] = {"default": {"cpus": 1, "mem_mb": 1000, "runtime": 10}}
     config["time_windows"] = 3
-    # beside it, a job with bad input (its stage exits 2): the profile's keep-going runs both
-    config["benchmarks"]["broken"] = {"kind": "qwen_jsonl", "path": "broken.jsonl"}
+    # beside it, a job with bad input that only its stage can find (a hub dataset not in the offline cache: the plan's
+    # input check passes a hub id; the stage exits 2): the profile's keep-going runs both
+    config["benchmarks"]["broken"] = {"kind": "amc23", "hub_id": "no-such-owner/no-such-benchmark"}
     study = tmp_path / "study"
     write_study(study, config)
-    (study / "broken.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{not json\n', encoding="utf-8")
     output = study / "snakemake.out"
     run_dir = study / RUN
     command = [
@@ -128,4 +128,4 @@ def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path)
     assert "log: results/logs/prepare_benchmarks/broken.log" in text
     bad = (study / "results/logs/prepare_benchmarks/broken.log").read_text(encoding="utf-8")
     assert bad.startswith("pipeline.prepare_benchmarks: not run again: an earlier attempt of this job in this ")
-    assert bad.count("broken.jsonl:2: not valid JSON") == 1, bad
+    assert bad.count("cannot load no-such-owner/no-such-benchmark") == 1, bad

@@ -138,3 +138,54 @@ def test_source_and_warmup_config_plans_source_to_warmup_to_training(tmp_path: P
     assert "pipeline.prepare_model --spec" in result.stdout
     baseline = re.findall(r"pipeline\.evaluate --model (results/models/\S+) ", result.stdout)
     assert sorted(set(baseline)) == ["results/models/smol/start", "results/models/smol_cold/source"]
+
+
+BAD_BENCHMARK_LINES = [
+    '{"id": "a", "problem": "1+1=?", "answer": "2"}',
+    "{not json",
+    '{"id": "a", "problem": "2+2=?", "answer": "4"}',
+    '{"id": "c", "problem": "3+3=?"}',
+]
+
+
+def test_bad_inputs_are_refused_at_plan_time_every_problem_at_once(tmp_path: Path) -> None:
+    """A benchmark file of the user's with a line that is no JSON, a repeated id and a row without an answer, and
+    model paths that are neither a model directory nor a pinned hub id: one refusal names them all, before any job."""
+    (tmp_path / "mine.jsonl").write_text("".join(line + "\n" for line in BAD_BENCHMARK_LINES), encoding="utf-8")
+    (tmp_path / "no_config").mkdir()
+    config = default_config()
+    config["benchmarks"]["mine"] = {"kind": "qwen_jsonl", "path": "mine.jsonl"}
+    config["models"].update(
+        gone={"path": "models/gone/"}, unpinned={"path": "Qwen/Qwen3-4B"}, empty={"path": "no_config"}
+    )
+    result = snakemake(tmp_path, "-n", "--configfile", str(write_config(tmp_path, config)))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "the study's inputs have 6 problem(s)" in output, output[-3000:]
+    for problem in (
+        "benchmarks.mine.path: mine.jsonl:2: not valid JSON",
+        "benchmarks.mine.path: mine.jsonl:3: duplicate id 'a' (first at mine.jsonl:1)",
+        "benchmarks.mine.path: mine.jsonl:4: missing answer field",
+        "models.gone.path: models/gone/: no such model directory",
+        "models.unpinned.path: Qwen/Qwen3-4B: no such model directory; as a hub id it needs models.unpinned.revision",
+        "models.empty.path: no_config: a model directory, but without a config.json",
+    ):
+        assert problem in output, output[-3000:]
+    assert "Job stats" not in output
+    assert not (tmp_path / "results").exists() and not (tmp_path / "eval_data").exists()
+
+
+def test_good_local_inputs_plan_and_skipped_rows_are_named(tmp_path: Path) -> None:
+    """A usable benchmark file (one row the stage skips: a warning with its line) and a local model directory plan."""
+    (tmp_path / "mine.jsonl").write_text(
+        "".join(line + "\n" for line in (BAD_BENCHMARK_LINES[0], BAD_BENCHMARK_LINES[3])), encoding="utf-8"
+    )
+    (tmp_path / "local_model").mkdir()
+    (tmp_path / "local_model" / "config.json").write_text("{}", encoding="utf-8")
+    config = default_config()
+    config["benchmarks"]["mine"] = {"kind": "qwen_jsonl", "path": "mine.jsonl"}
+    config["models"].update(local={"path": "local_model"}, hub={"path": "Qwen/Qwen3-4B", "revision": "main"})
+    result = snakemake(tmp_path, "-n", "--configfile", str(write_config(tmp_path, config)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "input check: benchmarks.mine.path: mine.jsonl:2: missing answer field" in result.stderr
+    assert job_counts(result.stdout)["prepare_benchmarks"] == len(config["benchmarks"])

@@ -1,0 +1,111 @@
+"""A killed or a second Snakemake controller on a study whose run is training, recovered with the commands of
+docs/usage.md ("Resume a killed run"): the real `snakemake` on the small fault study, its training job held at a
+checkpoint by ``tests.hold_stage`` so that every step lands at a known point.
+
+- SIGKILL of the controller alone (its job lives on, as after a lost terminal): a plain rerun is refused for the
+  lock, then (after `--unlock`) for the training job that still runs, naming its pid; once that job is stopped,
+  `--rerun-incomplete` resumes the run from its checkpoint and ends it.
+- A second controller under `--nolock` while the first trains: it stops before its first job, so the first's log
+  and checkpoints are untouched (before, its job's preparation deleted the first's log and its failure deleted what
+  the first had published)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from fault_support import (
+    BENCHMARK,
+    EXPORT_STEP,
+    RUN,
+    checkpoint_steps,
+    run_snakemake,
+    snakemake_command,
+    snakemake_output,
+    stage_env,
+    stage_process,
+    start_snakemake,
+    wait_until,
+    write_study,
+)
+
+from tests.hold_stage import hold_training_env
+
+pytestmark = pytest.mark.slow
+
+TARGET = f"{RUN}/metrics.jsonl"
+TRAIN_LOG = "results/logs/train/tiny/grpo/seed0.log"
+BUSY = "another writer is training run(s) this Snakemake would train: results/runs/tiny/grpo/seed0 (pid {pid} on"
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scratch working directory with the small study's data, benchmark and warmed-up start model built."""
+    workdir = tmp_path_factory.mktemp("study")
+    write_study(workdir)
+    status = run_snakemake(workdir, "results/models/tiny/start", BENCHMARK)
+    assert status == 0, snakemake_output(workdir)[-5000:]
+    return workdir
+
+
+def snakemake(workdir: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """`snakemake [OPTIONS] TARGET` run to its end, as a user types it (no --rerun-incomplete unless given)."""
+    command = [*snakemake_command(workdir, TARGET, rerun_incomplete=False), *options]
+    return subprocess.run(command, cwd=workdir, env=stage_env(), capture_output=True, text=True, timeout=600)
+
+
+def held_training(workdir: Path, step: int) -> tuple[subprocess.Popen, int]:
+    """A controller training the run from scratch, its stage held after checkpoint ``step``; (it, the stage's pid)."""
+    shutil.rmtree(workdir / RUN, ignore_errors=True)
+    controller = start_snakemake(workdir, TARGET, rerun_incomplete=False, hooks=hold_training_env(step))
+    wait_until(lambda: step in checkpoint_steps(workdir / RUN), f"checkpoint-{step}", controller)
+    pid = stage_process(controller.pid, "pipeline.train")
+    assert pid is not None
+    return controller, pid
+
+
+def test_killed_controller_recovers_with_unlock_then_rerun_incomplete(study: Path) -> None:
+    controller, stage = held_training(study, EXPORT_STEP)
+    os.kill(controller.pid, signal.SIGKILL)  # the controller alone: its job lives on
+    controller.wait(timeout=60)
+    try:
+        locked = snakemake(study)
+        assert locked.returncode != 0 and "Directory cannot be locked" in locked.stderr, locked.stderr[-3000:]
+        assert "--unlock" in locked.stderr
+        assert snakemake(study, "--unlock").returncode == 0
+        log_before = (study / TRAIN_LOG).read_text(encoding="utf-8")
+        busy = snakemake(study, "--rerun-incomplete")
+        assert busy.returncode != 0 and BUSY.format(pid=stage) in busy.stderr, busy.stderr[-3000:]
+        assert (study / TRAIN_LOG).read_text(encoding="utf-8").startswith(log_before)  # the job's log, untouched
+        assert EXPORT_STEP in checkpoint_steps(study / RUN)
+    finally:
+        os.kill(stage, signal.SIGKILL)  # stop the killed controller's job, as the refusal says
+    wait_until(lambda: not Path(f"/proc/{stage}").exists(), "the end of the held stage", timeout=60)
+    resumed = snakemake(study, "--rerun-incomplete")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    log = (study / TRAIN_LOG).read_text(encoding="utf-8")
+    assert f"resuming from {RUN}/checkpoints/checkpoint-{EXPORT_STEP} (step {EXPORT_STEP})" in log, log[-3000:]
+    assert (study / RUN / "final").is_dir() and (study / TARGET).is_file()
+
+
+def test_second_controller_under_nolock_leaves_a_training_run_alone(study: Path) -> None:
+    first, stage = held_training(study, 2)
+    try:
+        log_before = (study / TRAIN_LOG).read_text(encoding="utf-8")
+        second = snakemake(study, "--nolock", "--rerun-incomplete")
+        assert second.returncode != 0 and BUSY.format(pid=stage) in second.stderr, second.stderr[-3000:]
+        assert "train" not in "".join(line for line in second.stderr.splitlines() if line.startswith("rule "))
+        # the first writer's log and checkpoints are as it left them, and it still holds its run
+        assert (study / TRAIN_LOG).read_text(encoding="utf-8").startswith(log_before), log_before[-2000:]
+        assert 2 in checkpoint_steps(study / RUN) and (study / RUN / "train.lock").is_file()
+        assert first.poll() is None
+    finally:
+        os.kill(stage, signal.SIGTERM)  # the held stage checkpoints and stops (exit 75)
+        first.wait(timeout=300)
+    assert "received SIGTERM: saving a checkpoint at step 3 and stopping" in (study / TRAIN_LOG).read_text(
+        encoding="utf-8"
+    )
