@@ -229,9 +229,9 @@ def summary(rows: Sequence[Mapping[str, Any]], config: HealthConfig) -> dict[str
         )
         for start in range(len(training) - config.flat_window + 1)
     ]
-    least = min(windows, default=None)
+    least = min(windows, key=lambda found: found[0], default=None)
     growths = [(growth, int(row["step"])) for row in training if (growth := value(row, WEIGHT_GROWTH_KEY)) is not None]
-    most = max(growths, default=None)
+    most = max(growths, key=lambda found: found[0], default=None)
     near = []
     if config.enabled and streak >= max(2, math.ceil(config.flat_window / 2)):
         near.append(f"flat for {streak} logged steps (steps {streak_from}-{streak_to}; window {config.flat_window})")
