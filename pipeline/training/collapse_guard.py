@@ -1,8 +1,8 @@
 """The collapse guard of training: the health check (pipeline.runtime.health) at every logging step, on what the
 trainer logs, plus the weights' norm this module logs beside it.
 
-At each logged training step the trainer adds ``weight_norm`` (the global L2 norm of the trainable weights,
-``weight_norm``) and ``weight_growth`` (over the start model's) to the row, and after the row is logged (written to
+At each logged training step the trainer adds ``weight_norm`` (the global L2 norm of the trainable weights) and
+``weight_growth`` (over the start model's) to the row, and after the row is logged (written to
 ``metrics.jsonl``) asks the health check about the rows logged so far (``TrainerState.log_history``, which a
 checkpoint carries, so a resumed run sees the rows before its checkpoint). A trip raises ``TrainingCollapse``
 before the step's checkpoint is saved (the Trainer logs, then saves). Every process checks its own rows (the same
