@@ -9,9 +9,9 @@ and checkpoint (``save_steps: 1``).
   same way (it does not resume into the collapse).
 - The weights check off (``GRAIL_RUNTIME``): the flat check trips at step 7 (steps 3-7 flat); the checkpoints of
   steps 2-6, saved before the trip was seen, are set aside with a why.json, so checkpoint-1 is the newest left.
-(Checked by breaking it: without the check in the trainer's ``log`` the runs exit 0 and publish final/; without the
-set-aside the flat run leaves checkpoint-6 as the newest valid one; with the healthy point at the trip's row the
-log names checkpoint-6.)"""
+(Checked by breaking it: without the check in the trainer's ``log`` the learning-rate-100 run exits 0 and the flat
+run raises no SystemExit; without the set-aside the flat run keeps checkpoints 2-6 and names no healthy checkpoint;
+with the healthy point at the trip's row it names checkpoint-6.)"""
 
 from __future__ import annotations
 
