@@ -24,7 +24,10 @@ The checks (``HealthConfig``: the config's ``health`` section, a run-time settin
   reward 0 or 1 throughout, which healthy runs show for a few steps). A signal with no value in the window is not
   flat (an unlogged signal cannot trip the check).
 - weights: ``weight_growth`` reaches the ``weight_growth`` threshold (the weights' norm is that many times its
-  start value).
+  start value). It catches what the flat check cannot: in the quick study at ``learning_rate: 100`` the gradient
+  norm is 0.0 from the first step, but Adam's momentum keeps moving the weights (3413x at step 2, 10806x at step
+  20), and from step 8 the entropy climbs to 4.5 as the policy turns to noise, so no window stays flat; the weights
+  check stops that run at its first logged step.
 
 Where the healthy state ends (``Trip.healthy_through``, the last step whose weights count as healthy; the training
 stage keeps no checkpoint after it as resumable): for the weights, the previous logged step (its norm was below the
