@@ -1,9 +1,9 @@
 """The training health check: a run that has collapsed, finite but dead, is named and stopped.
 
 The NaN guard (pipeline.training.nan_guard) stops a run whose loss, gradient norm or weights stop being finite. A
-run can also collapse and stay finite: at ``learning_rate: 100`` the tiny study's reward, loss, gradient norm and
-entropy drop to 0.0 from step 4 on while its largest weight grows from 1.1 to 531, and without this check the job
-exits 0 and publishes the wreck. The check reads the rows the trainer logs (``metrics.jsonl``, one per logging step,
+run can also collapse and stay finite: at ``learning_rate: 100`` the quick study's loss and gradient norm are 0.0
+from the first step and its reward from step 4, while its largest weight grows from 1.1 to 531 (its weights' L2
+norm 3413x in two steps); without this check the job exits 0 and publishes the wreck. The check reads the rows the trainer logs (``metrics.jsonl``, one per logging step,
 and ``TrainerState.log_history``, the same dicts), so it is a pure function: the training stage runs it at every
 logging step, and the report runs it again on each published run's ``metrics.jsonl``.
 
