@@ -646,6 +646,8 @@ rule report:
         token_viewer=[TOKEN_VIEWER] if STUDY.token_viewer.enabled else [],
         provenance=[RUN_PROVENANCE.format(**run) for run in STUDY.runs()]
         + [SAMPLES_PROVENANCE.format(**job) for job in STUDY.evaluations()],
+        # the training health check, again under the study's thresholds (pipeline.runtime.health)
+        train_metrics=[RUN_METRICS.format(**run) for run in STUDY.runs()],
         code_changes=[CODE_CHANGES] if os.path.isfile(CODE_CHANGES) else [],
         repairs=force_damaged_outputs,
     output:
@@ -670,7 +672,7 @@ rule report:
         " --figures-dir {params.figures_dir:q} --significance {input.significance:q}"
         " --data-card {input.data_card:q} --audit {input.audits:q}"
         " --token-analysis {params.token_analysis_dirs:q} {params.token_viewer}"
-        " --provenance {input.provenance:q} {params.code_changes}"
+        " --provenance {input.provenance:q} --train-metrics {input.train_metrics:q} {params.code_changes}"
         " --out {output.report:q} > {log:q} 2>&1"
 
 

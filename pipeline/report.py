@@ -1,4 +1,10 @@
-"""Stage `report`: one Markdown file with the study's tables, figures, tests, data card, gold audit and provenance.
+"""Stage `report`: one Markdown file with the study's tables, figures, tests, data card, gold audit, training health
+and provenance.
+
+Training health: each run's ``metrics.jsonl`` checked again with the study's ``health`` thresholds
+(pipeline.runtime.health): the runs that trip a check under them (possible only when the thresholds changed after the
+run trained, or the check was off: a run that trips stops its job, exit 80, and the study fails there before any
+report) and those that came near one (within 2x of a threshold), with the study's closest margins.
 
 Credentials never reach the report: values of environment variables whose names look like secrets
 (``*TOKEN*``, ``*KEY*``, ``*SECRET*``, ``*PASSWORD*``) are redacted from every line written.
@@ -20,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from pipeline.core import kernels
-from pipeline.core.io import InputError, atomic_write_text, load_spec, run_cli
+from pipeline.core.io import InputError, atomic_write_text, load_spec, read_jsonl, run_cli
 from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, VARIANCE_TABLE, checkpoint_label
 from pipeline.core.provenance import (
     mixed_versions,
@@ -31,7 +37,9 @@ from pipeline.core.provenance import (
     standing_code_changes,
 )
 from pipeline.core.repo import REPO_DIR
+from pipeline.runtime.health import HealthConfig, Trip, describe, summary
 from pipeline.stats.paired_tests import paper_test
+from pipeline.stats.scores import parse_run_path
 from pipeline.stats.variance import VARIANCE_NOTE, variance_markdown
 from pipeline.stats.wording import key_sections, paper_test_sentence
 from pipeline.tasks.gold_audit import clean_only_warning
@@ -213,6 +221,44 @@ def audit_warnings(audits: list[dict[str, Any]]) -> list[str]:
     return [f"> **Warning:** {warning}." for warning in map(clean_only_warning, audits) if warning]
 
 
+def health_section(paths: list[Path], settings: HealthConfig) -> str:
+    """The runs that trip or came near a health check (pipeline.runtime.health) under ``settings``, one line each,
+    and the study's closest margins: the longest flat streak, the smallest largest-spread over a window, the largest
+    weight growth."""
+    if not settings.enabled:
+        return "The training health check is off (`health.enabled: false`)."
+    found = {}
+    for path in paths:
+        run = parse_run_path(path)
+        found[f"{run.model}/{run.method}/seed{run.seed}"] = summary(read_jsonl(path), settings)
+    header = (
+        f"Thresholds (config `health`): reward, entropy and gradient norm flat (spread at most "
+        f"{settings.flat_tolerance:g}) for {settings.flat_window} logged steps, or the weights' L2 norm at "
+        f"{settings.weight_growth:g}x the start model's. Near: within 2x of a threshold (a flat streak of half the "
+        "window, a spread within twice the tolerance, or half the threshold's growth)."
+    )
+    listed = []
+    for run, record in found.items():
+        if record["verdict"] == "tripped":
+            trips = describe([Trip(**trip) for trip in record["trips"]])
+            listed.append(f"- **{run} trips a check** under these thresholds (it trained under others): {trips}")
+        elif record["verdict"] == "near":
+            listed.append(f"- {run} came near: {'; '.join(record['near'])}")
+    streak = max((record["flat"]["longest_streak"] for record in found.values()), default=0)
+    spreads = [s for record in found.values() if (s := record["flat"]["least_largest_spread"]) is not None]
+    growths = [record["weights"]["max_growth"] for record in found.values() if record["weights"]]
+    closest = [f"the longest flat streak {streak} logged steps"]
+    closest += [f"the smallest largest-spread over a window {min(spreads):.3g}"] if spreads else []
+    closest += [f"the largest weight growth {max(growths):.4g}x" if growths else "no weight norm logged"]
+    return "\n\n".join(
+        [
+            header,
+            "\n".join(listed) or "No run tripped or came near a check.",
+            f"Closest over the {len(found)} runs: {'; '.join(closest)}.",
+        ]
+    )
+
+
 def token_analysis_section(directories: list[Path], report_dir: Path) -> str:
     """U-shape index per analysed run and checkpoint, and each run's positional figure."""
     rows, figures = [], []
@@ -365,6 +411,9 @@ def build_report(args: argparse.Namespace) -> str:
         "upstream's plain math-verify accepts; one that it does is marked `(clean only)` and warned about above.",
         audit_section(audits),
     ]
+    if args.train_metrics:
+        settings = HealthConfig(**config.get("health", {}))
+        sections += ["## Training health", health_section(args.train_metrics, settings)]
     if args.token_analysis:
         sections += ["## Token analysis", token_analysis_section(args.token_analysis, report_dir)]
     if args.token_viewer:
@@ -390,6 +439,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--token-analysis", nargs="*", default=[], type=Path)
     parser.add_argument("--token-viewer", type=Path, help="the token-weight viewer page to link")
     parser.add_argument("--provenance", nargs="*", default=[], type=Path, help="library versions of runs, evaluations")
+    parser.add_argument(
+        "--train-metrics", nargs="*", default=[], type=Path, help="the runs' metrics.jsonl (the health check)"
+    )
     parser.add_argument("--code-changes", type=Path, help="the accepted code changes (pipeline.why_rerun --accept)")
     parser.add_argument(
         "--repo-dir", type=Path, default=REPO_DIR, help="the checkout whose commit is recorded (default: this code's)"

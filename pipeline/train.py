@@ -34,6 +34,12 @@ write failed; the log names the path, the space needed or the error, and the spa
 removed, and a rerun once there is space resumes from the last complete checkpoint. ``STALL_EXIT_CODE`` (79): the
 stall watchdog (pipeline.runtime.watchdog; its bounds are run-time settings, pipeline.runtime.settings) saw a step, or the gap after one, make no progress within its
 bound; the log names the rank and the step and holds every thread's stack; a rerun resumes from the last checkpoint.
+``COLLAPSE_EXIT_CODE`` (80): the training health check (pipeline.runtime.health, its thresholds the run-time settings'
+``health``) found the run collapsed at a logged step: reward, entropy and gradient norm flat for ``flat_window``
+logged steps, or the weights' L2 norm at ``weight_growth`` times the start model's; the log names the step, what
+tripped and the last healthy checkpoint, and the checkpoints (and working exports) saved after the last healthy step
+are set aside (``--stale-checkpoints delete``: deleted), so that no rerun resumes into the collapse; a plain rerun
+resumes from the last healthy checkpoint and collapses again (a final status, as 70).
 """
 
 # The preemption handlers are installed before the slow third-party imports (see STARTUP_SIGNALS), hence E402.
@@ -83,7 +89,12 @@ from datasets import Dataset
 from transformers import ProgressCallback
 
 from pipeline.core import kernels
-from pipeline.core.exit_codes import NONFINITE_EXIT_CODE, PREEMPTED_EXIT_CODE, SAVE_FAILED_EXIT_CODE
+from pipeline.core.exit_codes import (
+    COLLAPSE_EXIT_CODE,
+    NONFINITE_EXIT_CODE,
+    PREEMPTED_EXIT_CODE,
+    SAVE_FAILED_EXIT_CODE,
+)
 from pipeline.core.file_digest import file_digest, model_identity
 from pipeline.core.io import export_model, publish_directory, publish_text, read_jsonl, run_cli
 from pipeline.core.layout import (
@@ -101,8 +112,10 @@ from pipeline.core.source_digest import module_digests
 from pipeline.credit.method import credit_module
 from pipeline.models.loading import check_model_reference, load_model, load_tokenizer
 from pipeline.runtime.disk_space import CheckpointSaveError
+from pipeline.runtime.health import summary
 from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RUNTIME_VARIABLE, RuntimeSettings
 from pipeline.tasks.rewards import trl_reward_function
+from pipeline.training.collapse_guard import TrainingCollapse
 from pipeline.training.grpo_config import GrailGRPOConfig, merge_specs, split_options
 from pipeline.training.nan_guard import NonFiniteTraining
 from pipeline.training.resume import (
@@ -123,6 +136,7 @@ from pipeline.training.run_state import (
     fingerprint_record,
     prepare_working_dir,
     run_lock,
+    set_aside_after,
 )
 from pipeline.training.tracking import TrackingConfig, environment, load_tracking, tensorboard_environment, wandb_run
 
@@ -313,7 +327,8 @@ def publish_outputs(
     finished_checkpoint: Path | None,
 ) -> None:
     """Publish the stage outputs: the exports, the final model (saved by the trainer, or linked from
-    ``finished_checkpoint`` when an earlier attempt finished training) and, last, the metrics."""
+    ``finished_checkpoint`` when an earlier attempt finished training), the provenance (with the health check's
+    summary of the run: pipeline.runtime.health) and, last, the metrics."""
     is_main = trainer.accelerator.is_main_process
     if is_main:
         publish_exports(run_dir, export_steps, final_step)
@@ -322,7 +337,9 @@ def publish_outputs(
     elif is_main:
         export_model(finished_checkpoint, run_dir / FINAL_CHECKPOINT)
     if is_main:
-        write_provenance(run_dir / PROVENANCE_FILE, "train", runtime=RuntimeSettings.current().record())
+        settings = RuntimeSettings.current()
+        health = summary(read_jsonl(working_metrics_path(run_dir)), settings.health)
+        write_provenance(run_dir / PROVENANCE_FILE, "train", runtime=settings.record(), health=health)
         publish_metrics(working_metrics_path(run_dir), run_dir / METRICS_FILE)
 
 
@@ -386,6 +403,7 @@ def build_trainer(
             export_steps=export_steps,
             exports_dir=working_exports_dir(args.out),
             run_fingerprint=run_fingerprint(args, merged, config),
+            health=RuntimeSettings.current().health,
         )
     control.accelerator = trainer.accelerator
     if trainer.pop_callback(ProgressCallback) is not None:  # absent with disable_tqdm
@@ -425,11 +443,38 @@ def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
         except NonFiniteTraining as error:
             logger.error("non-finite training: %s", error)
             raise SystemExit(NONFINITE_EXIT_CODE) from None
+        except TrainingCollapse as error:
+            logger.error("collapsed training: %s", collapse_message(args, trainer, error))
+            raise SystemExit(COLLAPSE_EXIT_CODE) from None
         except CheckpointSaveError as error:
             logger.error("checkpoint not saved: %s", error)
             raise SystemExit(SAVE_FAILED_EXIT_CODE) from None
         finally:
             stall.watchdog.stop()  # also when training raised (an in-process caller lives on)
+
+
+def collapse_message(args: argparse.Namespace, trainer: ResumableGRPOTrainer, error: TrainingCollapse) -> str:
+    """Set aside the checkpoints saved after the last healthy step (main process; every process waits), then the
+    log line: the step, the rank, what tripped, the last healthy checkpoint and where the collapsed ones went."""
+    checkpoints_dir = args.out / CHECKPOINTS_DIR
+    healthy_step = min((trip.healthy_through for trip in error.trips), default=None)
+    moved: list[str] = []
+    where = None
+    if trainer.accelerator.is_main_process and healthy_step is not None:
+        reasons = [f"collapsed training: {error}"]
+        details = {"health": [trip.record() for trip in error.trips], "healthy_through": healthy_step}
+        moved, where = set_aside_after(checkpoints_dir, healthy_step, reasons, details, args.stale_checkpoints)
+    trainer.accelerator.wait_for_everyone()
+    newest = newest_valid_checkpoint(checkpoints_dir)
+    if healthy_step is not None and newest is not None and newest[0] > healthy_step:
+        newest = None  # only another process tripped: the main process set nothing aside
+    last = newest[1] if newest else "none (a rerun starts from scratch)"
+    gone = ""
+    if moved:
+        gone = f"; made after step {healthy_step}, {', '.join(moved)} " + (
+            f"set aside to {where}" if where else "deleted (--stale-checkpoints delete)"
+        )
+    return f"rank {trainer.accelerator.process_index}: {error}; training stopped. Last healthy checkpoint: {last}{gone}"
 
 
 def train_and_publish(

@@ -3,8 +3,8 @@
 Snakemake retries every failed job (`retries` in profiles/slurm) and has no per-status rule (snakemake issue #2441:
 `restart_times` is per rule). A retry only helps a failure that a rerun can heal. A stage that exits with one of
 ``FINAL_EXIT_CODES`` fails the same way on every retry: bad input (2) names a file, row or key that is still wrong,
-a non-finite run (70) diverges again at the same step from the same checkpoint and seed, and a full disk (73) is
-still full. ``PREEMPTED_EXIT_CODE`` (75) is the opposite: a checkpoint was saved and a rerun resumes.
+a non-finite run (70) diverges again at the same step from the same checkpoint and seed, a collapsed run (80)
+collapses again from its last healthy checkpoint, and a full disk (73) is still full. ``PREEMPTED_EXIT_CODE`` (75) is the opposite: a checkpoint was saved and a rerun resumes.
 
 The gate. The controller Snakemake (the Snakefile, parsed in its default mode) puts an id of its invocation in the
 environment (``INVOCATION_VARIABLE``), which every job inherits (local jobs as children, Slurm jobs through
@@ -36,11 +36,18 @@ PREEMPTED_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: "temporary failure, try agai
 # stall cannot be mistaken for another failure. Retryable: a stall is transient (a node, a file system, an engine),
 # the rerun resumes from the last checkpoint.
 STALL_EXIT_CODE = 79
+# The training health check (pipeline.runtime.health): the run collapsed and stayed finite (reward, entropy and gradient
+# norm flat, or the weights' norm grown past its bound); a plain rerun resumes from the last healthy checkpoint and
+# collapses again. No sysexits.h meaning fits (70, EX_SOFTWARE, is the NaN guard's; 78, EX_CONFIG, would read as a
+# config file error, which the stages report as 2), so like the stall's 79 it lies just past sysexits.h's 64-78,
+# below the shell's 126-165: a collapse cannot be mistaken for another failure.
+COLLAPSE_EXIT_CODE = 80
 # The statuses a retry cannot change: a retry of the same job in the same Snakemake invocation exits at once.
-FINAL_EXIT_CODES = frozenset({INPUT_ERROR_EXIT_CODE, NONFINITE_EXIT_CODE, SAVE_FAILED_EXIT_CODE})
+FINAL_EXIT_CODES = frozenset({INPUT_ERROR_EXIT_CODE, NONFINITE_EXIT_CODE, SAVE_FAILED_EXIT_CODE, COLLAPSE_EXIT_CODE})
 FINAL_EXIT_REASONS = {
     INPUT_ERROR_EXIT_CODE: "bad input",
     NONFINITE_EXIT_CODE: "non-finite training",
+    COLLAPSE_EXIT_CODE: "collapsed training",
     SAVE_FAILED_EXIT_CODE: "checkpoint did not fit on the disk",
 }
 

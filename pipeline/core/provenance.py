@@ -51,15 +51,19 @@ def library_versions() -> dict[str, str]:
     return package_versions(LIBRARIES)
 
 
-def write_provenance(path: Path, stage: str, runtime: dict[str, Any] | None = None) -> None:
-    """Record, atomically, which Python and library versions and which CPU kernel path ``stage`` ran with, and the
-    run-time settings it ran under (``runtime``: pipeline.runtime.settings, passed by the stage)."""
+def write_provenance(
+    path: Path, stage: str, runtime: dict[str, Any] | None = None, health: dict[str, Any] | None = None
+) -> None:
+    """Record, atomically, which Python and library versions and which CPU kernel path ``stage`` ran with, the
+    run-time settings it ran under (``runtime``: pipeline.runtime.settings, passed by the stage) and, for a training
+    run, the health check's summary (``health``: pipeline.runtime.health)."""
     record = {
         "stage": stage,
         "python": platform.python_version(),
         "libraries": library_versions(),
         "kernels": kernels.kernel_record(),
         **({"runtime": runtime} if runtime is not None else {}),
+        **({"health": health} if health is not None else {}),
     }
     atomic_write_json(path, record)
 

@@ -4,6 +4,8 @@
 
 The settings (``RuntimeSettings``; config keys in parentheses):
 - ``watchdog``: the stall watchdog's bounds (``watchdog.*``, pipeline.runtime.watchdog);
+- ``health``: the training health check's thresholds (``health.*``, pipeline.runtime.health): they decide whether a
+  run stops, never what a run that goes on computes;
 - ``time_windows``: Slurm time-limit windows a training job may use (``time_windows``, pipeline.runtime.time_windows);
 - ``ddp_timeout``: seconds a collective waits for the other ranks (``training.ddp_timeout``; None: transformers'
   default, 1800).
@@ -31,6 +33,7 @@ from typing import Any
 
 from pipeline.core.io import InputError, canonical_json
 from pipeline.core.specs import dataclass_from_mapping
+from pipeline.runtime.health import HealthConfig
 from pipeline.runtime.watchdog import WatchdogConfig
 
 RUNTIME_VARIABLE = "GRAIL_RUNTIME"
@@ -43,6 +46,7 @@ class RuntimeSettings:
     """The run-time settings of a job (module docstring)."""
 
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
     time_windows: int = 1
     ddp_timeout: int | None = None
 

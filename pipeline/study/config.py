@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pipeline.core.io import InputError
 from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, checkpoint_label, label_step
+from pipeline.runtime.health import HealthConfig
 from pipeline.runtime.launching import TrainingEngine
 from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RuntimeSettings
 from pipeline.runtime.watchdog import WatchdogConfig
@@ -156,6 +157,7 @@ class Study:
     tracking: TrackingConfig
     watchdog: WatchdogConfig
     token_viewer: TokenViewerConfig
+    health: HealthConfig
     resource_table: dict[str, dict[str, Any]] = field(repr=False)
     library_changes: LibraryChanges = "warn"
     stale_checkpoints: StaleCheckpoints = "set_aside"
@@ -208,6 +210,7 @@ class Study:
             significance=config["significance"],
             tracking=TrackingConfig(**config["tracking"]),
             watchdog=WatchdogConfig(**config["watchdog"]),
+            health=HealthConfig(**config["health"]),
             token_viewer=TokenViewerConfig(
                 enabled=viewer["enabled"],
                 benchmark=viewer.get("benchmark") or analysis.get("benchmark") or next(iter(config["benchmarks"])),
@@ -235,7 +238,10 @@ class Study:
     def runtime(self) -> RuntimeSettings:
         """How every job runs, never what it computes (pipeline.runtime.settings): the Snakefile exports it."""
         return RuntimeSettings(
-            watchdog=self.watchdog, time_windows=self.time_windows, ddp_timeout=self.training.get("ddp_timeout")
+            watchdog=self.watchdog,
+            health=self.health,
+            time_windows=self.time_windows,
+            ddp_timeout=self.training.get("ddp_timeout"),
         )
 
     def effective_training(self, model: str, method: str) -> dict[str, Any]:

@@ -33,8 +33,10 @@ from pipeline.runtime.disk_space import (
     gib,
     space_problem,
 )
+from pipeline.runtime.health import HealthConfig, latest_trips
 from pipeline.runtime.preemption import PreemptionSignals
 from pipeline.runtime.watchdog import StallWatchdog, WatchdogConfig
+from pipeline.training.collapse_guard import TrainingCollapse, weight_metrics, weight_norm
 from pipeline.training.nan_guard import NonFiniteTraining, any_process, nonfinite_parameters, step_problem
 from pipeline.training.run_state import write_fingerprint
 from pipeline.training.trainer import GrailGRPOTrainer
@@ -163,7 +165,9 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
     ``run_fingerprint`` of the settings that made it.
 
     The NaN guard (pipeline.training.nan_guard): a non-finite loss or gradient norm raises ``NonFiniteTraining`` before the
-    optimizer step, and a checkpoint or final model is written only from finite weights.
+    optimizer step, and a checkpoint or final model is written only from finite weights. The collapse guard
+    (pipeline.training.collapse_guard): each logged training step also logs the weights' norm and its growth over the
+    start model's, and a trip of the health check (``health``) raises ``TrainingCollapse`` before the step's save.
     """
 
     def __init__(
@@ -172,12 +176,16 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
         export_steps: frozenset[int],
         exports_dir: Path,
         run_fingerprint: dict[str, Any],
+        health: HealthConfig | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.export_steps = export_steps
         self.exports_dir = exports_dir
         self.run_fingerprint = run_fingerprint
+        self.health = health if health is not None else HealthConfig()
+        # The model as constructed is the start model: a resumed run loads its checkpoint's weights in train().
+        self.start_weight_norm = weight_norm(self.model)
         self._staging_dir: Path | None = None
 
     def _get_train_sampler(self, dataset: Dataset | None = None) -> EpochRepeatSampler:
@@ -207,6 +215,18 @@ class ResumableGRPOTrainer(GrailGRPOTrainer):
         if any_process(self.accelerator, problem is not None):
             raise NonFiniteTraining(self._nonfinite_message(self.state.global_step + 1, problem))
         return grad_norm
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        # A training step's row (the HF Trainer's has "loss"; the end-of-run summary has "train_loss") gets the
+        # weights' norm; once it is logged (metrics.jsonl, log_history), the health check reads the rows so far.
+        training = "loss" in logs
+        if training:
+            logs.update(weight_metrics(self.model, self.start_weight_norm))
+        super().log(logs, start_time)
+        if training:
+            trips = latest_trips(self.state.log_history, self.health)
+            if any_process(self.accelerator, bool(trips)):
+                raise TrainingCollapse(self.state.global_step, trips)
 
     def check_finite_weights(self, what: str) -> None:
         """Raise ``NonFiniteTraining`` before ``what`` is written when any process's weights are not finite."""

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pipeline.core.io import InputError
+from pipeline.core.layout import EXPORTS_DIR, METRICS_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -235,6 +236,50 @@ def prepare_working_dir(
     working.mkdir(parents=True, exist_ok=True)
     write_fingerprint(working, record)
     return moved_to
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """N of a ``checkpoint-N`` or ``step-N`` directory; None for any other name."""
+    number = path.name.rpartition("-")[2]
+    return (
+        int(number) if path.is_dir() and path.name.startswith(("checkpoint-", "step-")) and number.isdigit() else None
+    )
+
+
+def set_aside_after(
+    working: Path, step: int, reasons: list[str], details: Mapping[str, Any], stale: StaleCheckpoints = "set_aside"
+) -> tuple[list[str], Path | None]:
+    """Move the checkpoints of ``working`` made after ``step``, and the working exports of those steps, out of the
+    run's way (a rerun resumes from the newest one left): to ``RUN_DIR/set_aside/<time>/checkpoints/`` with a
+    ``why.json`` (``reasons``, ``details``) and a copy of the working metrics as they were, or deleted under
+    ``stale`` ``delete``. Returns the names of what was moved and where (None when deleted or nothing was there)."""
+    exports = working / EXPORTS_DIR
+    after = [
+        path
+        for directory in (working, exports)
+        if directory.is_dir()
+        for path in sorted(directory.iterdir())
+        if (number := checkpoint_step(path)) is not None and number > step
+    ]
+    names = [str(path.relative_to(working)) for path in after]
+    if not after:
+        return names, None
+    if stale == "delete":
+        for path in after:
+            shutil.rmtree(path)
+        return names, None
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    moved_to = working.parent / SET_ASIDE_DIR / stamp
+    for path in after:
+        destination = moved_to / working.name / path.relative_to(working)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, destination)
+    metrics = working / METRICS_FILE
+    if metrics.is_file():
+        shutil.copyfile(metrics, moved_to / working.name / metrics.name)
+    why = {"reasons": reasons, **details}
+    (moved_to / WHY_FILE).write_text(json.dumps(why, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return names, moved_to
 
 
 def set_aside_bytes(results_dir: Path) -> int:

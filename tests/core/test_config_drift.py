@@ -12,6 +12,7 @@ from trl import GRPOConfig
 from pipeline.credit.method import Range
 from pipeline.evaluation.eval_spec import EvalSpec, VllmSettings
 from pipeline.evaluation.token_weights import TokenAnalysisSpec
+from pipeline.runtime.health import HealthConfig
 from pipeline.runtime.launching import TRAINING_ENGINES, TrainingEngine
 from pipeline.runtime.watchdog import WatchdogConfig
 from pipeline.study.checks import TRL_DEFAULTS
@@ -115,6 +116,7 @@ def test_recorded_trl_defaults_are_grpo_configs(tmp_path):
         (("evaluation", "vllm"), VllmSettings, set()),
         (("token_analysis",), TokenAnalysisSpec, set(TOKEN_ANALYSIS_PLAN_KEYS)),
         (("watchdog",), WatchdogConfig, set()),
+        (("health",), HealthConfig, set()),
     ],
 )
 def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
@@ -126,7 +128,12 @@ def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
 
 @pytest.mark.parametrize(
     ("path", "cls"),
-    [(("evaluation",), EvalSpec), (("evaluation", "vllm"), VllmSettings), (("watchdog",), WatchdogConfig)],
+    [
+        (("evaluation",), EvalSpec),
+        (("evaluation", "vllm"), VllmSettings),
+        (("watchdog",), WatchdogConfig),
+        (("health",), HealthConfig),
+    ],
 )
 def test_schema_defaults_are_the_stage_defaults(path, cls):
     node = schema_node(path)

@@ -10,12 +10,15 @@ import sys
 from pathlib import Path
 
 from pipeline.core.exit_codes import (
+    COLLAPSE_EXIT_CODE,
     FINAL_EXIT_CODES,
+    FINAL_EXIT_REASONS,
     INPUT_ERROR_EXIT_CODE,
     INVOCATION_VARIABLE,
     NONFINITE_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
     SAVE_FAILED_EXIT_CODE,
+    STALL_EXIT_CODE,
     earlier_final_exit,
     marker_path,
     record_final_exit,
@@ -25,8 +28,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_final_statuses() -> None:
-    assert {INPUT_ERROR_EXIT_CODE, NONFINITE_EXIT_CODE, SAVE_FAILED_EXIT_CODE} == FINAL_EXIT_CODES
+    assert {INPUT_ERROR_EXIT_CODE, NONFINITE_EXIT_CODE, SAVE_FAILED_EXIT_CODE, COLLAPSE_EXIT_CODE} == FINAL_EXIT_CODES
     assert PREEMPTED_EXIT_CODE not in FINAL_EXIT_CODES  # a checkpoint was saved: the rerun resumes
+    assert STALL_EXIT_CODE not in FINAL_EXIT_CODES  # a stall is transient
+    assert set(FINAL_EXIT_REASONS) == FINAL_EXIT_CODES
+    statuses = [INPUT_ERROR_EXIT_CODE, NONFINITE_EXIT_CODE, SAVE_FAILED_EXIT_CODE, PREEMPTED_EXIT_CODE]
+    assert len({*statuses, STALL_EXIT_CODE, COLLAPSE_EXIT_CODE}) == 6  # each names one cause
 
 
 def test_a_marker_holds_for_its_invocation_only(tmp_path: Path) -> None:

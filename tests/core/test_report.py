@@ -6,7 +6,8 @@ import sys
 from importlib import metadata
 
 from pipeline.core.provenance import LIBRARIES, library_versions, package_versions
-from pipeline.report import config_hash, dataset_revisions, redact, secret_values
+from pipeline.report import config_hash, dataset_revisions, health_section, redact, secret_values
+from pipeline.runtime.health import HealthConfig
 from pipeline.tasks.grading import GRADING_MODES
 
 
@@ -218,3 +219,34 @@ def test_report_names_the_outputs_made_by_an_older_code_digest(tmp_path):
     assert "pipeline.report (changed)" not in text
     subprocess.run(command, check=True, capture_output=True)
     assert "no accepted code change" in (tmp_path / "report.md").read_text()
+
+
+def test_the_health_section_lists_the_runs_that_trip_or_came_near_a_check(tmp_path):
+    def rows(growths, entropies):
+        return "".join(
+            json.dumps({"step": step, "loss": 0.0, "reward": 0.0, "grad_norm": 0.0, "entropy": entropy,
+                        "weight_norm": 10.0 * growth, "weight_growth": growth}) + "\n"
+            for step, (growth, entropy) in enumerate(zip(growths, entropies, strict=True), start=1)
+        )  # fmt: skip
+
+    runs = {
+        "grpo": rows([1.0, 1.01, 1.02, 1.03, 1.04, 1.05], [0.5, 0.4, 0.6, 0.3, 0.5, 0.4]),
+        "grail": rows([1.0, 1.2, 1.6, 1.7, 1.8, 1.9], [0.5, 0.4, 0.6, 0.3, 0.5, 0.4]),  # near: growth past 1.5
+        "oar_g": rows([1.0, 1.0, 1.0, 1.0, 1.0, 1.0], [0.5, 0.0, 0.0, 0.0, 0.0, 0.0]),  # flat from step 2
+    }
+    paths = []
+    for method, text in runs.items():
+        path = tmp_path / "runs" / "tiny" / method / "seed0" / "metrics.jsonl"
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+        paths.append(path)
+    section = health_section(paths, HealthConfig())
+    assert "- tiny/grail/seed0 came near: weight growth 1.9x at step 6 (threshold 2)" in section
+    assert (
+        "- **tiny/oar_g/seed0 trips a check** under these thresholds (it trained under others): step 6: reward, "
+        in section
+    )
+    assert "tiny/grpo" not in section
+    assert section.endswith("Closest over the 3 runs: the longest flat streak 5 logged steps; "
+                            "the smallest largest-spread over a window 0; the largest weight growth 1.9x.")  # fmt: skip
+    assert health_section(paths[:1], HealthConfig(enabled=False)).startswith("The training health check is off")

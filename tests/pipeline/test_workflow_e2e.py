@@ -253,12 +253,13 @@ def test_second_run_does_nothing(workdir: Path) -> None:
 
 
 def test_run_time_settings_change_reruns_only_the_report(workdir: Path, tmp_path: Path) -> None:
-    """The run-time settings (the stall watchdog, time windows, the collective timeout: pipeline.runtime.settings)
+    """The run-time settings (the stall watchdog, the health check, time windows, the collective timeout: pipeline.runtime.settings)
     reach the jobs through their environment, never a command or a param: they decide how a job runs, never what
     it computes. The report shows the whole config, so it is remade. (Checked by breaking it: with the settings as a
     plain string param of train and evaluate, every train and evaluate job and all after them are planned.)"""
     config = yaml.safe_load(CI_CONFIG.read_text())
     config["watchdog"] = {"stall_floor_s": 60, "stall_multiple": 3, "enabled": False}
+    config["health"] = {"flat_window": 8, "weight_growth": 3.0}
     config["time_windows"] = 3
     config["training"]["ddp_timeout"] = 600
     changed = tmp_path / "changed.yaml"
@@ -303,6 +304,8 @@ def test_every_run_and_evaluation_records_its_run_time_settings(workdir: Path, s
     assert len(records) > 4
     for path in records:
         assert json.loads(path.read_text())["runtime"] == study.runtime.record(), path
+    for path in results.glob("runs/*/*/seed*/provenance.json"):  # the health check's summary (pipeline.runtime.health)
+        assert json.loads(path.read_text())["health"]["verdict"] == "healthy", path
 
 
 def test_every_run_and_evaluation_records_the_pinned_kernel_path(workdir: Path) -> None:

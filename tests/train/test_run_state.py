@@ -30,6 +30,7 @@ from pipeline.training.run_state import (
     fingerprint_record,
     prepare_working_dir,
     run_lock,
+    set_aside_after,
     write_fingerprint,
 )
 from tests.hold_stage import pseudo_random_reward_env
@@ -253,3 +254,26 @@ def test_a_lock_of_a_slurm_job_that_slurm_no_longer_runs_is_broken(tmp_path, cap
     with run_lock(tmp_path):
         pass
     assert "Slurm job 999999 is no longer running" in caplog.text
+
+
+@pytest.mark.parametrize("stale", ["set_aside", "delete"])
+def test_the_checkpoints_after_a_collapse_are_moved_out_of_the_runs_way(tmp_path, stale):
+    working = tmp_path / "checkpoints"
+    for name in ["checkpoint-1", "checkpoint-2", "checkpoint-3", "checkpoint-10", "exports/step-2", "exports/step-3"]:
+        (working / name).mkdir(parents=True)
+    (working / "metrics.jsonl").write_text('{"step": 3}\n')
+    moved, where = set_aside_after(working, 2, ["collapsed training: step 3"], {"healthy_through": 2}, stale)
+    assert moved == ["checkpoint-10", "checkpoint-3", "exports/step-3"]
+    left = sorted(str(path.relative_to(working)) for path in working.rglob("*") if path.is_dir())
+    assert left == ["checkpoint-1", "checkpoint-2", "exports", "exports/step-2"]
+    if stale == "delete":
+        assert where is None and not (tmp_path / "set_aside").exists()
+        return
+    assert where.parent == tmp_path / "set_aside"
+    assert sorted(path.name for path in (where / "checkpoints").iterdir()) == [
+        "checkpoint-10", "checkpoint-3", "exports", "metrics.jsonl"
+    ]  # fmt: skip
+    assert json.loads((where / "why.json").read_text()) == {
+        "reasons": ["collapsed training: step 3"], "healthy_through": 2
+    }  # fmt: skip
+    assert set_aside_after(working, 2, [], {}, stale) == ([], None)  # nothing after step 2 is left

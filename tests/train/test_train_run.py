@@ -138,6 +138,13 @@ def test_metrics_have_one_line_per_step_with_rewards(reference_run):
     assert_gradient_after(reference_run, 0)
 
 
+def test_the_healthy_run_logs_its_weight_norm_and_trips_no_health_check(reference_run):
+    rows = [row for row in metrics(reference_run) if "train_runtime" not in row]
+    assert all(1.0 < row["weight_growth"] < 1.1 and row["weight_norm"] > 0 for row in rows), rows
+    health = json.loads((reference_run / "provenance.json").read_text())["health"]
+    assert health["verdict"] == "healthy" and health["trips"] == [] and health["rows"] == 4, health
+
+
 def test_training_changed_the_weights(reference_run, model_dir):
     before, after = load_file(model_dir / "model.safetensors"), load_file(reference_run / "final/model.safetensors")
     assert any(not torch.equal(before[name], after[name]) for name in before)
