@@ -77,10 +77,16 @@ def output_space(path: Path, needed: int | Callable[[], int], what: str) -> Iter
 
 
 def unnamed_space_error(error: OSError) -> OutputSpaceError:
-    """The error for an ``ENOSPC`` raised outside ``output_space``: the file it names (when it names one) and the
-    free space there; the space needed is not known, only that it is more than that."""
-    path = Path(error.filename) if error.filename else Path.cwd()
+    """The error for an ``ENOSPC`` raised outside ``output_space``: the file it names and the free space there (the
+    space needed is not known, only that it is more than that), or, when it names none (a write to an open file),
+    that it names none."""
+    cause = f"({type(error).__name__}: {error})"
+    if not error.filename:
+        return OutputSpaceError(
+            f"not enough disk space for an output of this stage, which the error does not name {cause}"
+        )
+    path = Path(error.filename)
     return OutputSpaceError(
         f"{path}: not enough disk space: more than the {gib(free_bytes(path))} free needed, how much more is not "
-        f"known ({type(error).__name__}: {error})"
+        f"known {cause}"
     )
