@@ -12,16 +12,31 @@ pipeline.tasks.grading) and ``extraction`` (clean | upstream: upstream's extract
 no length cap, spec 6.2) select upstream's behaviour for the paper study.
 
 Resume: graded rows are appended durably (fsync per batch) to ``OUT.partial`` whose first line fingerprints the
-model (by content: pipeline.core.file_digest), benchmark, seed and the sampling/grading settings. A rerun keeps the valid rows of a matching partial file
-(dropping a torn last line), generates only the missing units, and finally writes OUT atomically with exactly one
-row per unit, sorted by (item order, sample), then deletes the partial file. The library versions it ran with go
-beside OUT, in ``<benchmark>.provenance.json`` (pipeline.core.provenance), written just before OUT.
+model (by content: pipeline.core.file_digest), benchmark, seed and the sampling/grading settings. Each batch is
+appended whole: its rows, then its end line ``{"batch_rows": k}``; a write that fails (a full disk) is cut back to
+where the batch began (``pipeline.core.io.append_jsonl_whole``), so the file holds whole batches only. A kill can
+still cut a batch short; a rerun keeps the rows of the whole batches of a matching partial file and drops the rows
+of a batch without its end line (and a torn last line), so that batch is generated again with all its units. It
+generates only the missing units, and finally writes OUT atomically with exactly one row per unit, sorted by (item
+order, sample), then deletes the partial file. The library versions it ran with go beside OUT, in
+``<benchmark>.provenance.json`` (pipeline.core.provenance), written just before OUT.
+
+A full disk (pipeline.core.disk_full) ends the stage with ``SAVE_FAILED_EXIT_CODE`` (73, final) and a line naming
+the partial file (or OUT), the space needed and the space free; for an append the space needed is estimated from
+the failed batch's bytes a row: the rows still to append and the whole OUT, which is written while the partial file
+still exists (``space_to_finish``). Once there is space, the rerun resumes from the batches kept.
 
 Seeds: a unit's seed is ``derive_seed(seed, item_id, sample)``; a batch's seed is ``derive_seed`` of its units'
-seeds. Batches are planned over the full unit list, rows are appended batch by batch, so a resumed run restarts at
-a batch boundary and each batch's samples are a function of (model, settings, batch seed): same seed, same samples,
-and an interrupted-then-resumed run draws exactly the samples of an uninterrupted one (with the same batch_size;
-on the vllm backend also the same data_parallel_size).
+seeds. Batches are planned over the full unit list and kept only whole, so a resumed run generates whole planned
+batches only, each with the units, seed and padding it has in an uninterrupted run; each batch's samples are a
+function of (model, settings, batch seed): same seed, same samples, and an interrupted-then-resumed run draws
+exactly the samples of an uninterrupted one, row for row (with the same batch_size and n_samples; on the vllm
+backend also the same data_parallel_size; tests/evaluate/test_evaluate_kill.py kills the hf backend mid-batch,
+tests/evaluate/test_vllm_engine.py the vllm one). A rerun with another batch_size or n_samples keeps the whole
+batches as written and generates the missing units in its own batches: valid samples, not those of an
+uninterrupted run at either setting. A sample is not a function of its unit alone (its own generator, whatever
+the batch): ``generate`` draws one batch's tokens from one generator, vLLM's CPU platform refuses per-request
+seeds (below), and the change would move every sample of every study and the numbers documented from them.
 - hf: ``torch.manual_seed(batch seed)`` before each batch's ``generate``.
 - vllm: no per-request seeds (on vLLM's CPU platform a seeded ``SamplingParams`` fails with "CPU Generator does not
   use offset", and per-request generators slow GPU sampling). Unseeded requests are sampled from the torch default
