@@ -297,7 +297,12 @@ def save_final(trainer: ResumableGRPOTrainer, final_dir: Path) -> None:
     trainer.accelerator.wait_for_everyone()
     needed = model_bytes(trainer.accelerator.unwrap_model(trainer.model))
     with output_space(final_dir, needed, "the final model"):
-        trainer.save_model(str(staging))
+        try:
+            trainer.save_model(str(staging))
+        except Exception:
+            if trainer.accelerator.is_main_process:  # a staging directory left behind holds the space a rerun needs
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
         trainer.accelerator.wait_for_everyone()
         if trainer.accelerator.is_main_process:
             publish_directory(staging, final_dir)
