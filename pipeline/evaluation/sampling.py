@@ -323,7 +323,10 @@ def append_batch(partial: Path, rows: Sequence[dict[str, Any]], pending: int, to
     ``pending`` rows not yet in the partial file and the ``total`` rows of the output."""
     lines = with_batch_end(rows)
     needed = space_to_finish(jsonl_bytes(lines), len(rows), pending, total)
-    what = f"the rest of the evaluation ({pending} more samples, then the {total}-sample output; estimated from this batch)"
+    what = (
+        f"the rest of the evaluation ({pending} more samples, then the {total}-sample output; estimated from this "
+        "batch)"
+    )
     with output_space(partial, needed, what):
         append_jsonl_whole(partial, lines)
 
