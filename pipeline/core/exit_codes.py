@@ -4,7 +4,8 @@ Snakemake retries every failed job (`retries` in profiles/slurm) and has no per-
 `restart_times` is per rule). A retry only helps a failure that a rerun can heal. A stage that exits with one of
 ``FINAL_EXIT_CODES`` fails the same way on every retry: bad input (2) names a file, row or key that is still wrong,
 a non-finite run (70) diverges again at the same step from the same checkpoint and seed, a collapsed run (80)
-collapses again from its last healthy checkpoint, and a full disk (73) is still full. ``PREEMPTED_EXIT_CODE`` (75) is the opposite: a checkpoint was saved and a rerun resumes.
+collapses again from its last healthy checkpoint, and a full disk (73: a checkpoint, a model, samples or any other
+output that did not fit, ``pipeline.core.disk_full``) is still full. ``PREEMPTED_EXIT_CODE`` (75) is the opposite: a checkpoint was saved and a
 
 The gate. The controller Snakemake (the Snakefile, parsed in its default mode) puts an id of its invocation in the
 environment (``INVOCATION_VARIABLE``), which every job inherits (local jobs as children, Slurm jobs through
@@ -30,7 +31,9 @@ from pathlib import Path
 
 INPUT_ERROR_EXIT_CODE = 2  # a bad input (config key, spec, file, row) named on stderr (pipeline.core.io.run_cli)
 NONFINITE_EXIT_CODE = 70  # sysexits.h EX_SOFTWARE: the run diverged; a plain rerun would diverge again (nan_guard)
-SAVE_FAILED_EXIT_CODE = 73  # sysexits.h EX_CANTCREAT: a checkpoint cannot be written; free space, rerun to resume
+SAVE_FAILED_EXIT_CODE = (
+    73  # sysexits.h EX_CANTCREAT: an output (a checkpoint, samples, ...) did not fit; free space, rerun
+)
 PREEMPTED_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: "temporary failure, try again" (checkpoint saved, rerun resumes)
 # The stall watchdog (pipeline.runtime.watchdog). Outside sysexits.h's 64-78, below the shell's 126-165 and not 1 or 2: a
 # stall cannot be mistaken for another failure. Retryable: a stall is transient (a node, a file system, an engine),
@@ -48,7 +51,7 @@ FINAL_EXIT_REASONS = {
     INPUT_ERROR_EXIT_CODE: "bad input",
     NONFINITE_EXIT_CODE: "non-finite training",
     COLLAPSE_EXIT_CODE: "collapsed training",
-    SAVE_FAILED_EXIT_CODE: "checkpoint did not fit on the disk",
+    SAVE_FAILED_EXIT_CODE: "an output did not fit on the disk",
 }
 
 INVOCATION_VARIABLE = "GRAIL_INVOCATION"

@@ -4,6 +4,7 @@ export, spec loading, CLI errors."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -16,7 +17,13 @@ from typing import Any
 
 import yaml
 
-from pipeline.core.exit_codes import INPUT_ERROR_EXIT_CODE, record_final_exit, repeat_final_exit
+from pipeline.core.disk_full import OutputSpaceError, is_out_of_space, output_space, unnamed_space_error
+from pipeline.core.exit_codes import (
+    INPUT_ERROR_EXIT_CODE,
+    SAVE_FAILED_EXIT_CODE,
+    record_final_exit,
+    repeat_final_exit,
+)
 from pipeline.core.launch_dir import record_exit_status
 from pipeline.core.seal import DIRECTORY_SEAL, damage_message, seal_problem, write_seal
 
@@ -96,6 +103,27 @@ def publish_text(path: str | os.PathLike[str], text: str) -> None:
     write_seal(Path(path))
 
 
+def jsonl_bytes(rows: Iterable[dict[str, Any]]) -> int:
+    """The size of ``rows`` written as JSONL (what ``atomic_write_jsonl`` writes): the space they need."""
+    return sum(len((json.dumps(row, default=_json_default) + "\n").encode()) for row in rows)
+
+
+def atomic_save_figure(figure: Any, path: str | os.PathLike[str], dpi: int) -> None:
+    """Write a matplotlib ``figure`` to ``path`` as PNG atomically; rendered first, so that a full disk is named
+    with the figure's exact size (``pipeline.core.disk_full``)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    data = buffer.getvalue()
+    with (
+        output_space(Path(path), len(data), "the figure"),
+        atomic_path(path) as temporary,
+        open(temporary, "wb") as handle,
+    ):
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
@@ -110,6 +138,27 @@ def append_jsonl_durably(handle: Any, rows: Iterable[dict[str, Any]]) -> None:
         handle.write(json.dumps(row, default=_json_default) + "\n")
     handle.flush()
     os.fsync(handle.fileno())
+
+
+def append_jsonl_whole(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> None:
+    """Append ``rows`` to the JSONL file ``path`` durably (fsync), all of them or none: when the write fails (a full
+    disk), the file is cut back to its length before the call and the error raised, so that it never keeps part of
+    ``rows``. A kill mid-write can still leave part of them; a reader that must not trust part of them marks their
+    end (the evaluation's batches: ``pipeline.evaluation.sampling``)."""
+    data = memoryview("".join(json.dumps(row, default=_json_default) + "\n" for row in rows).encode())
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        start = os.fstat(descriptor).st_size
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(descriptor, data[written:])
+            os.fsync(descriptor)
+        except BaseException:
+            os.ftruncate(descriptor, start)
+            raise
+    finally:
+        os.close(descriptor)
 
 
 def fsync_tree(root: Path) -> None:
@@ -143,19 +192,24 @@ def publish_directory(staging: Path, target: Path) -> None:
 
 def export_model(checkpoint: Path, destination: Path) -> None:
     """Publish the model and tokenizer files of a checkpoint (or of an export) as ``destination``, hardlinked where
-    possible."""
+    possible; a full disk is named with the size of those files (``pipeline.core.disk_full``)."""
     staging = destination.parent / f".{destination.name}.partial"
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
-    for source in sorted(checkpoint.iterdir()):
+    files = [
+        path
+        for path in sorted(checkpoint.iterdir())
         # (the checkpoint's seal covers its training state: publish_directory seals the export anew)
-        if source.is_file() and not TRAINING_STATE_FILES.match(source.name) and source.name != DIRECTORY_SEAL:
+        if path.is_file() and not TRAINING_STATE_FILES.match(path.name) and path.name != DIRECTORY_SEAL
+    ]
+    with output_space(destination, lambda: sum(path.stat().st_size for path in files), "the model's files"):
+        for source in files:
             try:
                 os.link(source, staging / source.name)
             except OSError:  # another filesystem, or no hardlinks there
                 shutil.copy2(source, staging / source.name)
-    publish_directory(staging, destination)
+        publish_directory(staging, destination)
 
 
 def jsonl_rows(
@@ -233,7 +287,9 @@ def exit_status(code: object) -> int:
 
 
 def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
-    """Run a stage's ``main``; an InputError becomes a one-line message on stderr and exit status 2.
+    """Run a stage's ``main``; an InputError becomes a one-line message on stderr and exit status 2, a full disk
+    (``OutputSpaceError``, or any ``ENOSPC`` that reaches here: ``pipeline.core.disk_full``) one naming the path and
+    the space, and exit status 73.
 
     The exit status is also recorded for a supervising ``pipeline.launch`` (``pipeline.runtime.preemption``), which passes
     it on where ``accelerate launch`` would report any failure as 1. A final status (``pipeline.core.exit_codes``) leaves
@@ -253,6 +309,13 @@ def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = N
         print(f"error: {error}", file=sys.stderr)
         status = INPUT_ERROR_EXIT_CODE
         raise SystemExit(INPUT_ERROR_EXIT_CODE) from None
+    except (OutputSpaceError, OSError) as error:
+        if not isinstance(error, OutputSpaceError) and not is_out_of_space(error):
+            raise
+        message = error if isinstance(error, OutputSpaceError) else unnamed_space_error(error)
+        print(f"error: {message}; free space there and run the stage again", file=sys.stderr)
+        status = SAVE_FAILED_EXIT_CODE
+        raise SystemExit(SAVE_FAILED_EXIT_CODE) from None
     except SystemExit as stop:
         status = exit_status(stop.code)
         raise

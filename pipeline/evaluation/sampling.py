@@ -12,16 +12,31 @@ pipeline.tasks.grading) and ``extraction`` (clean | upstream: upstream's extract
 no length cap, spec 6.2) select upstream's behaviour for the paper study.
 
 Resume: graded rows are appended durably (fsync per batch) to ``OUT.partial`` whose first line fingerprints the
-model (by content: pipeline.core.file_digest), benchmark, seed and the sampling/grading settings. A rerun keeps the valid rows of a matching partial file
-(dropping a torn last line), generates only the missing units, and finally writes OUT atomically with exactly one
-row per unit, sorted by (item order, sample), then deletes the partial file. The library versions it ran with go
-beside OUT, in ``<benchmark>.provenance.json`` (pipeline.core.provenance), written just before OUT.
+model (by content: pipeline.core.file_digest), benchmark, seed and the sampling/grading settings. Each batch is
+appended whole: its rows, then its end line ``{"batch_rows": k}``; a write that fails (a full disk) is cut back to
+where the batch began (``pipeline.core.io.append_jsonl_whole``), so the file holds whole batches only. A kill can
+still cut a batch short; a rerun keeps the rows of the whole batches of a matching partial file and drops the rows
+of a batch without its end line (and a torn last line), so that batch is generated again with all its units. It
+generates only the missing units, and finally writes OUT atomically with exactly one row per unit, sorted by (item
+order, sample), then deletes the partial file. The library versions it ran with go beside OUT, in
+``<benchmark>.provenance.json`` (pipeline.core.provenance), written just before OUT.
+
+A full disk (pipeline.core.disk_full) ends the stage with ``SAVE_FAILED_EXIT_CODE`` (73, final) and a line naming
+the partial file (or OUT), the space needed and the space free; for an append the space needed is estimated from
+the failed batch's bytes a row: the rows still to append and the whole OUT, which is written while the partial file
+still exists (``space_to_finish``). Once there is space, the rerun resumes from the batches kept.
 
 Seeds: a unit's seed is ``derive_seed(seed, item_id, sample)``; a batch's seed is ``derive_seed`` of its units'
-seeds. Batches are planned over the full unit list, rows are appended batch by batch, so a resumed run restarts at
-a batch boundary and each batch's samples are a function of (model, settings, batch seed): same seed, same samples,
-and an interrupted-then-resumed run draws exactly the samples of an uninterrupted one (with the same batch_size;
-on the vllm backend also the same data_parallel_size).
+seeds. Batches are planned over the full unit list and kept only whole, so a resumed run generates whole planned
+batches only, each with the units, seed and padding it has in an uninterrupted run; each batch's samples are a
+function of (model, settings, batch seed): same seed, same samples, and an interrupted-then-resumed run draws
+exactly the samples of an uninterrupted one, row for row (with the same batch_size and n_samples; on the vllm
+backend also the same data_parallel_size; tests/evaluate/test_evaluate_kill.py kills the hf backend mid-batch,
+tests/evaluate/test_vllm_engine.py the vllm one). A rerun with another batch_size or n_samples keeps the whole
+batches as written and generates the missing units in its own batches: valid samples, not those of an
+uninterrupted run at either setting. A sample is not a function of its unit alone (its own generator, whatever
+the batch): ``generate`` draws one batch's tokens from one generator, vLLM's CPU platform refuses per-request
+seeds (below), and the change would move every sample of every study and the numbers documented from them.
 - hf: ``torch.manual_seed(batch seed)`` before each batch's ``generate``.
 - vllm: no per-request seeds (on vLLM's CPU platform a seeded ``SamplingParams`` fails with "CPU Generator does not
   use offset", and per-request generators slow GPU sampling). Unseeded requests are sampled from the torch default
@@ -50,8 +65,17 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.disk_full import output_space
 from pipeline.core.file_digest import model_identity
-from pipeline.core.io import InputError, append_jsonl_durably, atomic_write_jsonl, jsonl_rows, publish_jsonl, read_jsonl
+from pipeline.core.io import (
+    InputError,
+    append_jsonl_whole,
+    atomic_write_jsonl,
+    jsonl_bytes,
+    jsonl_rows,
+    publish_jsonl,
+    read_jsonl,
+)
 from pipeline.core.layout import samples_provenance
 from pipeline.core.progress import progress
 from pipeline.core.provenance import write_provenance
@@ -119,29 +143,60 @@ def fingerprint(model: str, benchmark: str | Path, spec: EvalSpec, seed: int) ->
     return stable_hash((model_identity(model), benchmark_hash, seed, sorted(settings.items())))
 
 
+# The line that ends each batch in the partial file: {"batch_rows": k} after the batch's k rows.
+BATCH_END = "batch_rows"
+
+
 def partial_path(out: str | Path) -> Path:
     """Where the rows of an unfinished evaluation of ``out`` accumulate."""
     out = Path(out)
     return out.with_name(out.name + ".partial")
 
 
+def with_batch_end(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` as one whole batch of the partial file: the rows, then their end line ``{BATCH_END: len(rows)}``."""
+    return [*rows, {BATCH_END: len(rows)}]
+
+
+def whole_batches(lines: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The rows of the batches that ``lines`` (a partial file after its header) holds whole, and how many rows
+    were dropped: rows count only once the end line of their batch follows them with their number, so the rows of
+    a batch cut short (a kill mid-append) are dropped, and their batch is generated again, whole."""
+    kept: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    dropped = 0
+    for line in lines:
+        if BATCH_END not in line:
+            pending.append(line)
+            continue
+        if line[BATCH_END] == len(pending):
+            kept.extend(pending)
+        else:
+            dropped += len(pending)
+        pending = []
+    return kept, dropped + len(pending)
+
+
 def resume_rows(partial: Path, stamp: str, expected: set[tuple[str, int]]) -> tuple[dict[tuple[str, int], dict], str]:
     """Rows already done, keyed by (id, sample), and a message saying what was kept or why nothing was.
 
-    Rows come from a partial file whose header carries ``stamp``; a torn last line, rows of units outside
-    ``expected``, rows missing a key and repeated units (first one kept) are dropped.
+    Rows come from the whole batches (``whole_batches``) of a partial file whose header carries ``stamp``; a torn
+    last line, the rows of an unfinished batch, rows of units outside ``expected``, rows missing a key and
+    repeated units (first one kept) are dropped.
     """
     if not partial.exists():
         return {}, "no partial results"
-    rows = read_jsonl(partial, tolerate_torn_tail=True)
-    if not rows or rows[0].get("fingerprint") != stamp:
+    lines = read_jsonl(partial, tolerate_torn_tail=True)
+    if not lines or lines[0].get("fingerprint") != stamp:
         return {}, f"discarding {partial}: it was written with another model, benchmark, seed or settings"
+    rows, unfinished = whole_batches(lines[1:])
     done: dict[tuple[str, int], dict] = {}
-    for row in rows[1:]:
+    for row in rows:
         key = (row.get("id"), row.get("sample"))
         if key in expected and key not in done and all(k in row for k in SAMPLE_KEYS):
             done[key] = {k: row[k] for k in SAMPLE_KEYS}
-    return done, f"resuming from {partial}: {len(done)} of {len(expected)} samples done"
+    dropped = f" ({unfinished} rows of an unfinished batch dropped)" if unfinished else ""
+    return done, f"resuming from {partial}: {len(done)} of {len(expected)} samples done{dropped}"
 
 
 def batches(units: Sequence[Unit], batch_size: int) -> list[list[Unit]]:
@@ -202,8 +257,9 @@ def evaluate(
         _generate_pending(model, items, units, done, spec, seed, partial, stamp, backend_factory, runtime.watchdog)
 
     rows = [done[u.key] for u in units]
-    write_provenance(samples_provenance(Path(out)), "evaluate", runtime=runtime.record())
-    publish_jsonl(out, rows)
+    with output_space(Path(out), jsonl_bytes(rows), "the samples"):
+        write_provenance(samples_provenance(Path(out)), "evaluate", runtime=runtime.record())
+        publish_jsonl(out, rows)
     partial.unlink(missing_ok=True)
     correct = sum(row["correct"] for row in rows)
     no_answer = sum(row["extracted"] is None for row in rows)
@@ -238,29 +294,53 @@ def _generate_pending(
     }
     backend_name = detect_backend(spec.backend)
     backend = backend_factory(backend_name, model, tokenizer, spec, seed)
-    # Rewrite what is kept (header first, torn tail gone) so that appends start on a clean line.
-    atomic_write_jsonl(partial, [{"fingerprint": stamp}, *done.values()])
+    # Rewrite what is kept (header first, as one whole batch; an unfinished batch and a torn tail gone) so that
+    # appends start on a clean line.
+    kept = [{"fingerprint": stamp}, *(with_batch_end(list(done.values())) if done else [])]
+    with output_space(partial, jsonl_bytes(kept), "the samples kept from the partial file"):
+        atomic_write_jsonl(partial, kept)
     planned = batches(units, spec.batch_size)
     stall = StallWatchdog(watchdog).start("the first evaluation batch")
     try:
-        with open(partial, "a", encoding="utf-8") as handle:
-            initial = sum(u.key in done for u in units)
-            with progress(desc="evaluate", unit="sample", total=len(units), initial=initial) as bar:
-                for number, batch in enumerate(planned, start=1):
-                    todo = [u for u in batch if u.key not in done]
-                    if not todo:
-                        continue
-                    stall.begin(f"evaluation batch {number} of {len(planned)}")
-                    rows = generate_rows(todo, items, prompts, backend, spec, backend_name)
-                    append_jsonl_durably(handle, rows)
-                    stall.end(f"the gap after evaluation batch {number} of {len(planned)}")
-                    done.update({(row["id"], row["sample"]): row for row in rows})
-                    bar.set_postfix(accuracy=f"{_accuracy(done.values()):.3f}", refresh=False)
-                    bar.update(len(todo))
+        initial = sum(u.key in done for u in units)
+        with progress(desc="evaluate", unit="sample", total=len(units), initial=initial) as bar:
+            for number, batch in enumerate(planned, start=1):
+                todo = [u for u in batch if u.key not in done]
+                if not todo:
+                    continue
+                stall.begin(f"evaluation batch {number} of {len(planned)}")
+                rows = generate_rows(todo, items, prompts, backend, spec, backend_name)
+                append_batch(partial, rows, len(units) - len(done), len(units))
+                stall.end(f"the gap after evaluation batch {number} of {len(planned)}")
+                done.update({(row["id"], row["sample"]): row for row in rows})
+                bar.set_postfix(accuracy=f"{_accuracy(done.values()):.3f}", refresh=False)
+                bar.update(len(todo))
     finally:
         stall.stop()
         if hasattr(backend, "close"):
             backend.close()
+
+
+def space_to_finish(batch_bytes: int, batch_rows: int, pending: int, total: int) -> int:
+    """The disk space an evaluation still needs, estimated from a batch of ``batch_rows`` rows that took
+    ``batch_bytes``: its ``pending`` rows not yet in the partial file (this batch's included), then the output of
+    all ``total`` rows, which is written while the partial file still exists:
+    ``(pending + total) * batch_bytes / batch_rows``."""
+    return -(-(pending + total) * batch_bytes // batch_rows)
+
+
+def append_batch(partial: Path, rows: Sequence[dict[str, Any]], pending: int, total: int) -> None:
+    """Append one generated batch to the partial file durably and whole (``pipeline.core.io.append_jsonl_whole``: a
+    failed write is cut back), ended by its end line. A full disk is named with ``space_to_finish`` for the
+    ``pending`` rows not yet in the partial file and the ``total`` rows of the output."""
+    lines = with_batch_end(rows)
+    needed = space_to_finish(jsonl_bytes(lines), len(rows), pending, total)
+    what = (
+        f"the rest of the evaluation ({pending} more samples, then the {total}-sample output; estimated from this "
+        "batch)"
+    )
+    with output_space(partial, needed, what):
+        append_jsonl_whole(partial, lines)
 
 
 def _accuracy(rows: Iterable[dict[str, Any]]) -> float:

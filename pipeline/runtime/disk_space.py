@@ -1,5 +1,6 @@
 """Free disk space before a checkpoint is saved: a save that cannot fit stops the run with an error naming the path,
-the space needed and the space free, instead of a ``torch.save`` traceback that names neither.
+the space needed and the space free, instead of a ``torch.save`` traceback that names neither (the message, the free
+space and the exit status are every stage's: ``pipeline.core.disk_full``).
 
 The space a checkpoint needs is the size of the newest one on disk (same model, same optimizer: the same size), or,
 before the first, the preflight's estimate for the model's parameter count (``first_checkpoint_bytes``).
@@ -7,13 +8,14 @@ before the first, the preflight's estimate for the model's parameter count (``fi
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import torch
 
+from pipeline.core.disk_full import OutputSpaceError
 
-class CheckpointSaveError(RuntimeError):
+
+class CheckpointSaveError(OutputSpaceError):
     """A checkpoint does not fit on the disk, or writing it failed; the message names the path and the free space."""
 
 
@@ -28,21 +30,10 @@ def first_checkpoint_bytes(model: torch.nn.Module, bf16: bool) -> int:
     return checkpoint_bytes(sum(parameter.numel() for parameter in model.parameters()), bf16)
 
 
-def free_bytes(path: Path) -> int:
-    """Free space, in bytes, of the filesystem holding ``path``."""
-    return shutil.disk_usage(path).free
-
-
-def space_problem(path: Path, needed: int, free: int) -> str | None:
-    """The error for a save of ``needed`` bytes into ``path`` that has ``free`` bytes left, or None if it fits."""
-    if needed <= free:
-        return None
-    return f"{path}: not enough disk space for the checkpoint: {gib(needed)} needed, {gib(free)} free"
-
-
-def gib(size: int) -> str:
-    """``size`` bytes for a message: GiB with 3 decimals (and the bytes, for the small test models)."""
-    return f"{size / 2**30:.3f} GiB ({size} bytes)"
+def model_bytes(model: torch.nn.Module) -> int:
+    """The bytes of a model's saved weights: every parameter at its element size (tied weights once), the most of
+    a model directory (its tokenizer and config files add kilobytes to a few megabytes)."""
+    return sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
 
 
 def checkpoint_bytes(parameters: int, bf16: bool) -> int:

@@ -21,18 +21,12 @@ from transformers import ProgressCallback, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl.trainer.utils import RepeatSampler
 
+from pipeline.core.disk_full import free_bytes, gib, space_problem
 from pipeline.core.io import append_jsonl_durably, atomic_write_jsonl, export_model, publish_directory, read_jsonl
 from pipeline.core.layout import export_label
 from pipeline.core.progress import progress
 from pipeline.models.loading import weights_problem
-from pipeline.runtime.disk_space import (
-    CheckpointSaveError,
-    directory_bytes,
-    first_checkpoint_bytes,
-    free_bytes,
-    gib,
-    space_problem,
-)
+from pipeline.runtime.disk_space import CheckpointSaveError, directory_bytes, first_checkpoint_bytes
 from pipeline.runtime.health import HealthConfig, latest_trips
 from pipeline.runtime.preemption import PreemptionSignals
 from pipeline.runtime.watchdog import StallWatchdog, WatchdogConfig

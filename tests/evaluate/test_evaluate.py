@@ -88,17 +88,23 @@ def test_hf_end_to_end_schema_order_and_determinism(tiny_model_dir, bench, refer
     assert [r["completion"] for r in other] != [r["completion"] for r in rows]
 
 
-def write_partial(model_dir, bench, out, rows) -> None:
-    """The partial file of an interrupted run of ``out`` with FAST_SPEC and seed 3: its fingerprint, then ``rows``."""
+def write_partial(model_dir, bench, out, rows, batch_size: int | None = None) -> None:
+    """The partial file of an interrupted run of ``out`` with FAST_SPEC and seed 3: its fingerprint, then ``rows``
+    as whole batches of ``batch_size`` rows (default: one batch), each ended by its end line."""
     stamp = sampling.fingerprint(str(model_dir), bench, eval_spec.parse_eval_spec(FAST_SPEC), 3)
-    write_jsonl(sampling.partial_path(out), [{"fingerprint": stamp}, *rows])
+    rows = list(rows)
+    size = batch_size or len(rows)
+    lines = [
+        line for start in range(0, len(rows), size) for line in sampling.with_batch_end(rows[start : start + size])
+    ]
+    write_jsonl(sampling.partial_path(out), [{"fingerprint": stamp}, *lines])
 
 
 def test_resume_from_torn_partial_generates_only_missing(tiny_model_dir, bench, reference, tmp_path):
     out = tmp_path / "resumed.jsonl"
     # Two whole batches (batch_size 4) survived, then a kill tore the next line in half.
     kept = reference[:8]
-    write_partial(tiny_model_dir, bench, out, kept)
+    write_partial(tiny_model_dir, bench, out, kept, FAST_SPEC["batch_size"])
     with open(sampling.partial_path(out), "a", encoding="utf-8") as partial:
         partial.write(json.dumps(reference[8])[:25])
     counter = CountingFactory()
@@ -109,6 +115,20 @@ def test_resume_from_torn_partial_generates_only_missing(tiny_model_dir, bench, 
     # Whole batches were lost, so the resumed run drew exactly what the uninterrupted run drew.
     assert rows == reference
     assert not sampling.partial_path(out).exists()
+
+
+def test_a_batch_cut_short_is_generated_again_whole(tiny_model_dir, bench, reference, tmp_path, capsys):
+    out = tmp_path / "resumed.jsonl"
+    # One whole batch, then three whole rows of the next without its end line (a kill mid-append), then a torn line.
+    write_partial(tiny_model_dir, bench, out, reference[:4])
+    with open(sampling.partial_path(out), "a", encoding="utf-8") as partial:
+        partial.write("".join(json.dumps(row) + "\n" for row in reference[4:7]) + json.dumps(reference[7])[:25])
+    counter = CountingFactory()
+    rows = run(tiny_model_dir, bench, out, counter)
+    # The second batch was generated with all its units (its seed and padding), as in the uninterrupted run.
+    assert rows == reference
+    assert counter.requests == len(reference) - 4
+    assert "4 of 10 samples done (3 rows of an unfinished batch dropped)" in capsys.readouterr().err
 
 
 def test_resume_with_partial_batch_keeps_done_rows(tiny_model_dir, bench, reference, tmp_path):

@@ -48,6 +48,7 @@ def test_a_stalled_evaluation_batch_stops_the_stage_with_the_stall_code(tiny_mod
     assert "(bound 5.0 s): thread stacks follow; exiting 79 (retryable)" in log
     assert "in hold_until" in log and "in generate_or_hold" in log and "in generate_rows" in log
     assert not out.exists()
-    kept = read_jsonl(sampling.partial_path(out))[1:]
+    kept, unfinished = sampling.whole_batches(read_jsonl(sampling.partial_path(out))[1:])
     first = benchmark_rows(4)[0]["id"]
-    assert [(row["id"], row["sample"]) for row in kept] == [(first, 0), (first, 1)]  # batch 1, appended
+    assert [(row["id"], row["sample"]) for row in kept] == [(first, 0), (first, 1)]  # batch 1, appended whole
+    assert unfinished == 0

@@ -6,7 +6,8 @@ environment of a stage (run directly, through Snakemake or through Slurm):
 - ``hold_training_env(steps)``: ``python -m pipeline.train`` waits after publishing the checkpoint of any of
   ``steps`` until it has recorded a preemption signal (SIGKILL simply ends it there);
 - ``hold_evaluation_env(rows)``: ``python -m pipeline.evaluate`` waits, once it has durably appended ``rows`` rows,
-  until it is killed;
+  until it is killed (when ``rows`` falls inside a batch, with that batch's rows up to ``rows`` written and its end
+  line not: a kill mid-batch);
 - ``pseudo_random_reward_env()``: ``python -m pipeline.train`` trains on a reward that hashes (position in the
   batch, prompt, completion) into [0, 1) instead of the outcome reward, so that every step of a tiny run has mixed rewards and a gradient
   (the resume tests compare weights, which only tells a wrong resume from a right one if every step moved them);

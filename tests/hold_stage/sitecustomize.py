@@ -53,22 +53,32 @@ def hold_after_checkpoints(steps: frozenset[int]) -> None:
 
 
 def hold_after_appended_rows(count: int) -> None:
-    """Once this process has durably appended ``count`` rows (``pipeline.core.io.append_jsonl_durably``), wait to be
-    killed (the evaluation stage has no handler: SIGTERM and SIGKILL end it there)."""
+    """Once this process has durably appended ``count`` sample rows to its partial file
+    (``pipeline.core.io.append_jsonl_whole``), wait to be killed (the evaluation stage has no handler: SIGTERM and
+    SIGKILL end it there). When ``count`` falls inside a batch, only that batch's rows up to ``count`` are written,
+    without the batch's end line: a kill mid-batch."""
     import pipeline.core.io
 
-    append = pipeline.core.io.append_jsonl_durably
+    append = pipeline.core.io.append_jsonl_whole
     appended = 0
 
-    def append_then_hold(handle: Any, rows: Any) -> None:
-        nonlocal appended
-        rows = list(rows)
-        append(handle, rows)
-        before, appended = appended, appended + len(rows)
-        if before < count <= appended:
-            hold_until(lambda: False, f"after {appended} appended rows until killed")
+    def append_then_hold(path: Any, lines: Any) -> None:
+        from pipeline.evaluation.sampling import BATCH_END
 
-    pipeline.core.io.append_jsonl_durably = append_then_hold
+        nonlocal appended
+        lines = list(lines)
+        rows = [line for line in lines if BATCH_END not in line]
+        before = appended
+        if not before < count <= before + len(rows):
+            append(path, lines)
+            appended += len(rows)
+            return
+        whole = count == before + len(rows)
+        append(path, lines if whole else rows[: count - before])
+        where = "" if whole else f" (mid-batch: {count - before} of its {len(rows)} rows, no end line)"
+        hold_until(lambda: False, f"after {count} appended rows{where} until killed")
+
+    pipeline.core.io.append_jsonl_whole = append_then_hold
 
 
 def stall_in_training_step(rank: int, step: int) -> None:

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +22,7 @@ from pipeline.core.exit_codes import SAVE_FAILED_EXIT_CODE
 from pipeline.core.io import run_cli
 from pipeline.train import main
 from pipeline.training import resume
+from tests.conftest import resize_tmpfs
 
 
 def failed_run(argv: list[str], caplog: pytest.LogCaptureFixture) -> str:
@@ -83,16 +81,11 @@ def test_a_save_that_runs_out_of_space_leaves_no_staging_and_the_rerun_resumes(
 
 
 @pytest.fixture
-def small_filesystem(tmp_path: Path) -> Iterator[Path]:
+def small_filesystem(mount_tmpfs) -> Path:
     """A 9 MiB tmpfs mounted for the test (root only, as in CI): room for one checkpoint of the tiny model."""
-    mount_point = tmp_path / "tmpfs"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=9m", "tmpfs", str(mount_point)], check=True)
-    yield mount_point
-    subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
+    return mount_tmpfs("9m")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")
 @pytest.mark.parametrize("refused_by", ["the free-space check", "the filesystem"])
 def test_a_small_real_filesystem_stops_the_run_cleanly_and_the_rerun_resumes(
     refused_by, small_filesystem, untrained_model, train_jsonl, monkeypatch, caplog
@@ -106,6 +99,6 @@ def test_a_small_real_filesystem_stops_the_run_cleanly_and_the_rerun_resumes(
         assert "saving the checkpoint failed" in message and f"free at {run_dir / 'checkpoints'}" in message
     else:
         assert f"{run_dir / 'checkpoints' / 'checkpoint-4'}: not enough disk space for the checkpoint" in message
-    subprocess.run(["mount", "-o", "remount,size=64m", str(small_filesystem)], check=True)  # the user frees space
+    resize_tmpfs(small_filesystem, "64m")  # the user frees space
     monkeypatch.undo()
     assert_clean_stop_then_resume(run_dir, argv, caplog)
