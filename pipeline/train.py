@@ -52,7 +52,6 @@ import argparse
 import contextlib
 import logging
 import os
-import shutil
 import socket
 import sys
 from collections.abc import Callable, Mapping
@@ -90,7 +89,6 @@ from datasets import Dataset
 from transformers import ProgressCallback
 
 from pipeline.core import kernels
-from pipeline.core.disk_full import output_space
 from pipeline.core.exit_codes import (
     COLLAPSE_EXIT_CODE,
     NONFINITE_EXIT_CODE,
@@ -98,36 +96,33 @@ from pipeline.core.exit_codes import (
     SAVE_FAILED_EXIT_CODE,
 )
 from pipeline.core.file_digest import file_digest, model_identity
-from pipeline.core.io import export_model, publish_directory, publish_text, read_jsonl, run_cli
+from pipeline.core.io import read_jsonl, run_cli
 from pipeline.core.layout import (
     CHECKPOINTS_DIR,
     EXPORTS_DIR,
     FINAL_CHECKPOINT,
     METRICS_FILE,
     PROVENANCE_FILE,
-    export_label,
     working_exports_dir,
     working_metrics_path,
 )
-from pipeline.core.provenance import library_versions, write_provenance
+from pipeline.core.provenance import library_versions
 from pipeline.core.source_digest import module_digests
 from pipeline.credit.method import credit_module
 from pipeline.models.loading import check_model_reference, load_model, load_tokenizer
-from pipeline.runtime.disk_space import CheckpointSaveError, model_bytes
-from pipeline.runtime.health import summary
+from pipeline.runtime.disk_space import CheckpointSaveError
 from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RUNTIME_VARIABLE, RuntimeSettings
 from pipeline.tasks.rewards import trl_reward_function
 from pipeline.training.collapse_guard import TrainingCollapse
 from pipeline.training.grpo_config import GrailGRPOConfig, merge_specs, split_options
 from pipeline.training.nan_guard import NonFiniteTraining
+from pipeline.training.publish import publish_outputs
 from pipeline.training.resume import (
     ExportAndPreemptionCallback,
     MetricsCallback,
     ResumableGRPOTrainer,
     StallWatchdogCallback,
     StepProgressCallback,
-    checkpoint_path,
-    checkpoint_problem,
     keep_metrics_up_to,
     newest_valid_checkpoint,
 )
@@ -284,72 +279,6 @@ def check_export_steps(steps: list[int], max_steps: int) -> frozenset[int]:
         if step < 1 or (max_steps > 0 and step > max_steps):
             raise InputError(f"--export-steps: step {step} is outside 1..max_steps ({max_steps})")
     return frozenset(steps)
-
-
-def publish_exports(run_dir: Path, steps: frozenset[int], final_step: int) -> None:
-    """Publish ``RUN_DIR/exports/step-N`` for each requested step up to ``final_step`` that is not there yet, from
-    its working export (or, when a killed attempt did not make one, from its checkpoint)."""
-    for step in sorted(s for s in steps if s <= final_step):
-        destination = run_dir / EXPORTS_DIR / export_label(step)
-        if destination.is_dir():
-            continue
-        source = working_exports_dir(run_dir) / export_label(step)
-        if not source.is_dir():
-            source = checkpoint_path(run_dir / CHECKPOINTS_DIR, step)
-            if checkpoint_problem(source) is not None:
-                raise InputError(f"--export-steps: step {step} has no export and no valid checkpoint to export from")
-        export_model(source, destination)
-
-
-def save_final(trainer: ResumableGRPOTrainer, final_dir: Path) -> None:
-    """Save the trained model and tokenizer to ``final_dir`` atomically (every process takes part, as sharded
-    optimizers need; the main process publishes)."""
-    staging = final_dir.parent / f".{final_dir.name}.partial"
-    trainer.check_finite_weights(str(final_dir))
-    if trainer.accelerator.is_main_process and staging.exists():
-        shutil.rmtree(staging)
-    trainer.accelerator.wait_for_everyone()
-    needed = model_bytes(trainer.accelerator.unwrap_model(trainer.model))
-    with output_space(final_dir, needed, "the final model"):
-        try:
-            trainer.save_model(str(staging))
-        except Exception:
-            if trainer.accelerator.is_main_process:  # a staging directory left behind holds the space a rerun needs
-                shutil.rmtree(staging, ignore_errors=True)
-            raise
-        trainer.accelerator.wait_for_everyone()
-        if trainer.accelerator.is_main_process:
-            publish_directory(staging, final_dir)
-    trainer.accelerator.wait_for_everyone()
-
-
-def publish_metrics(working: Path, published: Path) -> None:
-    """Copy the complete working metrics log to the stage output ``published`` atomically, sealed."""
-    publish_text(published, working.read_text(encoding="utf-8"))
-
-
-def publish_outputs(
-    trainer: ResumableGRPOTrainer,
-    run_dir: Path,
-    export_steps: frozenset[int],
-    final_step: int,
-    finished_checkpoint: Path | None,
-) -> None:
-    """Publish the stage outputs: the exports, the final model (saved by the trainer, or linked from
-    ``finished_checkpoint`` when an earlier attempt finished training), the provenance (with the health check's
-    summary of the run: pipeline.runtime.health) and, last, the metrics."""
-    is_main = trainer.accelerator.is_main_process
-    if is_main:
-        publish_exports(run_dir, export_steps, final_step)
-    if finished_checkpoint is None:
-        save_final(trainer, run_dir / FINAL_CHECKPOINT)
-    elif is_main:
-        export_model(finished_checkpoint, run_dir / FINAL_CHECKPOINT)
-    if is_main:
-        settings = RuntimeSettings.current()
-        health = summary(read_jsonl(working_metrics_path(run_dir)), settings.health)
-        write_provenance(run_dir / PROVENANCE_FILE, "train", runtime=settings.record(), health=health)
-        publish_metrics(working_metrics_path(run_dir), run_dir / METRICS_FILE)
 
 
 def stop_before_training(received: str) -> None:
