@@ -19,18 +19,14 @@ from pathlib import Path
 
 import pytest
 from fault_support import (
-    BENCHMARK,
     EXPORT_STEP,
     RUN,
     checkpoint_steps,
-    run_snakemake,
     snakemake_command,
-    snakemake_output,
     stage_env,
     stage_process,
     start_snakemake,
     wait_until,
-    write_study,
 )
 
 from tests.hold_stage import hold_training_env
@@ -40,16 +36,6 @@ pytestmark = pytest.mark.slow
 TARGET = f"{RUN}/metrics.jsonl"
 TRAIN_LOG = "results/logs/train/tiny/grpo/seed0.log"
 BUSY = "another writer is training run(s) this Snakemake would train: results/runs/tiny/grpo/seed0 (pid {pid} on"
-
-
-@pytest.fixture(scope="module")
-def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A scratch working directory with the small study's data, benchmark and warmed-up start model built."""
-    workdir = tmp_path_factory.mktemp("study")
-    write_study(workdir)
-    status = run_snakemake(workdir, "results/models/tiny/start", BENCHMARK)
-    assert status == 0, snakemake_output(workdir)[-5000:]
-    return workdir
 
 
 def snakemake(workdir: Path, *options: str) -> subprocess.CompletedProcess[str]:

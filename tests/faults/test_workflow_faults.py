@@ -37,7 +37,6 @@ from fault_support import (
     start_snakemake,
     unlock,
     wait_until,
-    write_study,
 )
 from safetensors.torch import load_file
 
@@ -50,16 +49,6 @@ pytestmark = pytest.mark.slow
 TRAIN_LOG = "results/logs/train/tiny/grpo/seed0.log"
 REWARD = pseudo_random_reward_env()
 EVAL_LOG = "results/logs/evaluate/tiny/grpo/seed0/final/arith_add.log"
-
-
-@pytest.fixture(scope="module")
-def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A scratch working directory with the small study's data, benchmark and warmed-up start model built."""
-    workdir = tmp_path_factory.mktemp("study")
-    write_study(workdir)
-    status = run_snakemake(workdir, "results/models/tiny/start", BENCHMARK)
-    assert status == 0, snakemake_output(workdir)[-5000:]
-    return workdir
 
 
 def same_weights(first: Path, second: Path) -> bool:
