@@ -1,5 +1,11 @@
-"""The transformers backend of the evaluation stage: left-padded batches through ``model.generate``, seeded with
-``torch.manual_seed(batch seed)`` before each batch (the seeding contract: ``pipeline.evaluation.sampling``).
+"""The transformers backend of the evaluation stage: left-padded batches through ``model.generate``, each row
+sampled with its own unit's randomness (``UnitGumbelSampler``; the seeding contract: ``pipeline.evaluation.sampling``).
+
+Why not ``generate(do_sample=True)``: it draws every row's next token from one generator (``torch.multinomial`` on
+the whole batch), so a row's sample depends on which rows share its batch and in what order. Here the sampling is a
+logits processor and ``generate`` runs greedy: at every step each row adds Gumbel noise drawn from a generator
+seeded with its unit's seed to its warped logits, and the argmax is a sample of the warped distribution
+(the Gumbel-max trick).
 """
 
 from __future__ import annotations
@@ -7,8 +13,50 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline.evaluation.eval_spec import EvalSpec, Generation, Request, batch_seed
+from pipeline.evaluation.eval_spec import EvalSpec, Generation, Request
 from pipeline.models.loading import load_model
+
+
+def gumbel_noise(uniform: Any) -> Any:
+    """Standard Gumbel noise from uniforms on (0, 1): ``g = -log(-log(u))``; ``argmax(l + g)`` is then distributed
+    as ``softmax(l)`` (the Gumbel-max trick). ``u`` is clamped away from 0 and 1, where ``g`` is infinite."""
+    import torch
+
+    tiny = torch.finfo(uniform.dtype).tiny
+    return -torch.log(-torch.log(uniform.clamp(tiny, 1 - torch.finfo(uniform.dtype).eps)))
+
+
+class UnitGumbelSampler:
+    """A ``generate`` logits processor that samples row ``i`` with its own generator, seeded with ``seeds[i]``:
+    scores -> temperature -> top-k -> top-p (transformers' own warpers, in ``generate``'s order) -> + Gumbel noise
+    of row ``i``'s generator. Under greedy decoding, row ``i``'s tokens are then a function of its prompt, the model
+    and its seed alone, whatever the batch holds: one ``(vocab,)`` draw a step per row, in row order."""
+
+    def __init__(self, seeds: Sequence[int], temperature: float, top_k: int, top_p: float, device: str) -> None:
+        import torch
+        from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+        self.warpers: list[Any] = [TemperatureLogitsWarper(temperature)]
+        if top_k > 0:
+            self.warpers.append(TopKLogitsWarper(top_k))
+        if top_p < 1:
+            self.warpers.append(TopPLogitsWarper(top_p))
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        for warper in self.warpers:
+            scores = warper(input_ids, scores)
+        if scores.shape[0] != len(self.generators):
+            raise ValueError(f"UnitGumbelSampler: {scores.shape[0]} rows of scores for {len(self.generators)} seeds")
+        uniforms = torch.stack(
+            [
+                torch.rand(scores.shape[1], generator=generator, device=scores.device, dtype=torch.float32)
+                for generator in self.generators
+            ]
+        )
+        return scores.float() + gumbel_noise(uniforms)
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -43,17 +91,22 @@ class HFBackend:
         configured = configured if isinstance(configured, list) else [configured]
         self.eos_ids = {token for token in [*configured, tokenizer.eos_token_id] if token is not None}
 
-    def sampling_kwargs(self) -> dict[str, Any]:
-        """``generate`` options: sampling at temperature > 0 (top_k <= 0 disables top-k), greedy at 0."""
+    def sampling_kwargs(self, seeds: Sequence[int]) -> dict[str, Any]:
+        """``generate`` options: greedy decoding, at temperature > 0 through ``UnitGumbelSampler`` (a sample per
+        row from its own seed; top_k <= 0 disables top-k), plain greedy at 0. The model's own generation defaults
+        (temperature, top_p, top_k) are cleared: the spec's settings alone decide the sampling."""
+        from transformers import LogitsProcessorList
+
         spec = self.spec
+        greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         if spec.temperature == 0:
-            return {"do_sample": False}
-        return {"do_sample": True, "temperature": spec.temperature, "top_p": spec.top_p, "top_k": max(spec.top_k, 0)}
+            return greedy
+        sampler = UnitGumbelSampler(seeds, spec.temperature, spec.top_k, spec.top_p, self.device)
+        return {**greedy, "logits_processor": LogitsProcessorList([sampler])}
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
         torch = self.torch
         ids, mask = left_pad([r.prompt_ids for r in requests], self.tokenizer.pad_token_id)
-        torch.manual_seed(batch_seed(requests))
         with torch.inference_mode():
             output = self.model.generate(
                 input_ids=torch.tensor(ids, device=self.device),
@@ -61,7 +114,7 @@ class HFBackend:
                 max_new_tokens=self.spec.max_new_tokens,
                 pad_token_id=self.tokenizer.pad_token_id,
                 eos_token_id=sorted(self.eos_ids),
-                **self.sampling_kwargs(),
+                **self.sampling_kwargs([r.seed for r in requests]),
             )
         generations = []
         for row in output[:, len(ids[0]) :].tolist():

