@@ -4,12 +4,17 @@ any x86-64 machine, and a record of the path a process ran on.
 torch's vectorised operators, MKL (matrix products) and oneDNN each pick their kernels by the instruction set the
 CPU offers. AVX-512 and AVX2 kernels sum in different orders, so the last bits of every result differ, and a few
 hundred steps of sampled RL amplify last-bit differences into points of accuracy: the default study's GRPO moved
-3-5 points a seed between an AVX-512 and an AVX2 machine (docs/fidelity.md, "One kernel path"). The pin holds each
-library at AVX2, which every x86-64 CPU since 2015 supports (``PINNED``):
+3-5 points a seed between an AVX-512 and an AVX2 machine (docs/fidelity.md, "One kernel path"). The pin holds torch
+and oneDNN at AVX2, which every x86-64 CPU since 2015 supports, and MKL at its vendor-neutral branch (``PINNED``):
 
     ATEN_CPU_CAPABILITY=avx2    torch's dispatch level (read once, at the first dispatched operator)
-    MKL_CBWR=AVX2,STRICT        MKL's conditional numerical reproducibility: the AVX2 code path, bitwise the same
-                                on every CPU that has AVX2 (STRICT also pins the few functions CBWR's default leaves)
+    MKL_CBWR=COMPATIBLE,STRICT  MKL's conditional numerical reproducibility on its COMPATIBLE branch: one SSE2 code
+                                path without the approximation instructions (rcpps/rsqrtps) whose results differ
+                                between vendors, bitwise the same on Intel and AMD CPUs (STRICT also pins the few
+                                functions CBWR's default leaves). MKL's AVX2 branch is honoured on Intel CPUs only:
+                                on others MKL silently takes its AUTO branch (Intel's oneMKL developer guide,
+                                "Getting Started with Conditional Numerical Reproducibility"), so AVX2 held one
+                                vendor, not both
     ONEDNN_MAX_CPU_ISA=AVX2     oneDNN's highest instruction set (read once, at its first primitive)
 
 Measured here (docs/fidelity.md): with the three set, the default study is identical with the machine's native
@@ -42,7 +47,7 @@ KERNEL_PIN_VARIABLE = "GRAIL_KERNEL_PIN"
 # What the kernel variables were before the pin, as JSON, for the processes that inherit a pinned environment: a
 # stage that must leave the pin (``run_natively``) puts back these, not the pinned values it inherited.
 OUTSIDE_VARIABLE = "GRAIL_KERNEL_OUTSIDE"
-PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 # Variables that also decide a kernel path when set from outside (an AVX2-only machine is emulated with them).
 OBSERVED = (*PINNED, "MKL_ENABLE_INSTRUCTIONS", "DNNL_MAX_CPU_ISA")
 X86_64 = {"x86_64", "amd64"}

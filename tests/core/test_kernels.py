@@ -95,7 +95,7 @@ def test_provenance_records_the_cpu_the_capability_and_the_pins(tmp_path) -> Non
     record = json.loads(path.read_text())["kernels"]
     assert record["cpu_model"] == kernels.cpu_model() and record["cpu_model"] != "unknown"
     assert record["capability"] == "AVX2" and record["kernel_pin"] is True
-    assert record["variables"]["MKL_CBWR"] == "AVX2,STRICT"
+    assert record["variables"]["MKL_CBWR"] == "COMPATIBLE,STRICT"
     assert record["mkl"] and record["onednn"] and record["threads"] >= 1
 
 
@@ -114,7 +114,7 @@ def test_run_natively_runs_the_stage_again_unpinned_with_its_arguments(tmp_path)
     with pytest.MonkeyPatch.context() as patch:  # as the Snakefile's configure(True) leaves the job environment
         patch.setattr(os, "environ", {**outside, "MKL_CBWR": "AUTO"})
         environment = kernels.pinned_environment()
-    assert environment["ONEDNN_MAX_CPU_ISA"] == "AVX2" and environment["MKL_CBWR"] == "AVX2,STRICT"
+    assert environment["ONEDNN_MAX_CPU_ISA"] == "AVX2" and environment["MKL_CBWR"] == "COMPATIBLE,STRICT"
     done = subprocess.run(
         [sys.executable, "-m", "probe_stage", "--out", "x y"],
         cwd=tmp_path,
@@ -133,7 +133,7 @@ def test_the_report_names_one_kernel_path_or_every_output_off_it() -> None:
     native = {"cpu_model": "CPU B", "capability": "AVX512", "kernel_pin": False, "variables": {}}
     same = kernel_path_section({"run": kernel_fields(pinned), "eval": kernel_fields({**pinned, "cpu_model": "CPU B"})})
     assert "ran on one CPU kernel path: capability AVX2, kernel pin on" in same
-    assert "ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2,STRICT ONEDNN_MAX_CPU_ISA=AVX2" in same
+    assert "ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE,STRICT ONEDNN_MAX_CPU_ISA=AVX2" in same
     assert "CPU: CPU A; CPU B" in same and "hold on any x86-64 CPU with AVX2" in same
     mixed = kernel_path_section({"run": kernel_fields(pinned), "eval": kernel_fields(native)})
     assert mixed.startswith("**Mixed kernel paths**")
