@@ -466,11 +466,43 @@ def disk_check(results_dir: Path, needed: int) -> Check:
     return Check("disk", "pass", detail)
 
 
+# The plugins a profile's settings name, by the module Snakemake imports for them, and the project's extra that
+# installs them (pyproject.toml). Without one, Snakemake's own parser prints its whole usage text and
+# "invalid choice", naming neither the package nor the install.
+EXECUTOR_PLUGINS = {
+    "slurm": ("snakemake_executor_plugin_slurm", "snakemake-executor-plugin-slurm", "slurm"),
+    "kubernetes": ("snakemake_executor_plugin_kubernetes", "snakemake-executor-plugin-kubernetes", "kubernetes"),
+}
+STORAGE_PLUGINS = {
+    "s3": ("snakemake_storage_plugin_s3", "snakemake-storage-plugin-s3", "kubernetes"),
+    "fs": ("snakemake_storage_plugin_fs", "snakemake-storage-plugin-fs", "kubernetes"),
+}
+
+
+def missing_plugin(profile_file: Path, profile: dict[str, Any]) -> str | None:
+    """One line naming the first plugin the profile needs (its executor, its default storage provider) that this
+    environment cannot import, and the install that brings it; None when all are importable."""
+    needed = [("executor", profile.get("executor"), EXECUTOR_PLUGINS)]
+    needed.append(("default-storage-provider", profile.get("default-storage-provider"), STORAGE_PLUGINS))
+    for key, value, plugins in needed:
+        if value not in plugins:
+            continue
+        module, package, extra = plugins[value]
+        if importlib.util.find_spec(module) is None:
+            return (
+                f"{profile_file}: {key} {value!r} needs {package}, which this environment lacks: "
+                f"pip install -e '.[{extra}]' (from the repository root; docs/cluster.md, \"Install on the login node\")"
+            )
+    return None
+
+
 def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     profile_file = args.profile / "config.yaml"
     if not profile_file.exists():
         raise InputError(f"--profile {args.profile}: no config.yaml there")
     profile = yaml.safe_load(profile_file.read_text()) or {}
+    if problem := missing_plugin(profile_file, profile):
+        raise InputError(problem)
     study = load_study([args.configfile])
     extra = ["--sdm", "apptainer"] if args.sdm == "apptainer" else []
     jobs = plan(args.profile, args.configfile, extra)

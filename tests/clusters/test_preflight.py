@@ -228,3 +228,45 @@ def test_disk_check_names_the_checkpoints_reruns_set_aside(tmp_path: Path) -> No
     assert passing.status == "pass" and "0.1 GiB are checkpoints set aside by reruns" in passing.detail
     failing = preflight.disk_check(tmp_path / "results", needed=1 << 62)
     assert failing.status == "fail" and "rm -r" in failing.fix and "set_aside" in failing.fix
+
+
+# The preflight run as `python -m pipeline.preflight`, in a process where the named modules cannot be imported (a
+# None entry in sys.modules is how Python marks a module absent: `import` raises and `find_spec` answers None).
+WITHOUT_MODULES = """
+import runpy, sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None
+sys.argv = ["pipeline.preflight", *sys.argv[2:]]
+runpy.run_module("pipeline.preflight", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("profile", "hidden", "named"),
+    [
+        ("slurm", "snakemake_executor_plugin_slurm", "executor 'slurm' needs snakemake-executor-plugin-slurm"),
+        (
+            "kubernetes",
+            "snakemake_executor_plugin_kubernetes",
+            "executor 'kubernetes' needs snakemake-executor-plugin-kubernetes",
+        ),
+        (
+            "kubernetes",
+            "snakemake_storage_plugin_s3",
+            "default-storage-provider 's3' needs snakemake-storage-plugin-s3",
+        ),
+    ],
+)
+def test_a_missing_plugin_fails_in_one_line_naming_the_install(tmp_path: Path, profile: str, hidden: str, named: str):
+    """Only the preflight's own process lacks the module here (its dry run's Snakemake still has it). Broken by
+    dropping the ``missing_plugin`` call in ``run_checks``: the preflight went on to its checks and exit 1, naming
+    neither the package nor the install (on a login node without the plugin, Snakemake's usage text and "invalid
+    choice" came first)."""
+    command = [sys.executable, "-c", WITHOUT_MODULES, hidden, "--profile", str(REPO / "profiles" / profile)]
+    result = run_command([*command, "--configfile", str(PAPER)], cwd=REPO, timeout=120)
+    assert result.returncode == 2, result.stdout[-2000:]
+    extra = "slurm" if profile == "slurm" else "kubernetes"
+    assert result.stdout.strip().splitlines() == [
+        f"error: {REPO / 'profiles' / profile / 'config.yaml'}: {named}, which this environment lacks: "
+        f"pip install -e '.[{extra}]' (from the repository root; docs/cluster.md, \"Install on the login node\")"
+    ]
