@@ -158,7 +158,7 @@ def method_weights(
     if method.needs_spans:
         ids, mask = batch["completion_ids"], batch["completion_mask"]
         spans = find_boxed_spans(tokenizer, ids, mask, which=args.answer_span, alignment=args.answer_alignment)
-    host = OfflineHost(args, Accelerator(cpu=next(model.parameters()).device.type == "cpu"))
+    host = OfflineHost(args, Accelerator(cpu=next(model.parameters()).device.type == "cpu"), tokenizer)
     with torch.enable_grad():
         result = method.advantages(CreditInputs(batch, spans, model, host, share_loss_forward=False))
     return None if result.weights is None else result.weights.detach()

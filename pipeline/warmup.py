@@ -41,6 +41,8 @@ from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokeniz
 from pipeline.runtime.disk_space import model_bytes
 from pipeline.tasks.arith import is_arithmetic_problem, worked_solution
 from pipeline.tasks.boxed import BOX_MARKER
+from pipeline.tasks.decisive import is_decisive_problem
+from pipeline.tasks.decisive import worked_solution as decisive_worked_solution
 from pipeline.tasks.generation import chat_prompt_ids, problem_from_prompt
 
 IGNORE_INDEX = -100
@@ -104,6 +106,8 @@ def sft_target(problem: str, answer: str, worked: str | None = None) -> str:
         return worked
     if is_arithmetic_problem(problem):
         return worked_solution(problem, answer)
+    if is_decisive_problem(problem):
+        return decisive_worked_solution(problem, answer)
     return f"\\boxed{{{answer}}}"
 
 

@@ -75,6 +75,7 @@ class CreditHost(Protocol):
 
     args: Any  # the GrailGRPOConfig
     accelerator: Any
+    processing_class: Any  # the tokenizer (TRL's trainer attribute): what a method that reads the text decodes with
     temperature: float
     aux_loss_enabled: bool
 
@@ -95,6 +96,7 @@ class OfflineHost:
 
     args: Any  # the GrailGRPOConfig the method was built from
     accelerator: Any  # an ``accelerate.Accelerator`` of the model's device: unwrap_model, autocast, num_processes
+    processing_class: Any = None  # the tokenizer, as the trainer's
     aux_loss_enabled: bool = False
     _generator: torch.Generator | None = None
 

@@ -62,6 +62,12 @@ def _runtime_key_errors(config: Mapping[str, Any]) -> list[str]:
 
 def _name_errors(config: Mapping[str, Any]) -> list[str]:
     errors = []
+    unknown = [name for name in config.get("methods_only") or () if name not in config["methods"]]
+    if unknown:
+        errors.append(
+            f"config key `methods_only`: {', '.join(unknown)} not among the study's methods "
+            f"({', '.join(config['methods'])})"
+        )
     if BASELINE_METHOD in config["methods"]:
         errors.append(f"config key `methods.{BASELINE_METHOD}`: the name is reserved for the starting model")
     return errors

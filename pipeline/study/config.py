@@ -197,7 +197,11 @@ class Study:
                 )
                 for name, raw in config["models"].items()
             },
-            methods={name: MethodConfig(name, spec) for name, spec in config["methods"].items()},
+            methods={
+                name: MethodConfig(name, spec)
+                for name, spec in config["methods"].items()
+                if config["methods_only"] is None or name in config["methods_only"]
+            },
             seeds=tuple(config["seeds"]),
             training=config["training"],
             evaluation=EvaluationConfig(evaluation, checkpoints, baseline),

@@ -5,6 +5,9 @@ is also the usual precedence when every operation is the same). Its worked solut
 before the box, so a completion carries reasoning tokens besides the answer:
 
     4+8+3=?  ->  4+8=12. 12+3=15. \\boxed{15}
+
+With ``steps`` > 1 a problem is the decisive-step task instead (pipeline.tasks.decisive): ``steps`` such chains,
+named, and a question about one of them, so the answer is decided by a known part of the completion.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import random
 import re
 from dataclasses import dataclass
 from functools import reduce
+from string import ascii_lowercase
 from typing import Literal
 
 Operation = Literal["+", "-", "*"]
@@ -20,6 +24,7 @@ APPLY = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x *
 # A generated problem: an operand, then one or more (operation, operand) pairs; operands may be negative.
 PROBLEM = re.compile(r"(-?\d+)((?:[+\-*]-?\d+)+)=\?")
 STEP = re.compile(r"([+\-*])(-?\d+)")
+STEP_NAMES = ascii_lowercase  # the names of a decisive-step problem's chains, in order
 
 
 @dataclass(frozen=True)
@@ -32,21 +37,38 @@ class ArithmeticSpec:
     high: int = 9
     operations: tuple[Operation, ...] = ("+",)
     terms: int = 2
+    steps: int = 1  # > 1: the decisive-step task, ``steps`` named chains and one queried (pipeline.tasks.decisive)
 
 
 def arithmetic_problems(spec: ArithmeticSpec, id_prefix: str = "arith") -> list[dict[str, str]]:
     """``spec.count`` rows ``{"id", "problem", "answer"}``, identical for the same spec."""
-    if spec.count < 0 or spec.low > spec.high or not spec.operations or spec.terms < 2:
+    if spec.count < 0 or spec.low > spec.high or not spec.operations or spec.terms < 2 or spec.steps < 1:
         raise ValueError(f"invalid arithmetic spec: {spec}")
+    if spec.steps > len(STEP_NAMES):
+        raise ValueError(f"invalid arithmetic spec: at most {len(STEP_NAMES)} steps, got {spec.steps}")
     rng = random.Random(spec.seed)
     rows = []
     for index in range(spec.count):
-        operands = [rng.randint(spec.low, spec.high) for _ in range(spec.terms)]
-        operation = rng.choice(spec.operations)
-        value = reduce(APPLY[operation], operands)
-        problem = operation.join(str(operand) for operand in operands) + "=?"
+        if spec.steps > 1:
+            chains = [random_chain(rng, spec) for _ in range(spec.steps)]
+            query = rng.randrange(spec.steps)
+            named = ", ".join(
+                f"{name}={expression}" for name, (expression, _) in zip(STEP_NAMES[: spec.steps], chains, strict=True)
+            )
+            problem, value = f"{named}. {STEP_NAMES[query]}=?", chains[query][1]
+        else:
+            expression, value = random_chain(rng, spec)
+            problem = f"{expression}=?"
         rows.append({"id": f"{id_prefix}-{spec.seed}-{index}", "problem": problem, "answer": str(value)})
     return rows
+
+
+def random_chain(rng: random.Random, spec: ArithmeticSpec) -> tuple[str, int]:
+    """``spec.terms`` operands in [low, high] joined by one operation drawn from ``spec.operations``: (the
+    expression, its value left to right)."""
+    operands = [rng.randint(spec.low, spec.high) for _ in range(spec.terms)]
+    operation = rng.choice(spec.operations)
+    return operation.join(str(operand) for operand in operands), reduce(APPLY[operation], operands)
 
 
 def is_arithmetic_problem(problem: str) -> bool:
@@ -54,15 +76,22 @@ def is_arithmetic_problem(problem: str) -> bool:
     return PROBLEM.fullmatch(problem) is not None
 
 
-def worked_solution(problem: str, answer: str) -> str:
-    """The SFT target for a generated problem: one ``x op y=z.`` line per step (left to right), then the box."""
-    match = PROBLEM.fullmatch(problem)
+def worked_chain(expression: str) -> str:
+    """``4+8+3`` -> ``4+8=12. 12+3=15.``: one ``x op y=z.`` sentence per step, left to right."""
+    match = PROBLEM.fullmatch(f"{expression}=?")
     if match is None:
-        raise ValueError(f"not a generated arithmetic problem: {problem!r}")
+        raise ValueError(f"not an arithmetic chain: {expression!r}")
     running = int(match.group(1))
     steps = []
     for operation, operand in STEP.findall(match.group(2)):
         result = APPLY[operation](running, int(operand))
         steps.append(f"{running}{operation}{operand}={result}.")
         running = result
-    return f"{' '.join(steps)} \\boxed{{{answer}}}"
+    return " ".join(steps)
+
+
+def worked_solution(problem: str, answer: str) -> str:
+    """The SFT target for a generated problem: one ``x op y=z.`` line per step (left to right), then the box."""
+    if not is_arithmetic_problem(problem):
+        raise ValueError(f"not a generated arithmetic problem: {problem!r}")
+    return f"{worked_chain(problem.removesuffix('=?'))} \\boxed{{{answer}}}"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.io import InputError, jsonl_rows, load_spec
-from pipeline.tasks.arith import ArithmeticSpec
+from pipeline.tasks.arith import STEP_NAMES, ArithmeticSpec
 from pipeline.tasks.boxed import last_boxed
 
 DEFAULT_SUBSET_SEED = 42
@@ -147,9 +147,10 @@ def check_keys(spec: Any, allowed: set[str], where: str) -> dict[str, Any]:
 
 
 def arithmetic_spec(spec: Any, where: str) -> ArithmeticSpec:
-    """An ArithmeticSpec from a config mapping (keys count, seed, low, high, operations, terms), checked per field."""
-    check_keys(spec, {"count", "seed", "low", "high", "operations", "terms"}, where)
-    for key in ("count", "seed", "low", "high", "terms"):
+    """An ArithmeticSpec from a config mapping (keys count, seed, low, high, operations, terms, steps), checked per
+    field."""
+    check_keys(spec, {"count", "seed", "low", "high", "operations", "terms", "steps"}, where)
+    for key in ("count", "seed", "low", "high", "terms", "steps"):
         if key in spec and (not isinstance(spec[key], int) or isinstance(spec[key], bool)):
             raise InputError(f"{where}.{key}: expected an integer, got {spec[key]!r}")
     fields = {key: value for key, value in spec.items() if key != "operations"}
@@ -159,8 +160,10 @@ def arithmetic_spec(spec: Any, where: str) -> ArithmeticSpec:
             raise InputError(f"{where}.operations: expected a non-empty list of '+', '-', '*', got {operations!r}")
         fields["operations"] = tuple(operations)
     result = ArithmeticSpec(**fields)
-    if result.count < 0 or result.low > result.high or result.terms < 2:
-        raise InputError(f"{where}: need count >= 0, low <= high and terms >= 2, got {spec}")
+    if result.count < 0 or result.low > result.high or result.terms < 2 or not 1 <= result.steps <= len(STEP_NAMES):
+        raise InputError(
+            f"{where}: need count >= 0, low <= high, terms >= 2 and 1 <= steps <= {len(STEP_NAMES)}, got {spec}"
+        )
     return result
 
 

@@ -115,6 +115,25 @@ def test_nested_command_line_override_plans_the_evaluations_with_it(tmp_path: Pa
     assert {json.loads(spec)["temperature"] for spec in specs} == {0.7}
 
 
+def test_methods_only_plans_the_chosen_methods_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    """`--config 'methods_only=[grpo,grail]'` on the default study: only GRPO's and GRAIL's runs (2 seeds each) and
+    their evaluations are planned, and the token analysis and viewer name only those two. Broken by ignoring the
+    key in Study.from_config: all 6 runs were planned."""
+    result = snakemake(tmp_path, "-n", "-p", "--config", "methods_only=[grpo,grail]")
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert counts["train"] == 4
+    # each run's final model and the base model (2 seeds) on both benchmarks, GRAIL's step-125 export on arith_add
+    assert counts["evaluate"] == 4 * 2 + 2 * 2 + 2
+    trained = set(re.findall(r"--method-spec '\{\"credit\":\"(\w+)\"", result.stdout))
+    assert trained == {"grpo", "grail"}
+    refused = snakemake(tmp_path, "-n", "--config", "methods_only=[grpo,grail_typo]")
+    assert refused.returncode != 0
+    output = refused.stdout + refused.stderr
+    assert "config key `methods_only`: grail_typo not among the study's methods (grpo, grail, oar_g)" in output
+    assert "Job stats" not in output
+
+
 def test_nested_command_line_override_that_is_no_number_is_refused_by_name(tmp_path: Path) -> None:
     result = snakemake(tmp_path, "-n", "--config", "evaluation={temperature: 0.7x}")
     output = result.stdout + result.stderr
