@@ -8,7 +8,8 @@ each with ``refs/main`` pointing at a snapshot. huggingface_hub's own ``scan_cac
 Checked by breaking the code: ``cached_commit`` returning the revision as given (provenance records ``main``, the pin
 writes nothing: tests fail); ``BLOCK_VALUE`` without its ``after`` group (the line's comment is lost: the
 byte-identity test fails); ``pin_text`` without the parse check (the unparsable-key case writes garbage: fails);
-``revision_problems`` without ``is_commit`` (strict refuses pinned benchmarks: fails).
+``revision_problems`` without ``is_commit`` (strict refuses pinned benchmarks: fails); the evaluation CLI without
+``hub=`` (its provenance names no commit: fails).
 """
 
 from __future__ import annotations
@@ -21,15 +22,19 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants, scan_cache_dir, snapshot_download
 
+from pipeline import evaluate
 from pipeline.core.io import InputError
+from pipeline.core.layout import samples_provenance
 from pipeline.core.provenance import read_hub_commits, write_provenance
 from pipeline.models.hub_cache import cached_commit, dataset_commit, is_commit
 from pipeline.models.loading import model_hub_records, resolve_model
+from pipeline.models.tiny_model import TinyModelSpec, save_tiny_model
 from pipeline.pin_revisions import main as pin_main
 from pipeline.pin_revisions import pin_text
 from pipeline.report import hub_commits_section
 from pipeline.study.inputs import revision_problems
 from pipeline.study.load import load_study
+from tests.evaluate.conftest import FAST_SPEC, benchmark_rows, write_jsonl
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 DATASET = "math-ai/amc23"
@@ -122,6 +127,22 @@ def test_provenance_records_the_commit_the_model_was_loaded_at(offline_cache: Pa
     assert commits == {f"model {MODEL}@main": MODEL_COMMIT}
     assert f"- model {MODEL}@main: `{MODEL_COMMIT}`" in hub_commits_section(commits)
     assert model_hub_records(str(tmp_path), "main") == []  # a local directory is not a hub reference
+
+
+def test_the_evaluation_stage_records_the_commit_of_the_hub_model_it_loaded(
+    offline_cache: Path, tmp_path: Path
+) -> None:
+    """The evaluation CLI given a hub id at ``main``, offline: it evaluates the cached snapshot and its provenance
+    names that snapshot's commit."""
+    model_dir = save_tiny_model(TinyModelSpec(seed=0), tmp_path / "tiny")
+    commit = hashlib.sha1(b"tiny snapshot").hexdigest()
+    lay_out_repo(offline_cache, "models--grail-tests--tiny", commit, {p.name: p for p in model_dir.iterdir()})
+    benchmark = write_jsonl(tmp_path / "bench.jsonl", benchmark_rows(2))
+    out = tmp_path / "bench_samples.jsonl"
+    arguments = ["--model", "grail-tests/tiny", "--model-revision", "main", "--benchmark", str(benchmark)]
+    evaluate.main([*arguments, "--seed", "3", "--out", str(out), "--spec", json.dumps(FAST_SPEC)])
+    recorded = json.loads(samples_provenance(out).read_text())["hub"]
+    assert recorded == [{"repo_id": "grail-tests/tiny", "repo_type": "model", "revision": "main", "commit": commit}]
 
 
 def test_pin_rewrites_only_the_cached_revisions_and_names_the_rest(
