@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import copy
 import difflib
+import json
 import re
 import sys
 from pathlib import Path
@@ -67,10 +68,16 @@ def child_indent(lines: list[str], parent: int) -> str:
     return " " * (parent_indent + 2)
 
 
-def set_value(lines: list[str], key: tuple[str, ...], value: str) -> bool:
-    """Set ``key`` to the plain scalar ``value`` in ``lines`` (in place): replace the value of its block line, or
-    add it to its parent's one-line flow mapping (``name: {kind: x}``) or block mapping. False when the parent is
-    not found."""
+def yaml_string(value: str) -> str:
+    """``value`` as a YAML string scalar: plain where YAML reads it back as that string, else double-quoted (a
+    commit of digits only would read as an integer)."""
+    return value if yaml.safe_load(value) == value else json.dumps(value)
+
+
+def set_value(lines: list[str], key: tuple[str, ...], text: str) -> bool:
+    """Set ``key`` to the string ``text`` in ``lines`` (in place): replace the value of its block line, or add it to
+    its parent's one-line flow mapping (``name: {kind: x}``) or block mapping. False when the parent is not found."""
+    value = yaml_string(text)
     found = key_lines(lines)
     if key in found:
         index = found[key]

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import constants, scan_cache_dir, snapshot_download
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pipeline import evaluate
 from pipeline.core.io import InputError
@@ -30,7 +32,7 @@ from pipeline.models.hub_cache import cached_commit, dataset_commit, is_commit
 from pipeline.models.loading import model_hub_records, resolve_model
 from pipeline.models.tiny_model import TinyModelSpec, save_tiny_model
 from pipeline.pin_revisions import main as pin_main
-from pipeline.pin_revisions import pin_text
+from pipeline.pin_revisions import pin_text, yaml_string
 from pipeline.report import hub_commits_section
 from pipeline.study.inputs import revision_problems
 from pipeline.study.load import load_study
@@ -210,6 +212,39 @@ def test_pin_text_keeps_comments_and_quotes_and_adds_missing_keys() -> None:
         "benchmarks:\n"
         f"  b: {{kind: amc23, revision: {commit}}}  # flow\n"
     )
+
+
+@given(
+    models=st.dictionaries(
+        st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True),
+        st.tuples(
+            st.sampled_from(["main", "'main'", '"v1.0"', "dev"]),
+            st.sampled_from(["", "  # pin me", " # a: b, {c}"]),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    commit=st.from_regex(r"[0-9a-f]{40}", fullmatch=True),
+)
+def test_pin_text_changes_the_revision_values_and_nothing_else(
+    models: dict[str, tuple[str, str, bool]], commit: str
+) -> None:
+    """Any block-style models section, revisions quoted or not, with comments, an extra key before or after: the
+    pinned text is the one written with the commit in place of each revision, byte for byte."""
+
+    def study_text(revision_of: dict[str, str]) -> str:
+        lines = ["# a study", "models:"]
+        for name, (_, comment, path_first) in models.items():
+            block = [f"    revision: {revision_of[name]}{comment}", f"    path: org/{name}  # hub id"]
+            lines += [f"  {name}:", *(reversed(block) if path_first else block)]
+        return "\n".join([*lines, "seeds: [1, 2]", ""])
+
+    text = study_text({name: revision for name, (revision, _, _) in models.items()})
+    pinned, by_hand = pin_text(text, {("models", name, "revision"): commit for name in models})
+    assert by_hand == []
+    assert pinned == study_text(dict.fromkeys(models, yaml_string(commit)))
+    assert yaml_string("0" * 40) == '"' + "0" * 40 + '"'  # found by this test: digits alone read as an integer
 
 
 def test_pin_text_leaves_what_it_cannot_rewrite_by_the_line_to_the_user() -> None:
