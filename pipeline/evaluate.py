@@ -21,7 +21,7 @@ from pipeline.evaluation.backends import detect_backend
 from pipeline.evaluation.eval_spec import parse_eval_spec
 from pipeline.evaluation.sampling import evaluate
 from pipeline.evaluation.vllm_backend import vllm_device_type
-from pipeline.models.loading import resolve_model
+from pipeline.models.loading import model_hub_records, resolve_model
 from pipeline.tasks.gold_audit import clean_only_warning
 
 
@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> None:
         if warning:
             print(f"evaluate: WARNING: {warning}", file=sys.stderr)
     model = resolve_model(args.model, args.model_revision)
-    evaluate(model, args.benchmark, spec, args.seed, args.out)
+    hub = model_hub_records(args.model, args.model_revision)
+    evaluate(model, args.benchmark, spec, args.seed, args.out, hub=hub)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ import yaml
 
 from pipeline.core.io import InputError, atomic_write_json, run_cli
 from pipeline.core.repo import REPO_DIR
+from pipeline.models.hub_cache import cached_commit, download_command
 from pipeline.runtime import cluster
 from pipeline.runtime.launching import (
     engine_accelerate_config,
@@ -51,9 +52,9 @@ from pipeline.runtime.launching import (
 )
 from pipeline.study import cost, power_analysis
 from pipeline.study.config import Study
+from pipeline.study.hub_references import hub_references
 from pipeline.study.load import load_study
-from pipeline.study.plan import DEEPMATH_DEFAULTS, cost_table, estimate, plan
-from pipeline.tasks.benchmarks import SOURCE_FORMATS
+from pipeline.study.plan import cost_table, estimate, plan
 from pipeline.training.run_state import SET_ASIDE_DIR, set_aside_bytes
 
 COMPUTE_JOB_SECONDS = 40
@@ -406,40 +407,15 @@ def image_software_check(image: str, study: Study, jobs: list[cost.PlannedJob]) 
 
 def hub_revisions(study: Study) -> list[tuple[str, str, str]]:
     """(repo id, repo type, revision) of every hub model and dataset the study reads."""
-    wanted = [
-        (model.path, "model", model.revision or "main")
-        for model in study.models.values()
-        if model.path and not Path(model.path).exists()
-    ]
-    if study.data.get("source") == "deepmath":
-        deepmath = DEEPMATH_DEFAULTS | study.data.get("deepmath", {})
-        wanted.append((deepmath["hub_id"], "dataset", str(deepmath["revision"])))
-    for spec in study.benchmarks.values():
-        source = SOURCE_FORMATS.get(spec.get("kind", ""))
-        hub_id = spec.get("hub_id", source.hub_id if source else None)
-        if hub_id and "path" not in spec:
-            wanted.append((hub_id, "dataset", str(spec.get("revision", source.revision or "main"))))
-    return list(dict.fromkeys(wanted))
+    return list(dict.fromkeys((ref.repo_id, ref.repo_type, ref.revision) for ref in hub_references(study)))
 
 
 def hub_check(study: Study, allow_downloads: bool) -> Check:
     """Every hub revision in the Hugging Face cache, else the exact `hf download` commands."""
-    from huggingface_hub import scan_cache_dir
-    from huggingface_hub.errors import CacheNotFound
-
     wanted = hub_revisions(study)
     if not wanted:
         return Check("hub cache", "pass", "the study reads no hub model or dataset")
-    try:
-        cached = {(repo.repo_id, repo.repo_type): repo for repo in scan_cache_dir().repos}
-    except CacheNotFound:
-        cached = {}
-    missing = []
-    for repo_id, repo_type, revision in wanted:
-        repo = cached.get((repo_id, repo_type))
-        if repo is None or not any(revision == r.commit_hash or revision in r.refs for r in repo.revisions):
-            kind = " --repo-type dataset" if repo_type == "dataset" else ""
-            missing.append(f"hf download {repo_id}{kind} --revision {revision}")
+    missing = [download_command(*reference) for reference in wanted if cached_commit(*reference) is None]
     if not missing:
         return Check("hub cache", "pass", f"all {len(wanted)} revisions are cached")
     status = "skipped" if allow_downloads else "fail"

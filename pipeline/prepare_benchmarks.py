@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.io import InputError, atomic_write_json, load_spec, publish_jsonl, run_cli
+from pipeline.models.hub_cache import dataset_commit
 from pipeline.tasks import gsm
 from pipeline.tasks.arith import arithmetic_problems
 from pipeline.tasks.benchmarks import (
@@ -119,6 +120,7 @@ def source_items(name: str, spec: dict[str, Any]) -> tuple[list[dict[str, str]],
         )
         items, skipped = normalize_rows(rows, source, provenance["hub_id"], gold_format)
         provenance["rows"] = len(rows)
+        provenance["commit"] = dataset_commit(provenance["hub_id"], provenance["revision"], spec.get("cache_dir"))
     return items, skipped, provenance | {"gold": gold_format}
 
 

@@ -46,6 +46,7 @@ from pipeline.core.io import (
     read_jsonl,
     run_cli,
 )
+from pipeline.models.hub_cache import dataset_commit
 from pipeline.tasks import gsm
 from pipeline.tasks.arith import arithmetic_problems
 from pipeline.tasks.benchmarks import (
@@ -274,6 +275,7 @@ def load_records(spec: dict[str, Any]) -> tuple[list[Record], list[dict], dict[s
         )
         records, skipped = validated_records(rows, deepmath_record, "deepmath")
         provenance = {key: settings[key] for key in ("hub_id", "revision", "split")}
+        provenance["commit"] = dataset_commit(settings["hub_id"], str(settings["revision"]), settings["cache_dir"])
         return records, skipped, provenance, {key: settings[key] for key in ("shuffle_seed", "max_rows", "shuffle")}
     if source == "jsonl":
         settings = check_keys(spec.get("jsonl", {}), JSONL_KEYS, "data.jsonl")

@@ -32,6 +32,7 @@ from pipeline.core.provenance import (
     mixed_versions,
     package_versions,
     read_code_changes,
+    read_hub_commits,
     read_kernel_paths,
     read_libraries,
     standing_code_changes,
@@ -298,6 +299,16 @@ def _mixed_listing(mixed: dict[str, dict[str, list[str]]]) -> list[str]:
     return lines
 
 
+def hub_commits_section(commits: dict[str, str]) -> str:
+    """The hub commit each model reference was loaded at (training runs' and evaluations' provenance), so that a
+    branch such as ``main`` in the config still names the files used; the data card and gold audits record the
+    datasets' commits."""
+    if not commits:
+        return "No training run or evaluation loaded a model from the hub."
+    lines = ["Hub models as loaded (`python -m pipeline.pin_revisions` writes these commits into the config):"]
+    return "\n".join([*lines, *(f"- {reference}: `{commit}`" for reference, commit in commits.items())])
+
+
 def library_versions_section(records: dict[str, dict[str, str]]) -> str:
     """Whether every training run and evaluation was made with the same library versions, and if not, which
     library differs and which outputs have which version."""
@@ -420,6 +431,7 @@ def build_report(args: argparse.Namespace) -> str:
         sections += ["## Token weights", token_viewer_section(args.token_viewer, report_dir)]
     sections += [
         "## Provenance",
+        hub_commits_section(read_hub_commits(args.provenance)),
         library_versions_section(read_libraries(args.provenance)),
         kernel_path_section(read_kernel_paths(args.provenance)),
         code_changes_section(standing_code_changes(read_code_changes(args.code_changes) if args.code_changes else [])),

@@ -109,7 +109,7 @@ from pipeline.core.layout import (
 from pipeline.core.provenance import library_versions
 from pipeline.core.source_digest import module_digests
 from pipeline.credit.method import credit_module
-from pipeline.models.loading import check_model_reference, load_model, load_tokenizer
+from pipeline.models.loading import check_model_reference, load_model, load_tokenizer, model_hub_records
 from pipeline.runtime.disk_space import CheckpointSaveError
 from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RUNTIME_VARIABLE, RuntimeSettings
 from pipeline.tasks.rewards import trl_reward_function
@@ -451,7 +451,9 @@ def train_and_publish(
             raise SystemExit(PREEMPTED_EXIT_CODE)
         final_step = trainer.state.global_step
     # A signal after the last step no longer interrupts: what is left is quick and completes the run.
-    publish_outputs(trainer, run_dir, control.export_steps, final_step, resume[1] if training_done else None)
+    finished = resume[1] if training_done else None
+    hub = model_hub_records(args.model, args.model_revision)
+    publish_outputs(trainer, run_dir, control.export_steps, final_step, finished, hub)
 
 
 if __name__ == "__main__":

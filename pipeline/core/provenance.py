@@ -3,7 +3,8 @@ and accepted code changes.
 
 Library versions and kernel path: the training stage writes ``RUN_DIR/provenance.json`` and the evaluation stage
 ``<benchmark>.provenance.json`` beside its samples, ``{"stage", "python", "libraries": {name: version}, "kernels":
-{cpu_model, machine, cpu_flags, capability, kernel_pin, variables, threads, mkl, onednn}}``: the libraries that
+{cpu_model, machine, cpu_flags, capability, kernel_pin, variables, threads, mkl, onednn}, "hub": [{repo_id,
+repo_type, revision, commit}]}``: the libraries that
 change their numbers (``LIBRARIES``; ``absent`` when not installed) and what decides their last bits below the code
 (``pipeline.core.kernels.kernel_record``). The report flags a study
 whose outputs were made with different versions (``mixed_versions``). Whether a version change reruns them is the
@@ -52,11 +53,16 @@ def library_versions() -> dict[str, str]:
 
 
 def write_provenance(
-    path: Path, stage: str, runtime: dict[str, Any] | None = None, health: dict[str, Any] | None = None
+    path: Path,
+    stage: str,
+    runtime: dict[str, Any] | None = None,
+    health: dict[str, Any] | None = None,
+    hub: list[dict[str, Any]] | None = None,
 ) -> None:
     """Record, atomically, which Python and library versions and which CPU kernel path ``stage`` ran with, the
-    run-time settings it ran under (``runtime``: pipeline.runtime.settings, passed by the stage) and, for a training
-    run, the health check's summary (``health``: pipeline.runtime.health)."""
+    run-time settings it ran under (``runtime``: pipeline.runtime.settings, passed by the stage), for a training
+    run the health check's summary (``health``: pipeline.runtime.health) and the hub models it loaded with the
+    commits the cache resolved them to (``hub``: pipeline.models.hub_cache.hub_record)."""
     record = {
         "stage": stage,
         "python": platform.python_version(),
@@ -64,6 +70,7 @@ def write_provenance(
         "kernels": kernels.kernel_record(),
         **({"runtime": runtime} if runtime is not None else {}),
         **({"health": health} if health is not None else {}),
+        **({"hub": hub} if hub else {}),
     }
     atomic_write_json(path, record)
 
@@ -78,6 +85,21 @@ def read_libraries(paths: list[Path]) -> dict[str, dict[str, str]]:
             raise InputError(f"{path}: not a provenance record with 'libraries' ({error})") from None
         records[str(path)] = libraries
     return records
+
+
+def read_hub_commits(paths: list[Path]) -> dict[str, str]:
+    """``{repo_type repo_id@revision: commit}`` over provenance files' ``hub`` records (``not cached`` when the
+    stage found no commit for it); an output that loaded no hub reference adds nothing."""
+    commits = {}
+    for path in paths:
+        try:
+            records = json.loads(path.read_text(encoding="utf-8")).get("hub", [])
+        except (OSError, ValueError, AttributeError) as error:
+            raise InputError(f"{path}: not a provenance record ({error})") from None
+        for record in records:
+            reference = f"{record['repo_type']} {record['repo_id']}@{record['revision']}"
+            commits[reference] = record.get("commit") or "not cached"
+    return dict(sorted(commits.items()))
 
 
 def kernel_fields(record: dict[str, Any]) -> dict[str, str]:

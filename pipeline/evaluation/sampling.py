@@ -240,10 +240,11 @@ def evaluate(
     out: str | Path,
     backend_factory: Callable[[str, str, Any, EvalSpec, int], Backend] = make_backend,
     runtime: RuntimeSettings | None = None,
+    hub: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate ``model`` on ``benchmark`` into ``out`` (resuming from its partial file), each generation batch
     under the stall watchdog of the ``runtime`` settings (default: this process's, pipeline.runtime.settings), which
-    the provenance records; returns the rows."""
+    the provenance records with the ``hub`` commits the model was loaded at; returns the rows."""
     runtime = RuntimeSettings.current() if runtime is None else runtime
     items = load_benchmark(benchmark)
     units = plan_units(items, spec.n_samples, seed)
@@ -258,7 +259,7 @@ def evaluate(
 
     rows = [done[u.key] for u in units]
     with output_space(Path(out), jsonl_bytes(rows), "the samples"):
-        write_provenance(samples_provenance(Path(out)), "evaluate", runtime=runtime.record())
+        write_provenance(samples_provenance(Path(out)), "evaluate", runtime=runtime.record(), hub=hub)
         publish_jsonl(out, rows)
     partial.unlink(missing_ok=True)
     correct = sum(row["correct"] for row in rows)

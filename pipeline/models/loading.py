@@ -94,6 +94,16 @@ def resolve_model(model: str, revision: str | None) -> str:
         raise InputError(f"model {model!r} at revision {revision!r}: cannot fetch it ({_first_line(error)})") from None
 
 
+def model_hub_records(model: str, revision: str | None) -> list[dict[str, Any]]:
+    """The provenance's ``hub`` entry of a model reference: its commit in the hub cache for a hub id at a pinned
+    ``revision`` (pipeline.models.hub_cache.hub_record); none for a local directory or an unpinned id."""
+    from pipeline.models.hub_cache import hub_record
+
+    if revision is None or Path(model).is_dir():
+        return []
+    return [hub_record(model, "model", revision)]
+
+
 def load_tokenizer(
     model: str, *, revision: str | None = None, trust_remote_code: bool = False, gguf_file: str | None = None
 ) -> Any:

@@ -10,6 +10,9 @@ Every config key that names a local file or directory of the user's (configs/sch
     models.NAME.path                 a local model directory with a config.json, else a hub id (``name`` or
                                      ``owner/name``) pinned by ``models.NAME.revision``
 
+With ``strict_revisions``, every hub revision (pipeline.study.hub_references) must be a commit, not a branch or
+tag; the fix is ``PIN_COMMAND`` after ``hf download``.
+
 Rows a benchmark stage skips (a missing or empty problem or answer: public sources have such rows, and the stage
 lists them in its audit) are warned about here, with file and line; they refuse the file only beside a problem.
 The files are read line by line, once per plan (the Snakefile checks only in the controller, not in each job).
@@ -23,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.io import InputError
+from pipeline.models.hub_cache import download_command, is_commit
 from pipeline.models.loading import looks_like_hub_id
 from pipeline.study.config import ModelConfig, Study
+from pipeline.study.hub_references import hub_references
 from pipeline.tasks.benchmarks import SOURCE_FORMATS, check_file, read_subset_ids
 
 
@@ -83,6 +88,22 @@ def benchmark_problems(name: str, spec: Mapping[str, Any]) -> tuple[list[str], l
     return (problems + skipped, []) if problems else ([], skipped)
 
 
+PIN_COMMAND = "python -m pipeline.pin_revisions --configfile CONFIG --write"
+
+
+def revision_problems(study: Study) -> list[str]:
+    """Under ``strict_revisions``, every hub reference whose revision is not a 40-hex commit, with its key."""
+    if not study.strict_revisions:
+        return []
+    return [
+        f"{reference.key_name}: {reference.repo_id} at {reference.revision!r}: strict_revisions needs a commit, not"
+        f" a branch or tag; after `{download_command(reference.repo_id, reference.repo_type, reference.revision)}`"
+        f" run `{PIN_COMMAND}`"
+        for reference in hub_references(study)
+        if not is_commit(reference.revision)
+    ]
+
+
 def input_problems(study: Study) -> tuple[list[str], list[str]]:
     """(problems, warnings) of every local input of the study, each naming its config key, file and line."""
     problems: list[str] = []
@@ -94,6 +115,7 @@ def input_problems(study: Study) -> tuple[list[str], list[str]]:
     problems += dataset_problems("data.deepmath.hub_id", study.data.get("deepmath", {}).get("hub_id"))
     for model in study.models.values():
         problems += model_problems(model)
+    problems += revision_problems(study)
     return problems, warnings
 
 

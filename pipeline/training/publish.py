@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from pipeline.core.disk_full import output_space
 from pipeline.core.io import InputError, export_model, publish_directory, publish_text, read_jsonl
@@ -78,10 +79,12 @@ def publish_outputs(
     export_steps: frozenset[int],
     final_step: int,
     finished_checkpoint: Path | None,
+    hub: list[dict[str, Any]] | None = None,
 ) -> None:
     """Publish the stage outputs: the exports, the final model (saved by the trainer, or linked from
     ``finished_checkpoint`` when an earlier attempt finished training), the provenance (with the health check's
-    summary of the run: pipeline.runtime.health) and, last, the metrics."""
+    summary of the run, pipeline.runtime.health, and the ``hub`` commits the start model was loaded at) and, last,
+    the metrics."""
     is_main = trainer.accelerator.is_main_process
     if is_main:
         publish_exports(run_dir, export_steps, final_step)
@@ -92,5 +95,5 @@ def publish_outputs(
     if is_main:
         settings = RuntimeSettings.current()
         health = summary(read_jsonl(working_metrics_path(run_dir)), settings.health)
-        write_provenance(run_dir / PROVENANCE_FILE, "train", runtime=settings.record(), health=health)
+        write_provenance(run_dir / PROVENANCE_FILE, "train", runtime=settings.record(), health=health, hub=hub)
         publish_metrics(working_metrics_path(run_dir), run_dir / METRICS_FILE)
