@@ -12,6 +12,10 @@ and declares, once, what everything else reads:
 - ``needs_model`` (it runs the policy) and ``shares_loss_forward`` (that pass can be the loss's own forward),
 - ``headline``: at most four of its logged statistics that the training-curve figure leads with.
 
+A method that reads the policy's per-token log-probs or entropies calls ``inputs.token_statistics()``
+(``TokenStatistics``): at the sampling temperature, from the loss's own forward when the trainer lets the method
+make it (one forward per micro-step, as GRPO's), else from one no-grad forward; docs/credit-methods.md.
+
 ``advantages(inputs)`` returns a ``CreditResult``: the (B, T) advantages, the (B, T) weights of a multiplicative
 method (the token viewer's column; None for others) and its statistics, in logging order: a float is logged as
 its across-process nan-mean under ``<name>/<key>``, a 1-D tensor of per-row values as ``<key>_p10``/``_p90``.
@@ -25,7 +29,7 @@ import math
 import pkgutil
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
 import torch
@@ -41,6 +45,7 @@ __all__ = [
     "CreditResult",
     "OfflineHost",
     "Range",
+    "TokenStatistics",
     "carries_loss",
     "full_sequence",
     "scaled",
@@ -80,10 +85,12 @@ class CreditHost(Protocol):
     aux_loss_enabled: bool
 
     def loss_forward(self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> tuple:
-        """TRL's own forward of the loss: (per-token log-probs, entropies, aux loss) of the last ``T`` positions."""
+        """TRL's own forward of the loss: (log-probs (B, T), entropies (B, T), aux loss or None) of the last ``T``
+        positions (the completion), the logits divided by ``temperature``, 0 where ``attention_mask`` is 0; with
+        the graph when grad is enabled."""
 
     def memoise_loss_forward(self, outputs: tuple) -> None:
-        """Hand a forward made here to the loss, which then makes none."""
+        """Hand a forward made here to the loss, which then makes none (without it, the loss makes a second)."""
 
     def credit_generator(self) -> torch.Generator:
         """The run's seeded generator for a method's noise (seed + process index; checkpointed with the run)."""
@@ -91,8 +98,9 @@ class CreditHost(Protocol):
 
 @dataclass
 class OfflineHost:
-    """A ``CreditHost`` outside training (the token viewer): one process, the model as loaded, and no loss forward
-    to share (its ``CreditInputs`` have ``share_loss_forward=False``, so a method never asks for one)."""
+    """A ``CreditHost`` outside training (the token viewer): one process, the model as loaded, and no loss to share
+    a forward with (its ``CreditInputs`` have ``share_loss_forward=False``: ``memoise_loss_forward`` raises);
+    ``loss_forward`` is a plain forward with the loss's temperature scaling."""
 
     args: Any  # the GrailGRPOConfig the method was built from
     accelerator: Any  # an ``accelerate.Accelerator`` of the model's device: unwrap_model, autocast, num_processes
@@ -105,7 +113,16 @@ class OfflineHost:
         return self.args.temperature
 
     def loss_forward(self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> tuple:
-        raise RuntimeError("no loss forward outside training: build CreditInputs with share_loss_forward=False")
+        """The trainer's ``loss_forward`` on a model without TRL's fused head: the model's logits of the last ``T``
+        positions, divided by ``temperature`` in TRL's ``selective_log_softmax_and_entropy``; no aux loss."""
+        from trl.trainer.utils import selective_log_softmax_and_entropy  # imports TRL: only when a method asks
+
+        with self.accelerator.autocast():
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=T + 1).logits
+        logps, entropies = selective_log_softmax_and_entropy(
+            logits[:, :-1].float(), input_ids[:, -T:], temperature=self.temperature, row_mask=attention_mask[:, -T:]
+        )
+        return logps, entropies, None
 
     def memoise_loss_forward(self, outputs: tuple) -> None:
         raise RuntimeError("no loss forward outside training: build CreditInputs with share_loss_forward=False")
@@ -115,6 +132,19 @@ class OfflineHost:
         if self._generator is None:
             self._generator = torch.Generator(device=self.accelerator.device).manual_seed(self.args.seed)
         return self._generator
+
+
+@dataclass(frozen=True)
+class TokenStatistics:
+    """The policy's per-token statistics of a batch's completions at the sampling temperature τ, each (B, T)
+    float32, 0 on padding, detached (no gradient flows through a weight made from them):
+
+        logps[i, t]     = log π_τ(y_{i,t} | x_i, y_{i,<t}),         π_τ = softmax(logits / τ)
+        entropies[i, t] = -Σ_v π_τ(v | x_i, y_{i,<t}) log π_τ(v | x_i, y_{i,<t})
+    """
+
+    logps: torch.Tensor
+    entropies: torch.Tensor
 
 
 @dataclass
@@ -127,10 +157,26 @@ class CreditInputs:
     model: nn.Module  # the policy as TRL's loss calls it (wrapped); ``unwrapped`` for attribution passes
     host: CreditHost
     share_loss_forward: bool  # make the loss's forward here (``host.loss_forward``) and memoise it
+    _statistics: TokenStatistics | None = field(default=None, init=False, repr=False)
 
     @property
     def unwrapped(self) -> nn.Module:
         return self.host.accelerator.unwrap_model(self.model)
+
+    def token_statistics(self) -> TokenStatistics:
+        """The batch's ``TokenStatistics``, from one forward made on first call: under ``share_loss_forward`` the
+        loss's own (``host.loss_forward``, memoised, so the loss makes none), else a no-grad one of its own."""
+        if self._statistics is None:
+            input_ids, attention_mask = full_sequence(self.batch)
+            T = self.batch["completion_ids"].size(1)
+            if self.share_loss_forward:
+                outputs = self.host.loss_forward(self.model, input_ids, attention_mask, T)
+                self.host.memoise_loss_forward(outputs)
+            else:
+                with torch.no_grad():
+                    outputs = self.host.loss_forward(self.model, input_ids, attention_mask, T)
+            self._statistics = TokenStatistics(outputs[0].detach().float(), outputs[1].detach().float())
+        return self._statistics
 
 
 @dataclass

@@ -12,7 +12,8 @@ When the advantages are computed (``grail_recompute``, shared by every method):
   TRL's shuffle and split.
 
 A method whose pass can share the loss's forward makes that forward itself (``loss_forward``) and
-memoises it (``memoise_loss_forward``); ``_get_per_token_logps_and_entropies`` then returns it once. What is
+memoises it (``memoise_loss_forward``; ``CreditInputs.token_statistics`` does both); ``_get_per_token_logps_and_entropies``
+then returns it once. What is
 logged: docs/output.md "Logged metrics".
 """
 
