@@ -284,8 +284,8 @@ def token_viewer_section(page: Path, report_dir: Path) -> str:
     """A link to the token-weight viewer page (pipeline.token_viewer)."""
     return (
         f"[Token weights]({os.path.relpath(page, report_dir)}): evaluation rollouts per run and checkpoint, each "
-        "token coloured by its GRAIL and OAR-G weight (boxed answer outlined; hover a token for its weights, "
-        "saliency and advantage)."
+        "token coloured by its weight under every study method that weights tokens (GRAIL, OAR-G, the controls, "
+        "an out-of-tree method; boxed answer outlined; hover a token for its weights and the advantage)."
     )
 
 

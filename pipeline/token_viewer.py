@@ -338,7 +338,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--methods", default='{"grail": {"credit": "grail"}}', help="method name -> its credit options (JSON/YAML)"
     )
     parser.add_argument("--per-outcome", type=int, default=2, help="correct and wrong rollouts shown each")
-    parser.add_argument("--seed", type=int, default=0, help="chooses the rollouts and OAR-G's noise")
+    parser.add_argument("--seed", type=int, default=0, help="chooses the rollouts and the methods' noise")
     parser.add_argument("--out", required=True, type=Path, help="the HTML page")
     return parser.parse_args(argv)
 
