@@ -113,8 +113,8 @@ DEFAULTS = {
     "seed_sd": Component(
         0.02,
         "2 points: an assumption of the order this project has measured for the compared methods on its default "
-        "study (acc@4 on arith_add, 400 items x 4 samples, sd over 2 seeds, item noise included): GRPO 0.0 and GRAIL "
-        "0.4 points in the recorded run docs/numbers/default.json (pinned kernels), GRPO 1.2 and GRAIL 2.3 before "
+        "study (acc@4 on arith_add, 400 items x 4 samples, sd over 2 seeds, item noise included): GRPO 2.6 and GRAIL "
+        "0.1 points in the recorded run docs/numbers/default.json (pinned kernels), GRPO 1.2 and GRAIL 2.3 before "
         "the kernel pin (docs/lab-notes.md, 30 November); from 1 degree of freedom each, neither sets it; no "
         "published measurement for the paper's models",
     ),
