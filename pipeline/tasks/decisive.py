@@ -19,6 +19,7 @@ the last complete box (what the reward reads); nothing else is.
 from __future__ import annotations
 
 import re
+from itertools import accumulate
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,9 +84,16 @@ def decisive_spans(problem: str, completion: str) -> list[tuple[int, int]]:
 
 
 def token_character_ends(tokenizer: Any, ids: Sequence[int]) -> list[int]:
-    """The end of each token's text in ``decode(ids)``: ``len(decode(ids[:k + 1]))``. Decoding prefixes works
-    for any tokenizer (a byte-level token that completes a character gets its end; a token that decodes to
-    nothing gets the previous end), where offset mappings exist only for fast tokenizers and encoded text."""
+    """The end of each token's text in ``decode(ids)``: ``len(decode(ids[:k + 1]))``.
+
+    When the tokens' own texts concatenate to the decoded text (ASCII byte-level BPE, the tiny model's characters),
+    the ends are their running lengths: one decode per token, O(T). Otherwise (a byte token that completes a
+    character, a tokenizer that drops a leading space) it decodes every prefix, O(T^2), which works for any
+    tokenizer: offset mappings exist only for fast tokenizers and encoded text, not for sampled ids.
+    """
+    pieces = tokenizer.batch_decode([[token] for token in ids], skip_special_tokens=True)
+    if "".join(pieces) == tokenizer.decode(list(ids), skip_special_tokens=True):
+        return list(accumulate(len(piece) for piece in pieces))
     return [len(tokenizer.decode(list(ids[: k + 1]), skip_special_tokens=True)) for k in range(len(ids))]
 
 

@@ -82,6 +82,15 @@ def test_token_labels_with_a_bpe_tokenizer(qwen_tokenizer):
     assert "a=3+4" not in decisive_text and "c=9+1" not in decisive_text
 
 
+@pytest.mark.parametrize("text", [WORKED, "a=3+4=7. b=5+2=7 🦜 ꙮ 𓀀. \\boxed{7}"])
+def test_token_ends_equal_the_prefix_decodes(qwen_tokenizer, text):
+    """The O(T) running lengths must agree with decoding every prefix; the second text has byte tokens (emoji, rare scripts) that
+    complete a character only together, so it takes the prefix path and still agrees."""
+    ids = qwen_tokenizer.encode(text, add_special_tokens=False)
+    prefixes = [len(qwen_tokenizer.decode(ids[: k + 1])) for k in range(len(ids))]
+    assert decisive.token_character_ends(qwen_tokenizer, ids) == prefixes
+
+
 def test_oracle_weights_known_answers():
     truth = torch.tensor([[True, True, False, False, False], [False, False, False, False, False]])
     mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]])
