@@ -19,8 +19,8 @@ the last complete box (what the reward reads); nothing else is.
 from __future__ import annotations
 
 import re
-from itertools import accumulate
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 from pipeline.tasks.arith import worked_chain
