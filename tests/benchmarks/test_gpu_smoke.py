@@ -26,7 +26,7 @@ def test_cpu_fallback_runs_every_stage_and_prints_one_table(tmp_path: Path) -> N
     assert result.stdout.startswith("| stage | seconds | result | GRAIL/GRPO step | peak RSS MB |")
     rows = {row["stage"]: row for row in json.loads(report.read_text())["rows"]}
     assert list(rows) == [
-        "prepare model",
+        "prepare model (tiny)",
         "evaluate (hf)",
         "train grpo (1 process)",
         "train grail (1 process)",
