@@ -150,6 +150,7 @@ SIGNIFICANCE_MD = f"{R}/{layout.SIGNIFICANCE_MD}"
 TOKEN_ANALYSIS = f"{R}/{layout.TOKEN_ANALYSIS}"
 REPORT = f"{R}/{layout.REPORT}"
 TOKEN_VIEWER = f"{R}/token_weights.html"
+CREDIT_PLACEMENT = f"{R}/{layout.CREDIT_PLACEMENT}"
 TRACKING_DIR = f"{R}/tracking"
 
 
@@ -625,9 +626,73 @@ rule token_viewer:
         " --per-outcome {params.per_outcome} --seed {params.seed} --out {output.page:q} > {log:q} 2>&1"
 
 
+def credit_placement_inputs(wildcards):
+    jobs = STUDY.placement_inputs(wildcards.model)
+    inputs = {"benchmark": BENCHMARK_FILE.format(benchmark=STUDY.credit_truth.benchmark)}
+    for job in jobs["rollouts"]:
+        inputs[f"model seed{job['seed']}"] = model_dir(job["model"], job["method"], job["seed"], job["checkpoint"])
+    for job in jobs["runs"]:
+        inputs[f"samples {job['method']} seed{job['seed']}"] = SAMPLES.format(**job)
+    return inputs
+
+
+def placement_arguments(wildcards, input):
+    """`--rollouts SEED MODEL_DIR SAMPLES` per seed of the rollouts' method, `--runs METHOD SEED SAMPLES` per run."""
+    jobs = STUDY.placement_inputs(wildcards.model)
+    arguments = []
+    for job in jobs["rollouts"]:
+        seed = job["seed"]
+        samples = input[f"samples {job['method']} seed{seed}"]
+        arguments += ["--rollouts", str(seed), input[f"model seed{seed}"], samples]
+    for job in jobs["runs"]:
+        arguments += ["--runs", job["method"], str(job["seed"]), input[f"samples {job['method']} seed{job['seed']}"]]
+    return shlex.join(arguments)
+
+
+rule credit_placement:
+    input:
+        unpack(credit_placement_inputs),
+        repairs=force_damaged_outputs,
+    output:
+        summary=f"{CREDIT_PLACEMENT}/placement.json",
+        figure=report(f"{CREDIT_PLACEMENT}/placement.png", category="Credit placement", subcategory="{model}"),
+    log:
+        f"{R}/logs/credit_placement/{{model}}.log",
+    benchmark:
+        f"{R}/benchmarks/credit_placement/{{model}}.tsv"
+    threads: threads_of("credit_placement", per_model=True)
+    resources:
+        **resources_of("credit_placement", per_model=True),
+    params:
+        arguments=placement_arguments,
+        analysis_spec=canonical_json(STUDY.token_analysis.spec),
+        methods=canonical_json(STUDY.credit_specs()),
+        floor=STUDY.credit_truth.floor,
+        ceiling=STUDY.credit_truth.ceiling,
+        max_rollouts=STUDY.credit_truth.max_rollouts,
+        batch_size=STUDY.credit_truth.batch_size,
+        resamples=STUDY.significance["resamples"],
+        confidence=STUDY.significance["confidence"],
+        seed=STUDY.significance["seed"],
+        out_dir=lambda wildcards, output: os.path.dirname(output.summary),
+        kernels=KERNEL_PIN,
+        code=source_digest("pipeline.credit_placement", *STUDY.credit_modules()),
+    shell:
+        "python -m pipeline.credit_placement {params.arguments} --benchmark {input.benchmark:q}"
+        " --analysis-spec {params.analysis_spec:q} --methods {params.methods:q}"
+        " --floor {params.floor:q} --ceiling {params.ceiling:q} --max-rollouts {params.max_rollouts}"
+        " --batch-size {params.batch_size} --resamples {params.resamples} --confidence {params.confidence}"
+        " --seed {params.seed} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
 def viewer_page_argument(wildcards, input):
     """`--token-viewer PAGE` when the viewer is on, shell-quoted."""
     return shlex.join(["--token-viewer", *input.token_viewer]) if input.token_viewer else ""
+
+
+def placement_summaries_argument(wildcards, input):
+    """`--credit-placement SUMMARY...` when a placement is scored, shell-quoted."""
+    return shlex.join(["--credit-placement", *input.credit_placement]) if input.credit_placement else ""
 
 
 def code_changes_argument(wildcards, input):
@@ -644,6 +709,7 @@ rule report:
         audits=expand(AUDIT, benchmark=STUDY.benchmarks),
         token_analysis=[f"{TOKEN_ANALYSIS}/summary.json".format(**run) for run in STUDY.grail_runs()],
         token_viewer=[TOKEN_VIEWER] if STUDY.token_viewer.enabled else [],
+        credit_placement=[f"{CREDIT_PLACEMENT}/placement.json".format(model=m) for m in STUDY.placement_models()],
         provenance=[RUN_PROVENANCE.format(**run) for run in STUDY.runs()]
         + [SAMPLES_PROVENANCE.format(**job) for job in STUDY.evaluations()],
         # the training health check, again under the study's thresholds (pipeline.runtime.health)
@@ -665,13 +731,14 @@ rule report:
         figures_dir=lambda wildcards, input: os.path.dirname(input.figures[0]),
         token_analysis_dirs=lambda wildcards, input: [os.path.dirname(path) for path in input.token_analysis],
         token_viewer=viewer_page_argument,
+        credit_placement=placement_summaries_argument,
         code_changes=code_changes_argument,
         code=source_digest("pipeline.report"),
     shell:
         "python -m pipeline.report --config {params.config:q} --tables-dir {params.tables_dir:q}"
         " --figures-dir {params.figures_dir:q} --significance {input.significance:q}"
         " --data-card {input.data_card:q} --audit {input.audits:q}"
-        " --token-analysis {params.token_analysis_dirs:q} {params.token_viewer}"
+        " --token-analysis {params.token_analysis_dirs:q} {params.token_viewer} {params.credit_placement}"
         " --provenance {input.provenance:q} --train-metrics {input.train_metrics:q} {params.code_changes}"
         " --out {output.report:q} > {log:q} 2>&1"
 

@@ -42,7 +42,7 @@ from pipeline.runtime.health import HealthConfig, Trip, describe, summary
 from pipeline.stats.paired_tests import paper_test
 from pipeline.stats.scores import parse_run_path
 from pipeline.stats.variance import VARIANCE_NOTE, variance_markdown
-from pipeline.stats.wording import key_sections, paper_test_sentence
+from pipeline.stats.wording import PLACEMENT_NOTE, key_sections, paper_test_sentence, placement_markdown
 from pipeline.tasks.gold_audit import clean_only_warning
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
@@ -280,6 +280,15 @@ def token_analysis_section(directories: list[Path], report_dir: Path) -> str:
     return "\n\n".join([markdown_table(rows, ("run", "checkpoint", "rollouts", "U-shape index")), *figures])
 
 
+def credit_placement_section(summaries: list[Path], report_dir: Path) -> str:
+    """Per model, pipeline.credit_placement's scores (``placement_markdown``) and its figure."""
+    parts = [PLACEMENT_NOTE]
+    for path in summaries:
+        parts += [f"### {path.parent.name}", *placement_markdown(json.loads(path.read_text()))]
+        parts.append(f"![credit placement]({os.path.relpath(path.parent / 'placement.png', report_dir)})")
+    return "\n\n".join(parts)
+
+
 def token_viewer_section(page: Path, report_dir: Path) -> str:
     """A link to the token-weight viewer page (pipeline.token_viewer)."""
     return (
@@ -429,6 +438,8 @@ def build_report(args: argparse.Namespace) -> str:
         sections += ["## Token analysis", token_analysis_section(args.token_analysis, report_dir)]
     if args.token_viewer:
         sections += ["## Token weights", token_viewer_section(args.token_viewer, report_dir)]
+    if args.credit_placement:
+        sections += ["## Credit placement", credit_placement_section(args.credit_placement, report_dir)]
     sections += [
         "## Provenance",
         hub_commits_section(read_hub_commits(args.provenance)),
@@ -450,6 +461,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--audit", nargs="*", default=[], type=Path)
     parser.add_argument("--token-analysis", nargs="*", default=[], type=Path)
     parser.add_argument("--token-viewer", type=Path, help="the token-weight viewer page to link")
+    parser.add_argument(
+        "--credit-placement", nargs="*", default=[], type=Path, help="placement.json per model (credit_placement)"
+    )
     parser.add_argument("--provenance", nargs="*", default=[], type=Path, help="library versions of runs, evaluations")
     parser.add_argument(
         "--train-metrics", nargs="*", default=[], type=Path, help="the runs' metrics.jsonl (the health check)"
@@ -465,7 +479,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     viewer = [args.token_viewer] if args.token_viewer else []
-    for path in [args.tables_dir / "summary.md", args.significance, args.data_card, *args.audit, *viewer]:
+    inputs = [args.tables_dir / "summary.md", args.significance, args.data_card, *args.audit, *viewer]
+    for path in [*inputs, *args.credit_placement]:
         if not path.is_file():
             raise InputError(f"{path}: report input not found")
     atomic_write_text(args.out, build_report(args))

@@ -41,9 +41,18 @@ from pipeline.core.io import InputError, atomic_write_text, load_spec, read_json
 from pipeline.core.progress import progress
 from pipeline.core.specs import dataclass_from_mapping
 from pipeline.credit import find_boxed_spans
-from pipeline.credit.method import CreditInputs, CreditMethod, OfflineHost, credit_method
-from pipeline.evaluation.token_weights import Rollout, TokenAnalysisSpec, add_checkpoint_arguments, collate, prompt_ids
+from pipeline.credit.method import CreditMethod
+from pipeline.evaluation.token_weights import (
+    Rollout,
+    TokenAnalysisSpec,
+    add_checkpoint_arguments,
+    prompt_ids,
+    rollout_batch,
+)
 from pipeline.models.loading import load_model, load_tokenizer
+from pipeline.stats.credit_truth import rollout_auroc
+from pipeline.tasks.decisive import decisive_tokens, is_decisive_problem
+from pipeline.training.offline_credit import credit_methods, group_advantages, method_weights
 
 # matplotlib's tab10, one colour per weighting method in the order METHODS lists them
 METHOD_COLOURS = [(214, 39, 40), (31, 119, 180), (44, 160, 44), (148, 103, 189), (255, 127, 14), (140, 86, 75)]
@@ -63,44 +72,13 @@ class ViewedRollout:
     tokens: list[str] = dataclasses.field(default_factory=list)
     weights: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # per weighting method, per token
     boxed: tuple[int, int] | None = None  # [start, end) of the boxed answer in tokens
+    decisive: list[bool] | None = None  # per token, on a decisive-step problem (pipeline.tasks.decisive)
 
 
 # ----------------------------------------------------------------------------------------------- settings
 
 
-def credit_methods(specs: Any, temperature: float, seed: int) -> tuple[dict[str, CreditMethod], list[str]]:
-    """The methods of METHODS that may weight tokens (per-token ones), by study name, each built from its options
-    as the trainer builds it (``GrailGRPOConfig``, whose validation names the method and the key), at the saliency
-    ``temperature`` with ``seed`` for its noise; and the names of the others, whose advantages stay TRL's."""
-    from pipeline.training.grpo_config import GrailGRPOConfig, credit_fields  # imports TRL: only when the stage runs
-
-    if not isinstance(specs, dict) or not all(isinstance(spec, dict) for spec in specs.values()):
-        raise InputError(f"methods: expected a mapping of method names to credit options, got {specs!r}")
-    own = {field.name for field in credit_fields()}
-    weighting, others = {}, []
-    for name, spec in specs.items():
-        if unknown := sorted(set(spec) - own):
-            raise InputError(f"methods: {name}: unknown key(s) {unknown} (allowed: {sorted(own)})")
-        if "credit" not in spec:
-            raise InputError(f"methods: {name}: `credit` missing")
-        if not credit_method(spec["credit"]).per_token:
-            others.append(name)
-            continue
-        try:
-            args = GrailGRPOConfig(**spec, temperature=temperature, seed=seed, bf16=False, report_to="none")
-        except (TypeError, ValueError) as error:
-            raise InputError(f"methods: {name}: {error}") from None
-        weighting[name] = args.credit_method()
-    return weighting, others
-
-
 # ----------------------------------------------------------------------------------------------- choice
-
-
-def group_advantages(rewards: list[float]) -> list[float]:
-    """GRPO's centred group reward ``A_i = r_i - mean_j r_j`` (no scaling)."""
-    mean = sum(rewards) / len(rewards)
-    return [reward - mean for reward in rewards]
 
 
 def choose_rollouts(
@@ -146,24 +124,6 @@ def token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
     return texts
 
 
-def method_weights(
-    method: CreditMethod, model: Any, tokenizer: Any, batch: dict[str, torch.Tensor]
-) -> torch.Tensor | None:
-    """(B, T) weights of ``method`` on ``batch`` (prompt/completion ids and masks, advantages), computed by the
-    method as in training, with a fresh ``OfflineHost``; None for a per-token method without weights (additive)."""
-    from accelerate import Accelerator
-
-    args = method.args
-    spans = None
-    if method.needs_spans:
-        ids, mask = batch["completion_ids"], batch["completion_mask"]
-        spans = find_boxed_spans(tokenizer, ids, mask, which=args.answer_span, alignment=args.answer_alignment)
-    host = OfflineHost(args, Accelerator(cpu=next(model.parameters()).device.type == "cpu"), tokenizer)
-    with torch.enable_grad():
-        result = method.advantages(CreditInputs(batch, spans, model, host, share_loss_forward=False))
-    return None if result.weights is None else result.weights.detach()
-
-
 def compute_views(
     model: Any,
     tokenizer: Any,
@@ -181,23 +141,17 @@ def compute_views(
         )
         for rollout in rollouts
     ]
-    input_ids, attention, completion_ids, completion_mask = collate(sampled, tokenizer.pad_token_id)
-    prompt_length = input_ids.size(1) - completion_ids.size(1)
-    batch = {
-        "prompt_ids": input_ids[:, :prompt_length],
-        "prompt_mask": attention[:, :prompt_length],
-        "completion_ids": completion_ids,
-        "completion_mask": completion_mask,
-        "advantages": torch.tensor([rollout.advantage for rollout in rollouts]),
-    }
+    batch = rollout_batch(sampled, [rollout.advantage for rollout in rollouts], tokenizer.pad_token_id)
     computed = {name: method_weights(method, model, tokenizer, batch) for name, method in methods.items()}
     weights = {name: values for name, values in computed.items() if values is not None}
     # the outline marks the answer of the first weighting method (one outline per rollout, whatever the others use)
     which = next(iter(methods.values())).args.answer_span if methods else "first"
-    spans = find_boxed_spans(tokenizer, completion_ids, completion_mask, which=which)
+    spans = find_boxed_spans(tokenizer, batch["completion_ids"], batch["completion_mask"], which=which)
     for row, (rollout, tokens) in enumerate(zip(rollouts, sampled, strict=True)):
         length = len(tokens.completion_ids)
         rollout.tokens = token_texts(tokenizer, tokens.completion_ids)
+        if is_decisive_problem(rollout.problem):
+            rollout.decisive = decisive_tokens(tokenizer, rollout.problem, tokens.completion_ids)
         rollout.weights = {name: values[row, :length].tolist() for name, values in weights.items()}
         start, _, end = (int(value) for value in spans[row])
         rollout.boxed = (start, end) if start >= 0 else None
@@ -225,8 +179,9 @@ def colour(position: int) -> tuple[int, int, int]:
 def token_span(rollout: ViewedRollout, index: int, rgb: tuple[int, int, int], weights: list[float]) -> str:
     alpha = opacity(weights[index], min(weights), max(weights))
     boxed = rollout.boxed is not None and rollout.boxed[0] <= index < rollout.boxed[1]
+    decisive = rollout.decisive is not None and rollout.decisive[index]
     attributes = {
-        "class": "token boxed" if boxed else "token",
+        "class": " ".join(["token", *(["boxed"] if boxed else []), *(["decisive"] if decisive else [])]),
         "data-index": str(index),
         "data-weight": f"{weights[index]:.6g}",
         "style": f"background-color: rgba({rgb[0]}, {rgb[1]}, {rgb[2]}, {alpha})",
@@ -241,9 +196,14 @@ def rollout_block(rollout: ViewedRollout) -> str:
     for position, (method, weights) in enumerate(rollout.weights.items()):
         rgb = colour(position)
         tokens = "".join(token_span(rollout, index, rgb, weights) for index in range(len(rollout.tokens)))
+        placement = ""
+        auroc = rollout_auroc(weights, rollout.decisive) if rollout.decisive and rollout.advantage else None
+        if auroc is not None:
+            role = "credit" if rollout.advantage > 0 else "blame"
+            placement = f'<span class="auroc" data-auroc="{auroc:.4f}">{role} AUROC {auroc:.2f}</span>'
         lines.append(
             f'<div class="weights" data-method="{html.escape(method)}"><span class="method">{html.escape(method)}'
-            f'</span><span class="completion">{tokens}</span></div>'
+            f'{placement}</span><span class="completion">{tokens}</span></div>'
         )
     shown = {method: [float(f"{w:.6g}") for w in weights] for method, weights in rollout.weights.items()}
     return (
@@ -269,6 +229,8 @@ body { font-family: system-ui, sans-serif; margin: 2em; max-width: 75em; color: 
 .completion { font-family: ui-monospace, monospace; white-space: pre-wrap; line-height: 1.7; }
 .token { cursor: default; }
 .token.boxed { outline: 2px solid #2a2; outline-offset: -1px; }
+.token.decisive { border-bottom: 2px solid #000; }
+.auroc { display: block; font-weight: normal; color: #555; }
 #tooltip { position: fixed; display: none; background: #222; color: #fff; padding: 0.4em 0.6em;
            border-radius: 4px; font-size: 0.85em; pointer-events: none; white-space: pre; z-index: 10; }
 """
@@ -298,6 +260,15 @@ def render_page(views: dict[str, list[ViewedRollout]], specs: dict[str, dict], u
         body = "".join(rollout_block(rollout) for rollout in rollouts) or "<p>No non-empty rollouts.</p>"
         sections.append(f'<section data-label="{html.escape(label)}"><h2>{html.escape(label)}</h2>{body}</section>')
     weighted = [name for name in specs if name not in unweighted]
+    with_truth = any(rollout.decisive is not None for rollouts in views.values() for rollout in rollouts)
+    truth = (
+        ' On the decisive-step task, the <span class="token decisive">decisive tokens</span> (those that decide '
+        "the reward: the queried chain and the box, from the generator) are underlined, and each method's row "
+        "gives the AUROC of its weights against them: where it puts the credit (A &gt; 0) or the blame "
+        "(A &lt; 0); ½ is chance."
+        if with_truth
+        else ""
+    )
     legend = ", ".join(
         f'<span style="background-color: rgba({r}, {g}, {b}, 0.6)">{html.escape(name)}</span>'
         for name, (r, g, b) in zip(weighted, map(colour, range(len(weighted))), strict=True)
@@ -317,7 +288,7 @@ def render_page(views: dict[str, list[ViewedRollout]], specs: dict[str, dict], u
 <p>Evaluation rollouts per run and checkpoint (correct and wrong, chosen with seed {seed}), each token coloured by
 its weight under each credit method: {legend or "none of the study's methods weights tokens"}.{others} A stronger
 colour is a higher weight (log scale, from the rollout's lowest to its highest weight); the
-<span class="token boxed">boxed answer</span> is outlined. Hover a token for its weight under every method and the
+<span class="token boxed">boxed answer</span> is outlined.{truth} Hover a token for its weight under every method and the
 rollout's advantage. Weights are computed on the checkpoint's model by the methods themselves, as in training,
 with settings <code>{settings}</code>.</p>
 {"".join(sections)}

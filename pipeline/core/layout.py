@@ -38,6 +38,7 @@ TRAINING_DIAGNOSTICS_FIGURE = "training_diagnostics.png"
 SIGNIFICANCE = "stats/significance.json"
 SIGNIFICANCE_MD = "stats/significance.md"
 TOKEN_ANALYSIS = "token_analysis/{model}/{method}/seed{seed}"
+CREDIT_PLACEMENT = "credit_placement/{model}"  # placement.json and placement.png (pipeline.credit_placement)
 REPORT = "report.md"
 CODE_CHANGES = "provenance/accepted_code_changes.jsonl"  # written by pipeline.why_rerun --accept
 

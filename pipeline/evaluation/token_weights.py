@@ -216,6 +216,20 @@ def analyse_checkpoint(model_dir: str, samples: Path, benchmark: Path, spec: Tok
     return summarize(records)
 
 
+def rollout_batch(rollouts: list[Rollout], advantages: list[float], pad_id: int) -> dict[str, torch.Tensor]:
+    """The trainer's batch keys for ``rollouts`` (``collate``'s layout) with their sequence ``advantages``: what a
+    credit method reads (``pipeline.credit.method.CreditInputs.batch``)."""
+    input_ids, attention, completion_ids, completion_mask = collate(rollouts, pad_id)
+    prompt_length = input_ids.size(1) - completion_ids.size(1)
+    return {
+        "prompt_ids": input_ids[:, :prompt_length],
+        "prompt_mask": attention[:, :prompt_length],
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": torch.tensor(advantages, dtype=torch.float32),
+    }
+
+
 def add_checkpoint_arguments(parser: argparse.ArgumentParser, option: str, purpose: str) -> None:
     """``option LABEL MODEL_DIR SAMPLES_JSONL`` (repeatable) and ``--benchmark``: the evaluated checkpoints a stage
     reads (token analysis, token viewer)."""

@@ -5,6 +5,7 @@ comparisons and the paper's test as sentences and tables that the report quotes.
 
 from __future__ import annotations
 
+from statistics import fmean
 from typing import Any
 
 from pipeline.core.layout import BASELINE_METHOD
@@ -195,3 +196,54 @@ def markdown_report(rows: list[dict[str, Any]], checkpoint: str) -> str:
             for r in bootstrap
         ]
     return "\n".join(lines) + "\n"
+
+
+PLACEMENT_NOTE = (
+    "Where each method puts its weight on the decisive-step task, against the generator's truth: per rollout with a "
+    "non-zero advantage, the AUROC of its token weights against the decisive tokens (the queried chain and the box), "
+    "averaged separately for credit (A > 0) and blame (A < 0); ½ is chance, 1 every decisive token above every "
+    "other. All methods are scored on the same rollouts, with the seeds-then-rollouts bootstrap interval. The gap "
+    "share is (method - floor) / (ceiling - floor) on the runs' mean accuracies, with a stratified bootstrap over runs."
+)
+
+
+def _scored(score: dict[str, Any]) -> str:
+    """``mean [low, high]`` of a placement or gap-share entry (``-`` when undefined)."""
+    mean = score.get("mean", score.get("share"))
+    if mean is None:
+        return "-"
+    return f"{mean:.3f}" if score["low"] is None else f"{mean:.3f} [{score['low']:.3f}, {score['high']:.3f}]"
+
+
+def placement_markdown(result: dict[str, Any]) -> list[str]:
+    """pipeline.credit_placement's placement.json as a sentence and two tables: each weighting method's credit
+    and blame AUROC, and each method's accuracy and gap share."""
+    level = f"{result['confidence']:.0%}"
+    share = result["decisive_token_share"]
+    lines = [
+        f"| method | credit AUROC [{level}] | blame AUROC [{level}] | rollouts (credit / blame) |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {name} | {_scored(scores['credit'])} | {_scored(scores['blame'])} | "
+        f"{scores['credit']['rollouts']} / {scores['blame']['rollouts']} |"
+        for name, scores in result["placement"].items()
+    ]
+    parts = [
+        f"{result['rollouts']} rollouts of seeds {result['seeds']}"
+        + ("" if share is None else f"; {share:.0%} of their tokens are decisive")
+        + ".",
+        "\n".join(lines),
+    ]
+    if not result["gap_share"]:
+        parts.append(
+            f"No gap share: {result['ceiling']} does not beat {result['floor']}, or one of them is not in the study."
+        )
+        return parts
+    shares = [f"| method | accuracy (mean over runs) | gap share [{level}] |", "|---|---|---|"]
+    shares += [
+        f"| {name} | {fmean(result['accuracy'][name].values()):.3f} | {_scored(entry)} |"
+        for name, entry in result["gap_share"].items()
+    ]
+    parts.append("\n".join(shares))
+    return parts

@@ -43,8 +43,34 @@ def semantic_errors(config: Mapping[str, Any]) -> list[str]:
         *_evaluation_gpu_errors(config),
         *_token_analysis_errors(config),
         *_token_viewer_errors(config),
+        *_credit_truth_errors(config),
         *_runtime_key_errors(config),
     ]
+
+
+def decisive_benchmarks(config: Mapping[str, Any]) -> list[str]:
+    """The study's decisive-step benchmarks (generated, ``steps`` > 1: pipeline.tasks.decisive), in config order."""
+    return [
+        name
+        for name, spec in config["benchmarks"].items()
+        if spec.get("kind") == "generated" and spec.get("generated", {}).get("steps", 1) > 1
+    ]
+
+
+def _credit_truth_errors(config: Mapping[str, Any]) -> list[str]:
+    truth = config["credit_truth"]
+    errors = []
+    benchmark = truth.get("benchmark")
+    if benchmark is not None and benchmark not in decisive_benchmarks(config):
+        errors.append(
+            f"config key `credit_truth.benchmark`: '{benchmark}' is not a decisive-step benchmark "
+            f"(a generated one with steps > 1; the study has: {', '.join(decisive_benchmarks(config)) or 'none'})"
+        )
+    if (method := truth.get("rollouts_of")) is not None and method not in config["methods"]:
+        errors.append(
+            f"config key `credit_truth.rollouts_of`: unknown method '{method}' (methods: {', '.join(config['methods'])})"
+        )
+    return errors
 
 
 def _runtime_key_errors(config: Mapping[str, Any]) -> list[str]:

@@ -19,7 +19,7 @@ from pipeline.runtime.health import HealthConfig
 from pipeline.runtime.launching import TrainingEngine
 from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RuntimeSettings
 from pipeline.runtime.watchdog import WatchdogConfig
-from pipeline.study.checks import is_credit_key, semantic_errors, vllm_gpus
+from pipeline.study.checks import decisive_benchmarks, is_credit_key, semantic_errors, vllm_gpus
 from pipeline.study.schema import error_block
 from pipeline.training.tracking import TrackingConfig, run_name
 
@@ -139,6 +139,20 @@ class TokenViewerConfig:
 
 
 @dataclass(frozen=True)
+class CreditTruthConfig:
+    """Credit placement against the decisive-step task's truth (pipeline.credit_placement): on the benchmark (None:
+    the study has no decisive-step benchmark, or the check is off), every weighting method scored on the rollouts
+    of ``rollouts_of``'s runs; the gap share from ``floor`` to ``ceiling``."""
+
+    benchmark: str | None
+    rollouts_of: str
+    floor: str
+    ceiling: str
+    max_rollouts: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
 class Study:
     """The validated config, split by concern; the Snakefile plans every job from it."""
 
@@ -158,6 +172,7 @@ class Study:
     watchdog: WatchdogConfig
     token_viewer: TokenViewerConfig
     health: HealthConfig
+    credit_truth: CreditTruthConfig
     resource_table: dict[str, dict[str, Any]] = field(repr=False)
     library_changes: LibraryChanges = "warn"
     stale_checkpoints: StaleCheckpoints = "set_aside"
@@ -180,6 +195,7 @@ class Study:
         baseline = evaluation.pop("baseline")
         analysis = dict(config["token_analysis"])
         viewer = config["token_viewer"]
+        truth = config["credit_truth"]
         return cls(
             results_dir=config["results_dir"],
             eval_data_dir=config["eval_data_dir"],
@@ -221,6 +237,16 @@ class Study:
                 benchmark=viewer.get("benchmark") or analysis.get("benchmark") or next(iter(config["benchmarks"])),
                 rollouts=viewer["rollouts"],
                 seed=viewer["seed"],
+            ),
+            credit_truth=CreditTruthConfig(
+                benchmark=truth.get("benchmark", next(iter(decisive_benchmarks(config)), None))
+                if truth["enabled"]
+                else None,
+                rollouts_of=truth.get("rollouts_of", truth["floor"]),
+                floor=truth["floor"],
+                ceiling=truth["ceiling"],
+                max_rollouts=truth["max_rollouts"],
+                batch_size=truth["batch_size"],
             ),
             resource_table=config["resources"],
             library_changes=config["library_changes"],
@@ -343,6 +369,24 @@ class Study:
             if run["seed"] == self.seeds[0]
             for checkpoint in self.evaluation.checkpoints
         ]
+
+    def placement_models(self) -> list[str]:
+        """The models whose credit placement is scored (pipeline.credit_placement): every model when the study
+        has a decisive-step benchmark and the rollouts' method, else none."""
+        truth = self.credit_truth
+        if truth.benchmark is None or truth.rollouts_of not in self.methods:
+            return []
+        return list(self.models)
+
+    def placement_inputs(self, model: str) -> dict[str, list[dict[str, Any]]]:
+        """The evaluations the placement of ``model`` reads, at the significance checkpoint on its benchmark:
+        ``rollouts`` (the rollouts' method, one per seed: scored, with its model) and ``runs`` (every method's,
+        for the accuracies of the gap share)."""
+        checkpoint, benchmark = self.significance_checkpoint(), self.credit_truth.benchmark
+        runs = [
+            {**run, "checkpoint": checkpoint, "benchmark": benchmark} for run in self.runs() if run["model"] == model
+        ]
+        return {"rollouts": [job for job in runs if job["method"] == self.credit_truth.rollouts_of], "runs": runs}
 
     def grail_runs(self) -> list[dict[str, Any]]:
         """The runs the token analysis covers (credit ``grail``), empty when it is disabled."""

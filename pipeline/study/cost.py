@@ -21,7 +21,7 @@ STAGE_ORDER = (
     ("warmup",),
     ("train",),
     ("evaluate",),
-    ("token_analysis", "aggregate", "significance", "token_viewer"),
+    ("token_analysis", "aggregate", "significance", "token_viewer", "credit_placement"),
     ("report",),
 )
 # Bytes a completion takes in the samples JSONL per generated token (text plus the row's JSON overhead per token;

@@ -22,7 +22,8 @@ from pipeline.credit.method import CreditInputs, CreditMethod, CreditResult
 from pipeline.credit.methods.grpo import GrpoOptions
 from pipeline.evaluation.token_weights import TokenAnalysisSpec
 from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokenizer, save_tiny_model
-from pipeline.token_viewer import choose_rollouts, compute_views, credit_methods, group_advantages, opacity, render_page
+from pipeline.token_viewer import choose_rollouts, compute_views, opacity, render_page
+from pipeline.training.offline_credit import credit_methods, group_advantages
 
 REPO = Path(__file__).resolve().parents[2]
 # A study's methods as the Snakefile passes them: two that weight tokens, the out-of-tree example

@@ -102,6 +102,8 @@ NUMERIC_PARAMS = {
     "resamples",
     "confidence",
     "per_outcome",
+    "max_rollouts",
+    "batch_size",
 }  # integers / numbers by configs/schema.yaml
 SHLEX_JOINED_PARAMS = {
     "model",
@@ -109,6 +111,8 @@ SHLEX_JOINED_PARAMS = {
     "checkpoints",
     "rollouts",
     "token_viewer",
+    "credit_placement",
+    "arguments",
     "code_changes",
     "credits",
     "state_flags",

@@ -1,0 +1,287 @@
+"""Stage `credit_placement`: where each credit method puts its weight on the decisive-step task, against the
+generator's truth, and what share of the GRPO-to-oracle accuracy gap it closes (pipeline.stats.credit_truth).
+
+    python -m pipeline.credit_placement --rollouts SEED MODEL_DIR SAMPLES_JSONL [--rollouts ...]
+        --runs METHOD SEED SAMPLES_JSONL [--runs ...] --benchmark eval_data/NAME.jsonl
+        [--analysis-spec TA_SPEC] --methods METHODS [--floor grpo] [--ceiling oracle]
+        [--max-rollouts 256] [--batch-size 16] [--resamples 2000] [--confidence 0.95] [--seed 0]
+        --out-dir results/credit_placement/MODEL
+
+Every method of METHODS that weights tokens is scored on the same rollouts: those of ``--rollouts`` (one
+training seed's checkpoint and its evaluation samples each; the study's ``credit_truth.rollouts_of`` method),
+its weights computed by the method itself on that checkpoint's model, as in training
+(``pipeline.training.offline_credit``), at the token analysis's saliency temperature and prompt format. Per seed
+the first ``--max-rollouts`` rollouts in benchmark order whose advantage is not zero are scored (GRPO's centred
+group reward over the item's samples; a zero advantage carries no loss). Each completion's per-token truth comes
+from its problem (``pipeline.tasks.decisive.decisive_tokens``), never from a model.
+
+Writes OUT_DIR/placement.json (per method: the credit and blame AUROC with their seeds-then-rollouts intervals;
+each run's accuracy; each method's gap share from ``--floor`` to ``--ceiling`` with its interval) and
+OUT_DIR/placement.png (both, with chance at ½ and the oracle's 1 marked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pipeline.core.io import InputError, atomic_save_figure, atomic_write_json, load_spec, read_jsonl, run_cli
+from pipeline.core.progress import progress
+from pipeline.core.specs import dataclass_from_mapping
+from pipeline.evaluation.token_weights import Rollout, TokenAnalysisSpec, prompt_ids, rollout_batch
+from pipeline.models.loading import load_model, load_tokenizer
+from pipeline.stats.credit_truth import gap_share, placement
+from pipeline.tasks.decisive import decisive_tokens, is_decisive_problem
+from pipeline.training.offline_credit import credit_methods, group_advantages, method_weights
+
+SIGNS = {"credit": 1, "blame": -1}
+
+
+@dataclasses.dataclass
+class ScoredRollout:
+    """One rollout with a non-zero advantage: its tokens' truth and, once computed, each method's weights."""
+
+    seed: int
+    problem: str
+    completion_ids: list[int]
+    correct: bool
+    advantage: float
+    decisive: list[bool]
+    weights: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+
+
+def grouped_samples(samples: list[dict[str, Any]], problems: dict[str, str], where: Path) -> dict[str, list[dict]]:
+    """The samples by item, in benchmark order; an id not in the benchmark is refused with its line."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for number, sample in enumerate(samples, start=1):
+        if sample.get("id") not in problems:
+            raise InputError(f"{where}:{number}: id {sample.get('id')!r} is not in the benchmark")
+        groups[sample["id"]].append(sample)
+    return {item: groups[item] for item in problems if item in groups}
+
+
+def informative_rollouts(
+    seed: int, samples: list[dict[str, Any]], problems: dict[str, str], tokenizer: Any, limit: int, where: Path
+) -> list[ScoredRollout]:
+    """The first ``limit`` non-empty rollouts, in benchmark order, whose group advantage is not zero."""
+    chosen: list[ScoredRollout] = []
+    for item, group in grouped_samples(samples, problems, where).items():
+        advantages = group_advantages([float(sample["correct"]) for sample in group])
+        for sample, advantage in zip(group, advantages, strict=True):
+            if advantage == 0 or not sample["completion"]:
+                continue
+            ids = tokenizer(sample["completion"], add_special_tokens=False)["input_ids"]
+            truth = decisive_tokens(tokenizer, problems[item], ids)
+            chosen.append(ScoredRollout(seed, problems[item], ids, bool(sample["correct"]), advantage, truth))
+            if len(chosen) == limit:
+                return chosen
+    return chosen
+
+
+def weigh(
+    rollouts: list[ScoredRollout],
+    model: Any,
+    tokenizer: Any,
+    analysis: TokenAnalysisSpec,
+    methods: dict[str, Any],
+    batch_size: int,
+) -> list[str]:
+    """Fill in every method's weights on ``rollouts``, ``batch_size`` at a time; return the methods that gave
+    none (additive per-token methods)."""
+    unweighted: set[str] = set()
+    starts = range(0, len(rollouts), batch_size)
+    for start in progress(starts, desc="weights", unit="batch", total=len(starts)):
+        chunk = rollouts[start : start + batch_size]
+        sampled = [Rollout(prompt_ids(tokenizer, r.problem, analysis), r.completion_ids, r.correct) for r in chunk]
+        batch = rollout_batch(sampled, [r.advantage for r in chunk], tokenizer.pad_token_id)
+        for name, method in methods.items():
+            weights = method_weights(method, model, tokenizer, batch)
+            if weights is None:
+                unweighted.add(name)
+                continue
+            for row, rollout in enumerate(chunk):
+                rollout.weights[name] = weights[row, : len(rollout.completion_ids)].tolist()
+    return sorted(unweighted)
+
+
+def run_accuracies(runs: Sequence[tuple[str, str, str]]) -> dict[str, dict[int, float]]:
+    """Each run's accuracy (the mean of its samples' correctness), by method and training seed."""
+    accuracies: dict[str, dict[int, float]] = defaultdict(dict)
+    for method, seed, path in runs:
+        correct = [float(row["correct"]) for row in read_jsonl(path)]
+        if not correct:
+            raise InputError(f"{path}: no evaluation samples")
+        accuracies[method][int(seed)] = float(np.mean(correct))
+    return dict(accuracies)
+
+
+def summary(
+    rollouts: list[ScoredRollout],
+    weighting: list[str],
+    accuracies: dict[str, dict[int, float]],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """placement.json: the scores of every weighting method and the gap shares (module docstring)."""
+    placements = {}
+    for name in weighting:
+        scored = [(r.seed, r.advantage, r.weights[name], r.decisive) for r in rollouts if name in r.weights]
+        placements[name] = {
+            label: dataclasses.asdict(
+                placement(scored, sign, resamples=args.resamples, confidence=args.confidence, seed=args.seed)
+            )
+            for label, sign in SIGNS.items()
+        }
+    shares = {}
+    if args.floor in accuracies and args.ceiling in accuracies:
+        floor, ceiling = list(accuracies[args.floor].values()), list(accuracies[args.ceiling].values())
+        shares = {
+            method: dataclasses.asdict(
+                gap_share(
+                    list(runs.values()),
+                    floor,
+                    ceiling,
+                    resamples=args.resamples,
+                    confidence=args.confidence,
+                    seed=args.seed,
+                )
+            )
+            for method, runs in accuracies.items()
+        }
+    return {
+        "benchmark": str(args.benchmark),
+        "seeds": sorted({r.seed for r in rollouts}),
+        "rollouts": len(rollouts),
+        "decisive_token_share": float(np.mean([t for r in rollouts for t in r.decisive])) if rollouts else None,
+        "confidence": args.confidence,
+        "placement": placements,
+        "accuracy": {method: {str(seed): value for seed, value in runs.items()} for method, runs in accuracies.items()},
+        "floor": args.floor,
+        "ceiling": args.ceiling,
+        "gap_share": shares,
+    }
+
+
+def placement_figure(result: dict[str, Any]) -> Any:
+    """Left: each method's credit and blame AUROC with intervals (chance ½, the truth's own 1). Right: each
+    method's gap share with its interval (the floor 0, the ceiling 1)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 0.5 * max(len(result["placement"]), 3) + 1.8))
+    names = list(result["placement"])
+    for offset, label, marker, colour in ((-0.15, "credit", "o", "C0"), (0.15, "blame", "s", "C3")):
+        shown = [(row, result["placement"][name][label]) for row, name in enumerate(names)]
+        shown = [(row, score) for row, score in shown if score["mean"] is not None]
+        if not shown:
+            continue
+        means = np.array([score["mean"] for _, score in shown])
+        errors = np.array([[score["mean"] - score["low"], score["high"] - score["mean"]] for _, score in shown]).T
+        sign = "A > 0" if label == "credit" else "A < 0"
+        rows = [row + offset for row, _ in shown]
+        left.errorbar(means, rows, xerr=errors, fmt=marker, color=colour, capsize=3, label=f"{label} ({sign})")
+    left.axvline(0.5, color="grey", linestyle="--", linewidth=1)
+    left.set_yticks(range(len(names)), names)
+    left.set_xlim(0, 1.02)
+    left.invert_yaxis()
+    left.set_xlabel("AUROC of the weights against the decisive tokens (½: chance)")
+    left.legend(loc="best", fontsize=8)
+    shares = {name: share for name, share in result["gap_share"].items() if share["share"] is not None}
+    if shares:
+        share_names = list(shares)
+        for row, name in enumerate(share_names):
+            share = shares[name]
+            error = None
+            if share["low"] is not None:
+                error = [[share["share"] - share["low"]], [share["high"] - share["share"]]]
+            right.errorbar(share["share"], row, xerr=error, fmt="o", color="C2", capsize=3)
+        right.set_yticks(range(len(share_names)), share_names)
+        right.invert_yaxis()
+        for value in (0, 1):
+            right.axvline(value, color="grey", linestyle="--", linewidth=1)
+        right.set_xlabel(f"share of the {result['floor']}-to-{result['ceiling']} accuracy gap closed")
+    else:
+        right.axis("off")
+        right.text(
+            0.5,
+            0.5,
+            f"no gap share: {result['ceiling']} does not beat {result['floor']}\n(or one of them is not in the study)",
+            ha="center",
+            va="center",
+            fontsize=9,
+        )
+    figure.tight_layout()
+    return figure
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.credit_placement", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--rollouts",
+        nargs=3,
+        action="append",
+        required=True,
+        metavar=("SEED", "MODEL_DIR", "SAMPLES_JSONL"),
+        help="a training seed's checkpoint whose rollouts every method is scored on, and its evaluation samples",
+    )
+    parser.add_argument(
+        "--runs",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("METHOD", "SEED", "SAMPLES_JSONL"),
+        help="a run's evaluation samples on the benchmark (its accuracy, for the gap share)",
+    )
+    parser.add_argument("--benchmark", required=True, type=Path, help="the decisive-step benchmark JSONL")
+    parser.add_argument("--analysis-spec", default="{}", help="token-analysis settings: prompt format, temperature")
+    parser.add_argument("--methods", required=True, help="method name -> its credit options (JSON/YAML)")
+    parser.add_argument("--floor", default="grpo", help="the method that is 0 in the gap share")
+    parser.add_argument("--ceiling", default="oracle", help="the method that is 1 in the gap share")
+    parser.add_argument("--max-rollouts", type=int, default=256, help="rollouts scored per seed")
+    parser.add_argument("--batch-size", type=int, default=16, help="rollouts per forward and backward")
+    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
+    parser.add_argument("--confidence", type=float, default=0.95, help="the intervals' level")
+    parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed and the methods' noise")
+    parser.add_argument("--out-dir", required=True, type=Path, help="placement.json and placement.png go here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    for option in ("max_rollouts", "batch_size", "resamples"):
+        if getattr(args, option) < 1:
+            raise InputError(f"--{option.replace('_', '-')}: must be >= 1, got {getattr(args, option)}")
+    analysis = dataclass_from_mapping(TokenAnalysisSpec, load_spec(args.analysis_spec), "token_analysis spec")
+    methods, _ = credit_methods(load_spec(args.methods), analysis.temperature, args.seed)
+    problems = {row["id"]: row["problem"] for row in read_jsonl(args.benchmark)}
+    if not problems or not all(map(is_decisive_problem, problems.values())):
+        raise InputError(f"{args.benchmark}: not a decisive-step benchmark (pipeline.tasks.decisive)")
+    rollouts: list[ScoredRollout] = []
+    unweighted: set[str] = set()
+    for seed, model_dir, samples in args.rollouts:
+        tokenizer = load_tokenizer(model_dir)
+        chosen = informative_rollouts(
+            int(seed), read_jsonl(samples), problems, tokenizer, args.max_rollouts, Path(samples)
+        )
+        if chosen:
+            model = load_model(model_dir, dtype=torch.float32).eval()
+            unweighted |= set(weigh(chosen, model, tokenizer, analysis, methods, args.batch_size))
+        rollouts += chosen
+    weighting = [name for name in methods if name not in unweighted]
+    result = summary(rollouts, weighting, run_accuracies(args.runs), args)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_save_figure(placement_figure(result), args.out_dir / "placement.png", dpi=120)
+    atomic_write_json(args.out_dir / "placement.json", result)
+    print(f"{args.out_dir}: {len(rollouts)} rollouts of {len(result['seeds'])} seeds, methods {', '.join(weighting)}")
+
+
+if __name__ == "__main__":
+    run_cli(main)
