@@ -38,6 +38,9 @@ __all__ = ["GrailGRPOConfig", "GrailGRPOTrainer"]
 WEIGHTS_KEY = "credit_weights"  # (B, T) weights computed per generation round (multiplicative methods)
 ADVANTAGES_KEY = "credit_advantages"  # (B, T) advantages computed per generation round (the other methods)
 SPANS_KEY = "answer_spans"  # (B, 3) boxed spans, found once per generation round
+# the policy's forwards inside each loss computation: the loss's own and any its credit method adds there (1 when
+# the method shares the loss's forward or makes none; per-generation credit work falls outside it)
+LOSS_FORWARDS = "credit/loss_forwards"
 
 
 def colocate_sampling_seed(seed: int, process_index: int, tensor_parallel_size: int) -> int:
@@ -71,6 +74,9 @@ class GrailGRPOTrainer(GRPOTrainer):
         self.credit = args.credit_method()
         self._memoised_forward: tuple | None = None
         self._credit_generator: torch.Generator | None = None
+        # counts the policy's forwards, so that the metric LOSS_FORWARDS shows a credit method that adds one
+        self._policy_forwards = 0
+        self.accelerator.unwrap_model(self.model).register_forward_pre_hook(self._count_policy_forward)
 
     # ---- TRL override points -------------------------------------------------------------------------------
 
@@ -94,6 +100,19 @@ class GrailGRPOTrainer(GRPOTrainer):
         return super()._get_per_token_logps_and_entropies(*args, **kwargs)
 
     def _compute_loss(self, model: nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
+        before = self._policy_forwards
+        try:
+            return self._credit_loss(model, inputs)
+        finally:
+            self._metric_lists[LOSS_FORWARDS].append(float(self._policy_forwards - before))
+
+    # ---- the credit method ------------------------------------------------------------------------------------
+
+    def _count_policy_forward(self, *_: Any) -> None:
+        self._policy_forwards += 1
+
+    def _credit_loss(self, model: nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
+        """TRL's loss on the credit method's advantages (its weights applied when it computed them earlier)."""
         if not self.credit.per_token:
             return super()._compute_loss(model, inputs)
         advantages = inputs["advantages"]
@@ -111,8 +130,6 @@ class GrailGRPOTrainer(GRPOTrainer):
             return super()._compute_loss(model, {**inputs, "advantages": weighted})
         finally:
             self._memoised_forward = None
-
-    # ---- the credit method ------------------------------------------------------------------------------------
 
     def _answer_spans(self, batch: dict[str, Any]) -> torch.Tensor:
         if SPANS_KEY in batch:

@@ -101,6 +101,8 @@ def test_entropy_example_trains_with_one_forward_per_micro_step_as_grpo(random_m
     )
     assert loss_forwards_per_micro_step(grpo) == [1, 1]
     assert loss_forwards_per_micro_step(example) == [1, 1]
+    for trainer in (grpo, example):  # the trainer's own count, as metrics.jsonl shows it
+        assert [row["credit/loss_forwards"] for row in trainer.state.log_history if "loss" in row] == [1.0, 1.0]
     logged = [row for row in example.state.log_history if "entropy_weights/weight_std" in row]
     assert logged and all(row["entropy_weights/weight_std"] > 0 for row in logged)  # weights that vary
     assert all(row["entropy_weights/entropy_mean"] > 0 for row in logged)
