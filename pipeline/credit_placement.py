@@ -13,11 +13,17 @@ its weights computed by the method itself on that checkpoint's model, as in trai
 (``pipeline.training.offline_credit``), at the token analysis's saliency temperature and prompt format. Per seed
 the first ``--max-rollouts`` rollouts in benchmark order whose advantage is not zero are scored (GRPO's centred
 group reward over the item's samples; a zero advantage carries no loss). Each completion's per-token truth comes
-from its problem (``pipeline.tasks.decisive.decisive_tokens``), never from a model.
+from its problem (``pipeline.tasks.decisive.token_truth``), never from a model.
 
-Writes OUT_DIR/placement.json (per method: the credit and blame AUROC with their seeds-then-rollouts intervals;
-each run's accuracy; each method's gap share from ``--floor`` to ``--ceiling`` with its interval) and
-OUT_DIR/placement.png (both, with chance at ½ and the oracle's 1 marked).
+Each method gets two placements per sign: on every token, and outside the answer's box (the queried chain against
+the filler chains). The second asks whether a method finds the decisive step of the reasoning: GRAIL's answer
+override weights the box apart from everything else, and so does ``grail_shuffled``, which is therefore at chance
+only outside the box.
+
+Writes OUT_DIR/placement.json (per method: ``credit``, ``blame``, ``credit_outside_answer`` and
+``blame_outside_answer``, each the mean AUROC with its seeds-then-rollouts interval; each run's accuracy; each
+method's gap share from ``--floor`` to ``--ceiling`` with its interval) and OUT_DIR/placement.png (the placements,
+with chance at ½, and the gap shares).
 """
 
 from __future__ import annotations
@@ -38,10 +44,17 @@ from pipeline.core.specs import dataclass_from_mapping
 from pipeline.evaluation.token_weights import Rollout, TokenAnalysisSpec, prompt_ids, rollout_batch
 from pipeline.models.loading import load_model, load_tokenizer
 from pipeline.stats.credit_truth import gap_share, placement
-from pipeline.tasks.decisive import decisive_tokens, is_decisive_problem
+from pipeline.tasks.decisive import is_decisive_problem, token_truth
 from pipeline.training.offline_credit import credit_methods, group_advantages, method_weights
 
 SIGNS = {"credit": 1, "blame": -1}
+OUTSIDE_ANSWER = "_outside_answer"  # the scores with the answer's box left out: the queried chain against the rest
+
+
+def outside_answer(weights: list[float], decisive: list[bool], in_answer: list[bool]) -> tuple[list, list]:
+    """The weights and labels of the tokens outside the answer's box."""
+    kept = [index for index, inside in enumerate(in_answer) if not inside]
+    return [weights[i] for i in kept], [decisive[i] for i in kept]
 
 
 @dataclasses.dataclass
@@ -54,6 +67,7 @@ class ScoredRollout:
     correct: bool
     advantage: float
     decisive: list[bool]
+    in_answer: list[bool]  # the answer's box: GRAIL's answer override (and grail_shuffled's) weights it apart
     weights: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
 
@@ -78,8 +92,9 @@ def informative_rollouts(
             if advantage == 0 or not sample["completion"]:
                 continue
             ids = tokenizer(sample["completion"], add_special_tokens=False)["input_ids"]
-            truth = decisive_tokens(tokenizer, problems[item], ids)
-            chosen.append(ScoredRollout(seed, problems[item], ids, bool(sample["correct"]), advantage, truth))
+            truth = token_truth(tokenizer, problems[item], ids)
+            correct = bool(sample["correct"])
+            chosen.append(ScoredRollout(seed, problems[item], ids, correct, advantage, truth.decisive, truth.in_answer))
             if len(chosen) == limit:
                 return chosen
     return chosen
@@ -131,12 +146,18 @@ def summary(
     """placement.json: the scores of every weighting method and the gap shares (module docstring)."""
     placements = {}
     for name in weighting:
-        scored = [(r.seed, r.advantage, r.weights[name], r.decisive) for r in rollouts if name in r.weights]
+        whole = [(r.seed, r.advantage, r.weights[name], r.decisive) for r in rollouts if name in r.weights]
+        reasoning = [
+            (r.seed, r.advantage, *outside_answer(r.weights[name], r.decisive, r.in_answer))
+            for r in rollouts
+            if name in r.weights
+        ]
         placements[name] = {
-            label: dataclasses.asdict(
+            f"{label}{part}": dataclasses.asdict(
                 placement(scored, sign, resamples=args.resamples, confidence=args.confidence, seed=args.seed)
             )
             for label, sign in SIGNS.items()
+            for part, scored in (("", whole), (OUTSIDE_ANSWER, reasoning))
         }
     shares = {}
     if args.floor in accuracies and args.ceiling in accuracies:
@@ -178,16 +199,32 @@ def placement_figure(result: dict[str, Any]) -> Any:
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 0.5 * max(len(result["placement"]), 3) + 1.8))
     names = list(result["placement"])
-    for offset, label, marker, colour in ((-0.15, "credit", "o", "C0"), (0.15, "blame", "s", "C3")):
-        shown = [(row, result["placement"][name][label]) for row, name in enumerate(names)]
+    series = [
+        (-0.24, "credit", "o", "C0", True),
+        (-0.08, f"credit{OUTSIDE_ANSWER}", "o", "C0", False),
+        (0.08, "blame", "s", "C3", True),
+        (0.24, f"blame{OUTSIDE_ANSWER}", "s", "C3", False),
+    ]
+    for offset, key, marker, colour, filled in series:
+        shown = [(row, result["placement"][name][key]) for row, name in enumerate(names)]
         shown = [(row, score) for row, score in shown if score["mean"] is not None]
         if not shown:
             continue
         means = np.array([score["mean"] for _, score in shown])
         errors = np.array([[score["mean"] - score["low"], score["high"] - score["mean"]] for _, score in shown]).T
-        sign = "A > 0" if label == "credit" else "A < 0"
-        rows = [row + offset for row, _ in shown]
-        left.errorbar(means, rows, xerr=errors, fmt=marker, color=colour, capsize=3, label=f"{label} ({sign})")
+        sign = "A > 0" if key.startswith("credit") else "A < 0"
+        where = "" if filled else ", box left out"
+        label = f"{key.split('_')[0]} ({sign}{where})"
+        left.errorbar(
+            means,
+            [row + offset for row, _ in shown],
+            xerr=errors,
+            fmt=marker,
+            color=colour,
+            capsize=3,
+            label=label,
+            markerfacecolor=colour if filled else "white",
+        )
     left.axvline(0.5, color="grey", linestyle="--", linewidth=1)
     left.set_yticks(range(len(names)), names)
     left.set_xlim(0, 1.02)

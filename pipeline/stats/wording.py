@@ -202,7 +202,10 @@ PLACEMENT_NOTE = (
     "Where each method puts its weight on the decisive-step task, against the generator's truth: per rollout with a "
     "non-zero advantage, the AUROC of its token weights against the decisive tokens (the queried chain and the box), "
     "averaged separately for credit (A > 0) and blame (A < 0); ½ is chance, 1 every decisive token above every "
-    "other. All methods are scored on the same rollouts, with the seeds-then-rollouts bootstrap interval. The gap "
+    'other. "Box left out" scores the tokens outside the answer\'s box alone (the queried chain against the filler '
+    "chains): whether a method finds the decisive step of the reasoning, apart from the answer that GRAIL's answer "
+    "override (and grail_shuffled's) weights on its own. All methods are scored on the same rollouts, with the "
+    "seeds-then-rollouts bootstrap interval. The gap "
     "share is (method - floor) / (ceiling - floor) on the runs' mean accuracies, with a stratified bootstrap over runs."
 )
 
@@ -221,11 +224,13 @@ def placement_markdown(result: dict[str, Any]) -> list[str]:
     level = f"{result['confidence']:.0%}"
     share = result["decisive_token_share"]
     lines = [
-        f"| method | credit AUROC [{level}] | blame AUROC [{level}] | rollouts (credit / blame) |",
-        "|---|---|---|---|",
+        f"| method | credit AUROC [{level}] | blame AUROC [{level}] | credit, box left out | blame, box left out "
+        "| rollouts (credit / blame) |",
+        "|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {name} | {_scored(scores['credit'])} | {_scored(scores['blame'])} | "
+        f"{_scored(scores['credit_outside_answer'])} | {_scored(scores['blame_outside_answer'])} | "
         f"{scores['credit']['rollouts']} / {scores['blame']['rollouts']} |"
         for name, scores in result["placement"].items()
     ]

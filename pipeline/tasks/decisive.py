@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
@@ -97,12 +98,39 @@ def token_character_ends(tokenizer: Any, ids: Sequence[int]) -> list[int]:
     return [len(tokenizer.decode(list(ids[: k + 1]), skip_special_tokens=True)) for k in range(len(ids))]
 
 
+def answer_region(completion: str) -> tuple[int, int] | None:
+    """Character span of the last complete ``\\boxed{...}``, marker and braces included (None without one)."""
+    if not (boxes := boxed_contents(completion)):
+        return None
+    content_start, content_end = boxes[-1]
+    return content_start - len(BOX_MARKER), content_end + 1
+
+
+@dataclass(frozen=True)
+class TokenTruth:
+    """Per completion token: whether it is decisive, and whether it lies in the answer's box (its marker, braces
+    and content), so that a score can leave the box out."""
+
+    decisive: list[bool]
+    in_answer: list[bool]
+
+
+def token_truth(tokenizer: Any, problem: str, completion_ids: Sequence[int]) -> TokenTruth:
+    """The completion's ``TokenTruth``: a token is in a span when its text overlaps it."""
+    text = tokenizer.decode(list(completion_ids), skip_special_tokens=True)
+    ends = token_character_ends(tokenizer, completion_ids)
+    starts = [0, *ends[:-1]] if ends else []
+    answer = answer_region(text)
+
+    def overlapping(spans: list[tuple[int, int]]) -> list[bool]:
+        return [
+            any(a < span_end and span_start < b for span_start, span_end in spans)
+            for a, b in zip(starts, ends, strict=True)
+        ]
+
+    return TokenTruth(overlapping(decisive_spans(problem, text)), overlapping([answer] if answer else []))
+
+
 def decisive_tokens(tokenizer: Any, problem: str, completion_ids: Sequence[int]) -> list[bool]:
     """Per completion token: whether its text overlaps a decisive span of the decoded completion."""
-    text = tokenizer.decode(list(completion_ids), skip_special_tokens=True)
-    spans = decisive_spans(problem, text)
-    labels, start = [], 0
-    for end in token_character_ends(tokenizer, completion_ids):
-        labels.append(any(start < span_end and span_start < end for span_start, span_end in spans))
-        start = end
-    return labels
+    return token_truth(tokenizer, problem, completion_ids).decisive
