@@ -134,6 +134,11 @@ def test_unknown_key_lists_the_allowed_keys() -> None:
             "credit grail: credit_options: unknown key(s) ['grail_sdt']",
         ),
         (lambda c: c["token_analysis"].update(benchmark="math500"), "`token_analysis.benchmark`: unknown benchmark"),
+        (
+            lambda c: c.update(credit_truth={"benchmark": "arith_add"}),
+            "`credit_truth.benchmark`: 'arith_add' is not a decisive-step benchmark",
+        ),
+        (lambda c: c.update(credit_truth={"rollouts_of": "gpro"}), "`credit_truth.rollouts_of`: unknown method 'gpro'"),
         (lambda c: c["evaluation"].update(checkpoints=[500, "final"]), "`evaluation.checkpoints`: step(s) [500]"),
         (lambda c: c["token_analysis"].update(checkpoints=[251]), "`token_analysis.checkpoints`: step(s) [251]"),
         (lambda c: c["significance"].update(checkpoint=10), "`significance.checkpoint`: 10 is not in"),
@@ -239,6 +244,20 @@ def test_default_study_plan() -> None:
     assert study.models["tiny"].warmup_spec == {
         k: v for k, v in raw("default")["models"]["tiny"]["warmup"].items() if k != "seed"
     }
+
+
+def test_credit_placement_is_planned_for_a_decisive_benchmark_and_the_rollouts_method() -> None:
+    bench = load_study([CONFIGS / "credit_bench.yaml"])
+    assert bench.credit_truth.benchmark == "decisive" and bench.placement_models() == ["tiny"]
+    inputs = bench.placement_inputs("tiny")
+    assert [job["seed"] for job in inputs["rollouts"]] == [0, 1, 2, 3]
+    assert {job["method"] for job in inputs["rollouts"]} == {"grpo"} and len(inputs["runs"]) == 20
+    assert {job["checkpoint"] for job in inputs["runs"]} == {"final"}
+    without_floor = load_study([CONFIGS / "credit_bench.yaml"], {"methods_only": ["grail", "oracle"]})
+    assert without_floor.placement_models() == []  # no GRPO runs to score on
+    assert load_study([CONFIGS / "default.yaml"]).placement_models() == []  # no decisive-step benchmark
+    off = load_study([CONFIGS / "credit_bench.yaml"], {"credit_truth": {"enabled": False}})
+    assert off.placement_models() == []
 
 
 def test_paper_study_plan() -> None:
