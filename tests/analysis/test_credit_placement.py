@@ -76,10 +76,9 @@ def placement(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for seed, rows in by_seed.items():
             arguments += ["--runs", method, str(seed), str(write_jsonl(root / f"{method}{seed}.jsonl", rows))]
     out = root / "out"
-    main(
-        [*arguments, "--benchmark", str(benchmark), "--methods", json.dumps(METHODS), "--resamples", "200"]
-        + ["--analysis-spec", json.dumps({"temperature": 0.7, "prompt_template": "bare"}), "--out-dir", str(out)]
-    )
+    analysis = json.dumps({"temperature": 0.7, "prompt_template": "bare"})
+    options = ["--methods", json.dumps(METHODS), "--resamples", "200", "--analysis-spec", analysis]
+    main([*arguments, "--benchmark", str(benchmark), *options, "--out-dir", str(out)])
     return out
 
 
@@ -128,7 +127,5 @@ def test_a_benchmark_of_another_task_is_refused(tmp_path: Path) -> None:
     benchmark = write_jsonl(tmp_path / "arith.jsonl", [{"id": "a", "problem": "1+2=?", "answer": "3"}])
     samples_file = write_jsonl(tmp_path / "s.jsonl", [])
     with pytest.raises(InputError, match="not a decisive-step benchmark"):
-        main(
-            ["--rollouts", "0", str(tmp_path), str(samples_file), "--benchmark", str(benchmark)]
-            + ["--methods", json.dumps(METHODS), "--out-dir", str(tmp_path / "out")]
-        )
+        rollouts = ["--rollouts", "0", str(tmp_path), str(samples_file)]
+        main([*rollouts, "--benchmark", str(benchmark), "--methods", json.dumps(METHODS), "--out-dir", str(tmp_path)])
