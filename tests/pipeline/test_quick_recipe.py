@@ -1,6 +1,7 @@
 """docs/credit-methods.md's recipe ("Try a method in minutes") end to end, with a method written from that page
 alone, not the example file: `late_tokens` in a package of its own on PYTHONPATH, named by import path with its
-option on the command line, through the real Snakemake with configs/quick.yaml. Sizes are cut further by
+option on the command line, through the real Snakemake with configs/quick.yaml; beside it, the docs' entropy example
+(docs/examples/entropy_weights.py), whose runs must count one policy forward per loss computation as GRPO's. Sizes are cut further by
 `--config` overrides, as the page's `--config` allows, to keep the test's CI time small.
 
 Slow: one Snakemake study of 12 jobs, about 2 min of CPU in all (measured: 118 s, Snakemake and its jobs), so
@@ -66,7 +67,12 @@ METHOD = LateTokens
 
 # The page's command, then sizes cut for CI: fewer training rows, 2 RL steps of 2 prompts, 8 items, no baseline.
 # The warm-up stays (90 steps, seconds): a shorter one leaves a model whose every reward is 0, no row carries loss.
-METHOD = "methods={mine: {credit: mylab.late_tokens, credit_options: {alpha: 2.0}}}"
+# Beside it, the docs' entropy example (docs/credit-methods.md, "Log-probs and entropies", with docs/ on the path):
+# it reads the policy's entropies, and its run's metrics must count one policy forward per loss, as GRPO's.
+METHOD = (
+    "methods={mine: {credit: mylab.late_tokens, credit_options: {alpha: 2.0}},"
+    " entropy_weights: {credit: examples.entropy_weights, credit_options: {scale: 0.5}}}"
+)
 SMALLER = [
     "data={generated: {count: 200}}",
     "training={max_steps: 2, save_steps: 2, logging_steps: 1, per_device_train_batch_size: 16}",
@@ -84,7 +90,7 @@ def test_a_method_written_from_the_docs_runs_through_the_quick_recipe(tmp_path: 
     workdir = tmp_path / "study"
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
     command += ["--cores", "2", "--configfile", str(REPO / "configs" / "quick.yaml"), "--config", METHOD, *SMALLER]
-    environment = {**os.environ, "PYTHONPATH": str(tmp_path / "lab")}
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "lab"), str(REPO / "docs")])}
     result = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=environment)
     # The aggregate stage refuses statistics of a method no credit names: a run that ends passed the method on.
     assert result.returncode == 0, result.stderr[-5000:]
@@ -95,6 +101,13 @@ def test_a_method_written_from_the_docs_runs_through_the_quick_recipe(tmp_path: 
     assert stds and all(math.isfinite(std) and std > 0 for std in stds)
     assert any("late_tokens/advantages_scale_ratio" in row for row in rows)
     assert "| tiny | mine | final |" in (results / "report.md").read_text()
+    # the entropy example through Snakemake: no forward of its own (TRL's loss forward, memoised), as GRPO
+    for method in ("grpo", "entropy_weights"):
+        rows = [json.loads(line) for line in (results / f"runs/tiny/{method}/seed0/metrics.jsonl").open()]
+        counted = [row["credit/loss_forwards"] for row in rows if "credit/loss_forwards" in row]
+        assert counted and set(counted) == {1.0}, (method, counted)
+    rows = [json.loads(line) for line in (results / "runs/tiny/entropy_weights/seed0/metrics.jsonl").open()]
+    assert any(row.get("entropy_weights/entropy_mean", 0) > 0 for row in rows)
     # the token viewer rebuilt the method with alpha 2: each rollout's weights rise and average 1
     page = (results / "token_weights.html").read_text()
     viewed = [json.loads(html.unescape(found))["mine"] for found in re.findall(r'data-weights="([^"]*)"', page)]
