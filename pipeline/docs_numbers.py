@@ -13,6 +13,9 @@ regenerated, that test fails, and the studies are run and recorded again (docs/c
 
 Generated blocks sit between ``<!-- numbers: NAME -->`` and ``<!-- /numbers -->`` in ``PAGES``; NAME is a key of
 ``RENDERERS``. Accuracies are acc@k at the study's final checkpoint, mean over seeds (± sample sd), in points.
+
+One module: a summary's format is written by ``record`` and read by every renderer, and a test holds the two ends
+against each other; split, the format would live in two places.
 """
 
 from __future__ import annotations
@@ -32,9 +35,17 @@ from typing import Any
 import pandas as pd
 
 from pipeline.core.io import InputError, atomic_write_json, atomic_write_text, read_jsonl, run_cli
-from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT, SIGNIFICANCE, START_CHECKPOINT, TABLES_DIR
+from pipeline.core.layout import (
+    BASELINE_METHOD,
+    CREDIT_PLACEMENT,
+    FINAL_CHECKPOINT,
+    SIGNIFICANCE,
+    START_CHECKPOINT,
+    TABLES_DIR,
+)
 from pipeline.core.repo import REPO_DIR
 from pipeline.stats.scores import AVERAGE_BENCHMARKS
+from pipeline.stats.seed_aware import SEED_BOOTSTRAP_TEST
 
 NUMBERS_DIR = REPO_DIR / "docs" / "numbers"
 REFERENCE = REPO_DIR / "tests" / "reference" / "ci_study.json"
@@ -139,6 +150,11 @@ def record(study: str, results_dir: Path, config: str, same_as: list[Path], comm
         "scores": scores[wanted].to_dict(orient="records"),
         "rewards": runs,
         "item_tests": [row for row in significance if row["test"] in ITEM_TESTS],
+        "seed_tests": [row for row in significance if row["test"] == SEED_BOOTSTRAP_TEST],
+        "placement": {
+            path.parent.name: json.loads(path.read_text())
+            for path in sorted(results_dir.glob(f"{CREDIT_PLACEMENT.format(model='*')}/placement.json"))
+        },
     }
 
 
@@ -373,6 +389,66 @@ def controls_result(studies: dict[str, dict[str, Any]]) -> str:
     )
 
 
+def interval_text(mean: float | None, low: float | None, high: float | None, scale: float = 1, digits: int = 2) -> str:
+    """``mean [low, high]`` (``-`` when undefined), each times ``scale``."""
+    if mean is None:
+        return "-"
+    if low is None:
+        return f"{mean * scale:.{digits}f}"
+    return f"{mean * scale:.{digits}f} [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
+
+
+def credit_bench_result(studies: dict[str, dict[str, Any]]) -> str:
+    """docs/credit-methods.md's table of the credit comparison: per method, acc@k (mean ± sd over seeds), its
+    difference to GRPO with the seed-aware bootstrap interval, its gap share, and where it puts its weight
+    (credit and blame AUROC, over every token and with the box left out), all with intervals."""
+    summary = studies["credit_bench"]
+    metric = accuracy_metric(summary)
+    benchmark = benchmarks(summary)[0]
+    (model, placed), *_ = summary["placement"].items()
+    against_grpo = {
+        (row["method_a"] if row["method_b"] == "grpo" else row["method_b"]): row
+        for row in summary["seed_tests"]
+        if row["metric"] == metric and row["benchmark"] == benchmark and "grpo" in (row["method_a"], row["method_b"])
+    }
+
+    def difference(method: str) -> str:
+        row = against_grpo.get(method)
+        if row is None:
+            return "-"
+        sign = 1 if row["method_a"] == method else -1
+        low, high = sorted((sign * row["ci_low"], sign * row["ci_high"])) if row["ci_low"] is not None else (None,) * 2
+        return interval_text(sign * row["difference"], low, high, scale=100, digits=1)
+
+    header = (
+        f"| method | {metric} (mean ± sd) | − GRPO, points [95 %] | gap share [95 %] | credit AUROC | blame AUROC "
+        "| credit, box left out | blame, box left out |"
+    )
+    lines = [header, "|---|---|---|---|---|---|---|---|"]
+    for method in trained_methods(summary):
+        share = placed["gap_share"].get(method, {})
+        scores = placed["placement"].get(method)
+        cells = (
+            ["-"] * 4
+            if scores is None
+            else [
+                interval_text(*(scores[key][part] for part in ("mean", "low", "high")))
+                for key in ("credit", "blame", "credit_outside_answer", "blame_outside_answer")
+            ]
+        )
+        lines.append(
+            f"| {name(method)} | {mean_sd_text(run_scores(summary, method, benchmark, metric))} | "
+            f"{'' if method == 'grpo' else difference(method)} | "
+            f"{interval_text(share.get('share'), share.get('low'), share.get('high'))} | {' | '.join(cells)} |"
+        )
+    return (
+        f"{provenance_line(summary)}\n\n"
+        f"{metric} on `{benchmark}` ({model} model); the placements on {placed['rollouts']} rollouts of the GRPO "
+        f"runs (seeds {placed['seeds']}), {placed['decisive_token_share']:.0%} of their tokens decisive.\n\n"
+        + "\n".join(lines)
+    )
+
+
 def environment_text(environment: dict[str, Any]) -> str:
     """One run's environment as a list item: kernel variables in effect, CPU, torch and transformers."""
     variables = " ".join(f"`{k}={v}`" for k, v in sorted(environment["variables"].items())) or "none"
@@ -410,6 +486,7 @@ RENDERERS: dict[str, Callable[[dict[str, dict[str, Any]]], str]] = {
     "ablations-comparisons": lambda studies: comparisons_table(studies, "ablations", ("grpo", "grail")),
     "controls-result": controls_result,
     "kernel-pin": kernel_pin_result,
+    "credit-bench-result": credit_bench_result,
 }
 
 
