@@ -58,7 +58,7 @@ if os.environ["VARIANT"] == "gpu":
     import deepspeed, vllm
     names += ["vllm", "deepspeed", "triton", "flashinfer-python"]
 seconds = time.monotonic() - start
-print("python", sys.version.split()[0])
+print("python", sys.version.split()[0], "| torch", torch.__version__)
 for name in names:
     print(name, metadata.version(name))
 print("torch CUDA release:", torch.version.cuda, "| cuDNN:", torch.backends.cudnn.version() if torch.version.cuda else None,
