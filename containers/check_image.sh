@@ -15,11 +15,16 @@
 #    image, as uid 1000, in a results directory on the host owned by another uid (4242, mode 2770) that the job
 #    reaches through its group, as a Kubernetes pod with runAsUser and fsGroup writes a volume it does not own;
 #    prints the head of the study's report;
-# 5. a code-only rebuild: a copy of the build context with one line added to pipeline/__init__.py, built under the
-#    tag TAG-VARIANT-rebuild-probe (removed afterwards); its wall time and which steps ran.
+# 5. (gpu) FLASH_ATTN=source's toolkit: containers/cuda_home.sh, run as root in the image, assembles nvcc and CUDA's
+#    headers from PyPI at torch's CUDA release, and torch.utils.cpp_extension builds a small CUDA kernel with them
+#    (for sm_90) against the image's torch: the path flash-attn's source build takes, short of its hours of compiling;
+# 6. a code-only rebuild: a copy of the build context with one line added to pipeline/__init__.py, built under the
+#    tag TAG-rebuild-probe-VARIANT (removed afterwards); its wall time and which steps ran.
 #
 # Env: ENGINE (podman or docker; default podman), TAG, BUILD_OPTS, GPU_BASE_IMAGE, FLASH_ATTN (passed to build.sh),
-#      COLD=1 builds without the layer cache (the cold build's time), RESULTS_UID (default 4242), KEEP_RESULTS=1
+#      COLD=1 builds without the layer cache (the cold build's time), CHECK_TOOLKIT=0 skips step 5, RUN_OPTS (extra
+#      `run` flags of step 5, which downloads from PyPI: a proxy's CA, e.g. "-v CA:/ca.crt:ro -e PIP_CERT=/ca.crt"),
+#      RESULTS_UID (default 4242), KEEP_RESULTS=1
 #      keeps the results directory, LOG_DIR (default: a new temporary directory) keeps each step's full output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -104,7 +109,29 @@ echo "-- head of results/quick/report.md:"
 head -n 30 "$results/results/quick/report.md"
 if [ "${KEEP_RESULTS:-0}" = 1 ]; then echo "kept: $results"; else rm -rf "$results"; fi
 
-section "5. a code-only rebuild"
+if [ "$VARIANT" = gpu ] && [ "${CHECK_TOOLKIT:-1}" = 1 ]; then
+  section "5. FLASH_ATTN=source's toolkit: a small CUDA extension built against the image's torch"
+  read -r -d '' extension <<'EOF' || true
+from torch.utils.cpp_extension import CUDA_HOME, load_inline
+kernel = r"""
+#include <torch/extension.h>
+__global__ void add_one(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += 1; }
+void run(torch::Tensor x) { add_one<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), x.numel()); }
+"""
+module = load_inline("probe", cpp_sources="void run(torch::Tensor x);", cuda_sources=kernel, functions=["run"])
+print("CUDA_HOME", CUDA_HOME, "| built", module.__file__)
+EOF
+  start=$(date +%s)
+  # shellcheck disable=SC2086,SC2016  # RUN_OPTS is a list of flags; $0 and $PATH expand inside the image
+  "$ENGINE" run --rm --user 0 -e TORCH_CUDA_ARCH_LIST=9.0 ${RUN_OPTS:-} "$image" bash -c \
+    'bash /opt/grail/containers/cuda_home.sh /tmp/cuda && CUDA_HOME=/tmp/cuda PATH=/tmp/cuda/bin:$PATH python -c "$0"' \
+    "$extension" >"$LOG_DIR/toolkit.log" 2>&1 || { tail -n 30 "$LOG_DIR/toolkit.log"; exit 1; }
+  figure[toolkit]="$(($(date +%s) - start)) s"
+  grep -E '^(Build cuda|CUDA_HOME)' "$LOG_DIR/toolkit.log"
+  echo "toolkit and extension: ${figure[toolkit]} (log: $LOG_DIR/toolkit.log)"
+fi
+
+section "6. a code-only rebuild"
 context=$(mktemp -d /var/tmp/grail-check-context.XXXXXX)
 cp -a containers configs pipeline Snakefile pyproject.toml "$context/"
 echo "# a code-only change: containers/check_image.sh's rebuild probe" >>"$context/pipeline/__init__.py"
@@ -124,5 +151,5 @@ echo "code-only rebuild: ${figure[rebuild]}; steps that ran:"
 echo "${rebuilt:-  (none)}"
 
 section "figures ($VARIANT image, $(date -u +%Y-%m-%d))"
-for key in build size study rebuild; do printf '%-8s %s\n' "$key" "${figure[$key]}"; done
+for key in build size study toolkit rebuild; do printf '%-8s %s\n' "$key" "${figure[$key]:--}"; done
 echo "logs: $LOG_DIR"
