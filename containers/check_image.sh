@@ -41,10 +41,27 @@ declare -A figure
 section() { printf '\n== %s ==\n' "$*"; }
 in_image() { "$ENGINE" run --rm --user 1000:1000 "$@"; }
 
+remove_chain() {  # an image and the untagged build steps under it that no other image uses
+  local id parent tags
+  id=$("$ENGINE" image inspect --format '{{.Id}}' "$1" 2>/dev/null) || return 0
+  while [ -n "$id" ]; do
+    parent=$("$ENGINE" image inspect --format '{{.Parent}}' "$id")
+    "$ENGINE" rmi "$id" >/dev/null 2>&1 || break  # tagged elsewhere, or a step another image builds on
+    id=$parent  # podman removes untagged parents with their last child; then this one is gone already
+    tags=$("$ENGINE" image inspect --format '{{len .RepoTags}}' "$id" 2>/dev/null) || break
+    [ "$tags" = 0 ] || break  # the base image
+  done
+}
+
 section "1. build ($image)"
-start=$(date +%s)
 cold=""
-if [ "${COLD:-0}" = 1 ]; then cold="--no-cache"; fi  # every step anew, the pinned stack's downloads included
+if [ "${COLD:-0}" = 1 ]; then
+  # every step anew, the pinned stack's downloads included; the previous build's steps go first, or the rebuild
+  # below could match them instead of this build's (two chains of equal steps) and redo more than the last layer
+  remove_chain "$image"
+  cold="--no-cache"
+fi
+start=$(date +%s)
 BUILD_OPTS="${BUILD_OPTS:-} $cold" bash containers/build.sh "$VARIANT" >"$LOG_DIR/build.log" 2>&1 ||
   { tail -n 40 "$LOG_DIR/build.log"; exit 1; }
 figure[build]="$(($(date +%s) - start)) s"
