@@ -70,7 +70,7 @@ def test_dockerfile_is_hadolint_clean() -> None:
     shutil.which("shellcheck") is None, reason="shellcheck is not installed (apt-get install shellcheck)"
 )
 def test_build_and_cluster_scripts_are_shellcheck_clean() -> None:
-    scripts = [CONTAINERS / "build.sh", *sorted((REPO / "scripts").glob("*.sh"))]
+    scripts = [*sorted(CONTAINERS.glob("*.sh")), *sorted((REPO / "scripts").glob("*.sh"))]
     result = subprocess.run(["shellcheck", *map(str, scripts)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
 
