@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Build the project images from the repository root. This script is the one place that names them.
 #
-#   containers/build.sh gpu         # localhost/grail-pipeline:TAG-gpu from the pinned CUDA base (needs a registry
-#                                   #   for the base)
-#   containers/build.sh cpu         # localhost/grail-pipeline:TAG-cpu from CPU_BASE_IMAGE (default: the local
-#                                   #   Debian base that scripts/build_base_image.sh makes, so no registry is needed)
-#   containers/build.sh apptainer   # containers/grail.sif from the gpu image (podman save + apptainer build): the
-#                                   #   study config's default `container_image` (snakemake --sdm apptainer)
+#   containers/build.sh gpu         # localhost/grail-pipeline:TAG-gpu from GPU_BASE_IMAGE (default: the local Debian
+#                                   #   base that scripts/build_base_image.sh makes: no registry; CUDA from PyPI wheels)
+#   containers/build.sh cpu         # localhost/grail-pipeline:TAG-cpu from CPU_BASE_IMAGE (the same default base)
+#   containers/build.sh save        # containers/grail-pipeline-gpu.tar: the gpu image saved as a docker-archive file
+#                                   #   (several GB), to carry to a cluster that has Apptainer but no container engine
+#   containers/build.sh apptainer   # containers/grail.sif from that archive when it is there (a cluster's login node:
+#                                   #   no engine needed), else from the gpu image (save + apptainer build): the study
+#                                   #   config's default `container_image` (snakemake --sdm apptainer)
 #   IMAGE=registry.example.org/grail/grail-pipeline containers/build.sh push
 #                                   # tags the built images IMAGE:TAG-gpu and IMAGE:TAG-cpu and pushes them; the
 #                                   #   Kubernetes profile's `container-image` is IMAGE:TAG-gpu
@@ -14,6 +16,7 @@
 #
 # Env: IMAGE (your registry's name for the image; only `push` reads it), TAG (default: the project version in
 #      pyproject.toml), ENGINE (podman, docker or buildah; default: the first one installed), CPU_BASE_IMAGE,
+#      GPU_BASE_IMAGE (`cuda`: NVIDIA's CUDA devel image, CUDA_BASE_IMAGE below; it needs that registry), FLASH_ATTN (gpu: none (default), source, or a wheel's path or URL; see containers/Dockerfile),
 #      BUILD_OPTS (extra build flags, e.g. build-time mounts of a local wheel directory:
 #      "-v /opt/wheels:/wheels:ro --build-arg PIP_FIND_LINKS=/wheels").
 set -euo pipefail
@@ -21,12 +24,22 @@ cd "$(dirname "$0")/.."
 
 LOCAL_IMAGE=localhost/grail-pipeline
 SIF=containers/grail.sif
+ARCHIVE=containers/grail-pipeline-gpu.tar  # the saved GPU image; grail.def bootstraps from it (docker-archive)
 IMAGE=${IMAGE:-}
 TAG=${TAG:-$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)}
-CPU_BASE_IMAGE=${CPU_BASE_IMAGE:-localhost/debian-py:bookworm}
+DEBIAN_BASE_IMAGE=localhost/debian-py:bookworm  # scripts/build_base_image.sh
+# NVIDIA's CUDA devel image, for sites that want it (GPU_BASE_IMAGE=cuda): its nvcc builds FLASH_ATTN=source, so its
+# CUDA major must be torch's (requirements-gpu.txt: torch 2.13.0's PyPI wheel is the CUDA 13.0 build). Named by tag:
+# the registry was out of reach where this was written, so pin it at your site by digest (NAME:TAG@sha256:...).
+CUDA_BASE_IMAGE=docker.io/nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04
+CPU_BASE_IMAGE=${CPU_BASE_IMAGE:-$DEBIAN_BASE_IMAGE}
+GPU_BASE_IMAGE=${GPU_BASE_IMAGE:-$DEBIAN_BASE_IMAGE}
+if [ "$GPU_BASE_IMAGE" = cuda ]; then GPU_BASE_IMAGE=$CUDA_BASE_IMAGE; fi
+FLASH_ATTN=${FLASH_ATTN:-none}
 BUILD_OPTS=${BUILD_OPTS:-}
 if [ "${1:-}" = names ]; then
   for variant in gpu cpu; do echo "$variant $LOCAL_IMAGE:$TAG-$variant"; done
+  echo "save $ARCHIVE"
   echo "apptainer $SIF"
   [ -z "$IMAGE" ] || for variant in gpu cpu; do echo "push $IMAGE:$TAG-$variant"; done
   exit 0
@@ -36,9 +49,21 @@ if [ -z "${ENGINE:-}" ]; then
     if command -v "$candidate" >/dev/null; then ENGINE=$candidate && break; fi
   done
 fi
-: "${ENGINE:?no container engine found (podman, docker or buildah)}"
+need_engine() { : "${ENGINE:?no container engine found (podman, docker or buildah)}"; }
+
+save() {  # the GPU image as a docker-archive file, which Apptainer builds from on a machine without the engine
+  need_engine
+  rm -f "$ARCHIVE"
+  case "$ENGINE" in
+    podman) podman save --format docker-archive -o containers/grail-pipeline-gpu.tar "$LOCAL_IMAGE:$TAG-gpu" ;;
+    docker) docker save -o containers/grail-pipeline-gpu.tar "$LOCAL_IMAGE:$TAG-gpu" ;;
+    buildah) buildah push "$LOCAL_IMAGE:$TAG-gpu" "docker-archive:$ARCHIVE" ;;
+  esac
+  echo "saved $LOCAL_IMAGE:$TAG-gpu to $ARCHIVE ($(du -h "$ARCHIVE" | cut -f1))"
+}
 
 build() {  # build VARIANT [extra build flags...]
+  need_engine
   local variant=$1
   shift
   local build_command=(build)
@@ -50,19 +75,22 @@ build() {  # build VARIANT [extra build flags...]
 }
 
 case "${1:-}" in
-  gpu) build gpu ;;
+  gpu) build gpu --build-arg "BASE_IMAGE=$GPU_BASE_IMAGE" --build-arg "FLASH_ATTN=$FLASH_ATTN" ;;
   cpu) build cpu --build-arg "BASE_IMAGE=$CPU_BASE_IMAGE" ;;
+  save) save ;;
   apptainer)
     command -v apptainer >/dev/null || { echo "apptainer is not installed" >&2; exit 1; }
-    case "$ENGINE" in
-      podman) podman save --format docker-archive -o containers/grail-pipeline-gpu.tar "$LOCAL_IMAGE:$TAG-gpu" ;;
-      docker) docker save -o containers/grail-pipeline-gpu.tar "$LOCAL_IMAGE:$TAG-gpu" ;;
-      buildah) buildah push "$LOCAL_IMAGE:$TAG-gpu" docker-archive:containers/grail-pipeline-gpu.tar ;;
-    esac
-    apptainer build --force "$SIF" containers/grail.def
-    rm -f containers/grail-pipeline-gpu.tar
+    if [ -f "$ARCHIVE" ]; then  # saved elsewhere (containers/build.sh save) and copied here: a cluster's login node
+      echo "building $SIF from $ARCHIVE"
+      apptainer build --force "$SIF" containers/grail.def
+    else
+      save
+      apptainer build --force "$SIF" containers/grail.def
+      rm -f "$ARCHIVE"
+    fi
     ;;
   push)
+    need_engine
     : "${IMAGE:?set IMAGE to the image name in your registry, e.g. registry.example.org/grail/grail-pipeline}"
     for variant in gpu cpu; do
       "$ENGINE" tag "$LOCAL_IMAGE:$TAG-$variant" "$IMAGE:$TAG-$variant"
@@ -70,7 +98,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: $0 gpu|cpu|apptainer|push|names" >&2
+    echo "usage: $0 gpu|cpu|save|apptainer|push|names" >&2
     exit 2
     ;;
 esac

