@@ -22,7 +22,7 @@
 #    tag TAG-rebuild-probe-VARIANT (removed afterwards); its wall time and which steps ran.
 #
 # Env: ENGINE (podman or docker; default podman), TAG, BUILD_OPTS, GPU_BASE_IMAGE, FLASH_ATTN (passed to build.sh),
-#      COLD=1 builds without the layer cache (the cold build's time), CHECK_TOOLKIT=0 skips step 5, RUN_OPTS (extra
+#      COLD=1 removes the previous build's layers first (the cold build's time), CHECK_TOOLKIT=0 skips step 5, RUN_OPTS (extra
 #      `run` flags of step 5, which downloads from PyPI: a proxy's CA, e.g. "-v CA:/ca.crt:ro -e PIP_CERT=/ca.crt"),
 #      RESULTS_UID (default 4242), KEEP_RESULTS=1
 #      keeps the results directory, LOG_DIR (default: a new temporary directory) keeps each step's full output.
@@ -56,18 +56,18 @@ remove_chain() {  # an image and the untagged build steps under it that no other
 section "1. build ($image)"
 cold=""
 if [ "${COLD:-0}" = 1 ]; then
-  # every step anew, the pinned stack's downloads included; the previous build's steps go first, or the rebuild
-  # below could match them instead of this build's (two chains of equal steps) and redo more than the last layer
+  # every step with content anew, the pinned stack's downloads included: the previous build's steps are removed
+  # (those it shares with another image, metadata-only ARG steps of the CPU variant, say, stay). Not --no-cache: that
+  # would leave two chains of equal steps, and the rebuild below could follow the other one and redo everything.
   remove_chain "$image"
-  cold="--no-cache"
+  cold=" (cold: the previous build's steps removed first)"
 fi
 start=$(date +%s)
-BUILD_OPTS="${BUILD_OPTS:-} $cold" bash containers/build.sh "$VARIANT" >"$LOG_DIR/build.log" 2>&1 ||
-  { tail -n 40 "$LOG_DIR/build.log"; exit 1; }
+bash containers/build.sh "$VARIANT" >"$LOG_DIR/build.log" 2>&1 || { tail -n 40 "$LOG_DIR/build.log"; exit 1; }
 figure[build]="$(($(date +%s) - start)) s"
 bytes=$("$ENGINE" image inspect --format '{{.Size}}' "$image")
 figure[size]="$(awk -v b="$bytes" 'BEGIN {printf "%.2f GB (%d bytes)", b / 1e9, b}')"
-echo "build: ${figure[build]}${cold:+ (cold: $cold)} (log: $LOG_DIR/build.log; cached steps: $(grep -c -- '--> Using cache' "$LOG_DIR/build.log" || true))"
+echo "build: ${figure[build]}$cold (log: $LOG_DIR/build.log; cached steps: $(grep -c -- '--> Using cache' "$LOG_DIR/build.log" || true))"
 echo "size: ${figure[size]}"
 
 section "2. imports and versions (as $(in_image "$image" id -un), uid $(in_image "$image" id -u))"
