@@ -418,7 +418,7 @@ def credit_bench_result(studies: dict[str, dict[str, Any]]) -> str:
             return "-"
         sign = 1 if row["method_a"] == method else -1
         low, high = sorted((sign * row["ci_low"], sign * row["ci_high"])) if row["ci_low"] is not None else (None,) * 2
-        return interval_text(sign * row["difference"], low, high, scale=100, digits=1)
+        return interval_text(sign * row["statistic"], low, high, scale=100, digits=1)
 
     header = (
         f"| method | {metric} (mean ± sd) | − GRPO, points [95 %] | gap share [95 %] | credit AUROC | blame AUROC "
