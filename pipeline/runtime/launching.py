@@ -75,7 +75,7 @@ from typing import Any, Literal, get_args
 
 import yaml
 
-from pipeline.core.exit_codes import STALL_EXIT_CODE
+from pipeline.core.exit_codes import PREEMPTED_EXIT_CODE, STALL_EXIT_CODE
 from pipeline.core.io import InputError
 from pipeline.core.launch_dir import LAUNCH_DIR_VARIABLE, SIGNAL_FILE, write_small_file
 from pipeline.core.repo import CONFIGS_DIR
@@ -424,12 +424,18 @@ def recorded_exit_statuses(launch_dir: Path, local_processes: int) -> list[int |
     return statuses
 
 
-def agreed_exit_status(statuses: Sequence[int | None]) -> int | None:
+def agreed_exit_status(statuses: Sequence[int | None], forwarded_preemption: bool = False) -> int | None:
     """The status to pass on from the local stage processes' recorded ``statuses``: the one they all recorded; else
     ``STALL_EXIT_CODE`` when any recorded it (a stalled rank's exit breaks the others' collectives and torch's
-    elastic agent stops them, so they end with statuses of their own, or none: the stall is the cause); else None."""
+    elastic agent stops them, so they end with statuses of their own, or none: the stall is the cause); else None.
+
+    With ``forwarded_preemption`` (the launcher passed on a preemption signal) a rank that recorded nothing counts as
+    preempted once another recorded ``PREEMPTED_EXIT_CODE``: a rank that finds the signal while the other is still
+    importing exits 75 at once, and the elastic agent then kills the late one before it can record anything."""
     if STALL_EXIT_CODE in statuses:
         return STALL_EXIT_CODE
+    if forwarded_preemption and PREEMPTED_EXIT_CODE in statuses:
+        statuses = [PREEMPTED_EXIT_CODE if status is None else status for status in statuses]
     return statuses[0] if None not in statuses and len(set(statuses)) == 1 else None
 
 
@@ -470,11 +476,13 @@ def supervise(plan: LaunchPlan, signals: PreemptionSignals) -> int:
                     print(f"pipeline.launch: forwarding {name} to the stage processes", file=sys.stderr, flush=True)
                     forward_signal(launch_dir, received)
         statuses = recorded_exit_statuses(launch_dir, plan.local_processes)
-    agreed = agreed_exit_status(statuses)
+    agreed = agreed_exit_status(statuses, forwarded_preemption=bool(forwarded))
     if status != 0 and agreed is not None and agreed not in (0, status):
         which = f"every stage process exited {agreed}"
-        if set(statuses) != {agreed}:
+        if agreed == STALL_EXIT_CODE and set(statuses) != {agreed}:
             which = f"a stage process stalled (statuses by local rank: {statuses})"
+        elif set(statuses) != {agreed}:
+            which = f"the stage processes were preempted (statuses by local rank: {statuses}, none: killed unrecorded)"
         print(
             f"pipeline.launch: {which} ({plan.argv[0]} exited {status}): exiting {agreed}",
             file=sys.stderr,

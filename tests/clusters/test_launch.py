@@ -335,6 +335,10 @@ def test_real_cpu_launch_runs_the_module_in_one_process(tmp_path: Path) -> None:
         ([2, 2], 2),
         ([75, 1], None),
         ([75, None], None),
+        # after the launcher forwarded a preemption: the elastic agent kills a late rank once the other exited 75
+        ([75, None, "forwarded"], 75),
+        ([None, None, "forwarded"], None),
+        ([75, 1, "forwarded"], None),
         # a stalled rank's exit ends the others otherwise: a broken collective (1), the elastic agent's kill (none)
         ([1, STALL_EXIT_CODE], STALL_EXIT_CODE),
         ([STALL_EXIT_CODE, None], STALL_EXIT_CODE),
@@ -343,11 +347,13 @@ def test_real_cpu_launch_runs_the_module_in_one_process(tmp_path: Path) -> None:
 )
 def test_the_launcher_passes_on_the_agreed_status_or_a_stall(statuses, passed_on) -> None:
     """(Checked by breaking it: without the stall rule, the three stall cases but the last fail.)"""
-    assert agreed_exit_status(statuses) == passed_on
+    forwarded = statuses[-1] == "forwarded"
+    assert agreed_exit_status(statuses[:-1] if forwarded else statuses, forwarded_preemption=forwarded) == passed_on
 
 
 # A stage for the two-process launches: each rank records what it was started with, registers with the launcher
-# (pipeline.runtime.preemption) and exits with the status its argument gives, or, for `wait`, 75 once it got a signal.
+# (pipeline.runtime.preemption) and exits with the status its argument gives, or, for `wait`, 75 once it got a signal;
+# `late` waits too, but only after 30 s of "importing" before it registers.
 RANK_STAGE = """
 import json, os, signal, sys, time
 from pipeline.core.io import run_cli
@@ -357,6 +363,9 @@ from pipeline.runtime.preemption import PreemptionSignals
 def main(argv):
     out, *statuses = argv
     rank = int(os.environ["LOCAL_RANK"])
+    if statuses[rank] == "late":
+        time.sleep(30)
+        statuses[rank] = "wait"
     usr1_ignored = signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
     signals = PreemptionSignals().install()
     record = {"pid": os.getpid(), "usr1_ignored": usr1_ignored, "threads": os.environ["OMP_NUM_THREADS"]}
@@ -417,6 +426,19 @@ def test_a_signal_before_the_ranks_register_reaches_them_through_the_launch_dire
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == PREEMPTED_EXIT_CODE, stderr[-3000:]
     assert "forwarding SIGTERM" in stderr
+
+
+def test_a_rank_killed_unrecorded_after_the_others_preemption_still_gives_75(tmp_path: Path) -> None:
+    """Rank 1 finds the signal and exits 75 while rank 0 is still importing; the elastic agent then kills rank 0 before
+    it records anything. The job was preempted, so the launcher must still ask for a requeue. (A CI run met this race
+    in the test above; checked by breaking it: without ``forwarded_preemption`` the launcher exits 1.)"""
+    process = launch_two_ranks(tmp_path, "late", "wait")
+    assert "mode cpu" in process.stderr.readline()
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == PREEMPTED_EXIT_CODE, stderr[-3000:]
+    assert "statuses by local rank: [None, 75]" in stderr
+    assert not (tmp_path / "rank0.json").exists()  # rank 0 never got as far as registering
 
 
 @pytest.mark.parametrize(("statuses", "expected"), [(("75", "3"), 1), (("2", "2"), 2)])
