@@ -116,6 +116,20 @@ class EvaluationConfig:
     spec: dict[str, Any]
     checkpoints: tuple[str, ...]
     baseline: bool
+    job_per: str  # checkpoint | benchmark: what one evaluate job covers
+
+
+@dataclass(frozen=True)
+class EvaluateRule:
+    """One evaluate rule of the Snakefile: its name, the benchmarks each job samples (None: one, its ``benchmark``
+    wildcard) and the checkpoint labels it serves (None: all)."""
+
+    name: str
+    benchmarks: tuple[str, ...] | None
+    checkpoints: tuple[str, ...] | None
+
+    def serves(self, checkpoint: str) -> bool:
+        return self.checkpoints is None or checkpoint in self.checkpoints
 
 
 @dataclass(frozen=True)
@@ -193,6 +207,7 @@ class Study:
         evaluation = dict(config["evaluation"])
         checkpoints = tuple(checkpoint_label(c) for c in evaluation.pop("checkpoints"))
         baseline = evaluation.pop("baseline")
+        job_per = evaluation.pop("job_per")
         analysis = dict(config["token_analysis"])
         viewer = config["token_viewer"]
         truth = config["credit_truth"]
@@ -221,7 +236,7 @@ class Study:
             },
             seeds=tuple(config["seeds"]),
             training=config["training"],
-            evaluation=EvaluationConfig(evaluation, checkpoints, baseline),
+            evaluation=EvaluationConfig(evaluation, checkpoints, baseline, job_per),
             token_analysis=TokenAnalysisConfig(
                 enabled=analysis["enabled"],
                 benchmark=analysis.get("benchmark"),
@@ -315,7 +330,7 @@ class Study:
             for checkpoint in self.evaluation.checkpoints
             for benchmark in self.benchmarks
         ]
-        analysed_only = [c for c in self.token_analysis.checkpoints if c not in self.evaluation.checkpoints]
+        analysed_only = self.analysed_only_checkpoints()
         jobs += [
             {**run, "checkpoint": checkpoint, "benchmark": self.token_analysis.benchmark}
             for run in self.grail_runs()
@@ -335,6 +350,35 @@ class Study:
                 for benchmark in self.benchmarks
             ]
         return jobs
+
+    def analysed_only_checkpoints(self) -> list[str]:
+        """The checkpoints the token analysis needs and the evaluation does not: evaluated on its benchmark alone."""
+        return [c for c in self.token_analysis.checkpoints if c not in self.evaluation.checkpoints]
+
+    def evaluate_rules(self) -> list[EvaluateRule]:
+        """The Snakefile's evaluate rules. With ``job_per: benchmark``, one rule (a ``benchmark`` wildcard) for every
+        evaluation. With ``checkpoint``, one job per (run, checkpoint): ``evaluate`` for the evaluated checkpoints
+        and the baseline, on every benchmark, and ``evaluate_analysed`` for the checkpoints only the token analysis
+        reads, on its benchmark (Snakemake fixes a rule's outputs, so two sets of benchmarks take two rules)."""
+        if self.evaluation.job_per == "benchmark":
+            return [EvaluateRule("evaluate", None, None)]
+        rules = [EvaluateRule("evaluate", tuple(self.benchmarks), (START_CHECKPOINT, *self.evaluation.checkpoints))]
+        if analysed_only := self.analysed_only_checkpoints():
+            rules.append(EvaluateRule("evaluate_analysed", (self.token_analysis.benchmark,), tuple(analysed_only)))
+        return rules
+
+    def evaluation_jobs(self) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:
+        """Every evaluate job: its rule, wildcards and benchmarks (``evaluations`` grouped as ``evaluate_rules``
+        says)."""
+        jobs: dict[tuple[str, ...], tuple[str, dict[str, Any], tuple[str, ...]]] = {}
+        for evaluation in self.evaluations():
+            rule = next(r for r in self.evaluate_rules() if r.serves(evaluation["checkpoint"]))
+            wildcards = evaluation if rule.benchmarks is None else {**evaluation, "benchmark": None}
+            wildcards = {key: value for key, value in wildcards.items() if value is not None}
+            key = (rule.name, *map(str, wildcards.values()))
+            name, _, benchmarks = jobs.get(key, (rule.name, wildcards, ()))
+            jobs[key] = (name, wildcards, (*benchmarks, evaluation["benchmark"]))
+        return list(jobs.values())
 
     def run_name(self, run: Mapping[str, Any]) -> str:
         """A run's name in the trackers: ``<model>/<method>/seed<s>``."""

@@ -68,7 +68,10 @@ def test_dry_run_plans_the_full_paper_study(tmp_path: Path) -> None:
     paper = study(PAPER)
     stats = job_stats(result.stdout)
     assert stats["train"] == len(list(paper.runs()))
-    assert stats["evaluate"] == len(list(paper.evaluations()))
+    rules = [rule for rule, _, _ in paper.evaluation_jobs()]
+    assert stats["evaluate"] == rules.count("evaluate") and stats["evaluate_analysed"] == rules.count(
+        "evaluate_analysed"
+    )
     assert stats["report"] == 1
 
 

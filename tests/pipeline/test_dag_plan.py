@@ -69,11 +69,12 @@ def test_paper_config_plans_the_full_study(tmp_path: Path) -> None:
     analysed_steps = len([c for c in paper["token_analysis"]["checkpoints"] if c != "final"])
     counts = job_counts(result.stdout)
     assert counts["train"] == 15 * len(paper["seeds"]) == models * methods * seeds
-    assert counts["evaluate"] == (
-        models * methods * seeds * len(paper["evaluation"]["checkpoints"]) * benchmarks  # runs x ckpts x benchmarks
-        + models * seeds * benchmarks  # the starting models (baseline)
-        + models * seeds * analysed_steps  # GRAIL checkpoints only the token analysis reads (MATH-500)
-    )
+    # one evaluation job per (run, checkpoint), on every benchmark; the starting models (baseline) likewise
+    assert counts["evaluate"] == models * methods * seeds * len(paper["evaluation"]["checkpoints"]) + models * seeds
+    # GRAIL checkpoints only the token analysis reads: MATH-500 alone
+    assert counts["evaluate_analysed"] == models * seeds * analysed_steps
+    evaluations = re.findall(r"pipeline\.evaluate (.*?) --spec", result.stdout)
+    assert sorted(call.count("--benchmark ") for call in evaluations) == [1] * 15 + [benchmarks] * 20
     assert counts["prepare_benchmarks"] == benchmarks and counts["prepare_data"] == 1
     assert counts["token_analysis"] == models * seeds  # one GRAIL run per model and seed
     assert "warmup" not in counts  # hub models start from their hub id
@@ -95,6 +96,7 @@ def test_default_config_plans_every_rule(tmp_path: Path) -> None:
         "warmup",
         "train",
         "evaluate",
+        "evaluate_analysed",
         "aggregate",
         "significance",
         "token_analysis",
@@ -111,7 +113,8 @@ def test_nested_command_line_override_plans_the_evaluations_with_it(tmp_path: Pa
     result = snakemake(tmp_path, "-n", "-p", "--config", "evaluation={temperature: 0.7}")
     assert result.returncode == 0, result.stderr[-3000:]
     specs = re.findall(r"pipeline\.evaluate .*?--spec '(\{.*?\})'", result.stdout)
-    assert len(specs) == job_counts(result.stdout)["evaluate"] > 0
+    counts = job_counts(result.stdout)
+    assert len(specs) == counts["evaluate"] + counts["evaluate_analysed"] > 0
     assert {json.loads(spec)["temperature"] for spec in specs} == {0.7}
 
 
@@ -123,8 +126,9 @@ def test_methods_only_plans_the_chosen_methods_and_refuses_an_unknown_one(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
     assert counts["train"] == 4
-    # each run's final model and the base model (2 seeds) on both benchmarks, GRAIL's step-125 export on arith_add
-    assert counts["evaluate"] == 4 * 2 + 2 * 2 + 2
+    # each run's final model and the base model (2 seeds), one job on both benchmarks each; GRAIL's step-125 export
+    # on arith_add
+    assert counts["evaluate"] == 4 + 2 and counts["evaluate_analysed"] == 2
     trained = set(re.findall(r"--method-spec '\{\"credit\":\"(\w+)\"", result.stdout))
     assert trained == {"grpo", "grail"}
     refused = snakemake(tmp_path, "-n", "--config", "methods_only=[grpo,grail_typo]")
