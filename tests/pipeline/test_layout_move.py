@@ -49,7 +49,7 @@ BEFORE_MOVE = {
 # The commands' text before the run-time settings' route: (rule, the text now, the text then)
 COMMANDS_BEFORE = {
     "train": (" > {log:q} 2>&1", " --watchdog {params.watchdog:q} > {log:q} 2>&1"),
-    "evaluate": ("--out {output.samples:q}", "--out {output.samples:q} --watchdog {params.watchdog:q}"),
+    "evaluate": (" --seed {wildcards.seed}", " --seed {wildcards.seed} --watchdog {params.watchdog:q}"),
 }
 
 REWIND = """

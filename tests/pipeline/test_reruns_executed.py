@@ -27,7 +27,7 @@ from pipeline.study.load import load_study
 from pipeline.training.run_state import SET_ASIDE_DIR, WHY_FILE
 from tests.hold_stage import pseudo_random_reward_env
 from tests.pipeline.test_workflow_e2e import code_copy
-from tests.shared_studies import CI_CONFIG, PLUGIN_CONFIG, REPO, with_examples
+from tests.shared_studies import CI_CONFIG, EXAMPLES_DIR, PLUGIN_CONFIG, REPO, with_examples
 
 pytestmark = pytest.mark.slow
 
@@ -172,3 +172,45 @@ def test_executable_code_change_retrains(ci_study_copy: Path, tmp_path: Path) ->
     old = weights(ci_study_copy / FINAL)
     reference, log = rerun_beside_reference(ci_study_copy, CI_CONFIG, tmp_path, code=code)
     assert_retrained(ci_study_copy, old, reference, log, "code (pipeline.credit.methods.grail)")
+
+
+def test_changed_benchmark_regenerates_only_its_samples(
+    ci_study_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One benchmark's setting changed (arith_add_hard: 12 items -> 9): the plan reruns the evaluate jobs of every
+    (run, checkpoint) that reads it and not the token analysis's step-2 job (arith_add alone); executed for one of
+    them, the job gives back arith_add's samples byte for byte without sampling them, and arith_add_hard's equal
+    those of the stage run alone on the new benchmark."""
+    config = changed_config(tmp_path, {"benchmarks": {"arith_add_hard.generated.count": 9}})
+    study_dir = ci_study_copy
+    eval_dir = study_dir / "results/eval/tiny/grpo/seed0/final"
+    kept_before = (eval_dir / "arith_add.jsonl").read_bytes()
+    base = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(study_dir)]
+    settings = ["--cores", "1", "--configfile", str(config), str(PLUGIN_CONFIG)]
+    plan = subprocess.run([*base, "-n", *settings], capture_output=True, text=True, timeout=600, env=with_examples())
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    monkeypatch.syspath_prepend(str(EXAMPLES_DIR))  # the plugin config's method
+    study = load_study([config, PLUGIN_CONFIG])
+    rules = [rule for rule, _, benchmarks in study.evaluation_jobs() if "arith_add_hard" in benchmarks]
+    assert f"evaluate {len(rules)}" in " ".join(plan.stdout.split()) and "evaluate_analysed" not in plan.stdout
+    target = "results/eval/tiny/grpo/seed0/final/arith_add_hard.jsonl"  # as the rule names it
+    allowed = ["--allowed-rules", "prepare_benchmarks", "evaluate"]
+    run = subprocess.run(
+        [*base, target, *allowed, *settings], capture_output=True, text=True, timeout=1200, env=with_examples()
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    log = (study_dir / "results/logs/evaluate/tiny/grpo/seed0/final.log").read_text()
+    assert "evaluate: arith_add: the samples kept from an earlier run of this job" in log
+    assert "evaluate: arith_add_hard: no partial results; 18 samples to generate" in log
+    assert (eval_dir / "arith_add.jsonl").read_bytes() == kept_before
+    alone = tmp_path / "alone.jsonl"
+    reference = [
+        sys.executable, "-m", "pipeline.evaluate", "--model", str(study_dir / "results/runs/tiny/grpo/seed0/final"),
+        "--benchmark", str(study_dir / "eval_data/arith_add_hard.jsonl"), "--spec", canonical_json(study.evaluation.spec),
+        "--seed", "0", "--out", str(alone),
+    ]  # fmt: skip
+    threads = {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    subprocess.run(
+        reference, cwd=REPO, check=True, capture_output=True, timeout=600, env={**with_examples(), **threads}
+    )
+    assert (eval_dir / "arith_add_hard.jsonl").read_bytes() == alone.read_bytes()
