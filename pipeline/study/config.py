@@ -167,6 +167,24 @@ class CreditTruthConfig:
 
 
 @dataclass(frozen=True)
+class CalibrationConfig:
+    """The ``calibration`` section of the study config (configs/schema.yaml declares the same keys and defaults)."""
+
+    train_steps: int = 8  # training steps a calibration runs per (model, method); the first counts as warm-up
+    length_growth: float = 1.5  # the completions' length at the end of RL over the measured one (the high bound)
+    time_limit_margin: float = 1.5  # a proposed time limit is the longest high prediction times this
+
+    def __post_init__(self) -> None:
+        for name, valid in (
+            ("train_steps", self.train_steps >= 2),
+            ("length_growth", self.length_growth >= 1),
+            ("time_limit_margin", self.time_limit_margin >= 1),
+        ):
+            if not valid:
+                raise InputError(f"calibration.{name}: invalid value {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
 class Study:
     """The validated config, split by concern; the Snakefile plans every job from it."""
 
@@ -187,6 +205,7 @@ class Study:
     token_viewer: TokenViewerConfig
     health: HealthConfig
     credit_truth: CreditTruthConfig
+    calibration: CalibrationConfig
     resource_table: dict[str, dict[str, Any]] = field(repr=False)
     library_changes: LibraryChanges = "warn"
     stale_checkpoints: StaleCheckpoints = "set_aside"
@@ -263,6 +282,7 @@ class Study:
                 max_rollouts=truth["max_rollouts"],
                 batch_size=truth["batch_size"],
             ),
+            calibration=CalibrationConfig(**config["calibration"]),
             resource_table=config["resources"],
             library_changes=config["library_changes"],
             stale_checkpoints=config["stale_checkpoints"],

@@ -16,7 +16,7 @@ from pipeline.runtime.health import HealthConfig
 from pipeline.runtime.launching import TRAINING_ENGINES, TrainingEngine
 from pipeline.runtime.watchdog import WatchdogConfig
 from pipeline.study.checks import TRL_DEFAULTS
-from pipeline.study.config import TOKEN_ANALYSIS_PLAN_KEYS, Study
+from pipeline.study.config import TOKEN_ANALYSIS_PLAN_KEYS, CalibrationConfig, Study
 from pipeline.study.schema import load_schema
 from pipeline.tasks.prompts import PROMPT_TEMPLATES, PromptTemplate
 from pipeline.training.grpo_config import (
@@ -117,6 +117,7 @@ def test_recorded_trl_defaults_are_grpo_configs(tmp_path):
         (("token_analysis",), TokenAnalysisSpec, set(TOKEN_ANALYSIS_PLAN_KEYS)),
         (("watchdog",), WatchdogConfig, set()),
         (("health",), HealthConfig, set()),
+        (("calibration",), CalibrationConfig, set()),
     ],
 )
 def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
@@ -133,6 +134,7 @@ def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
         (("evaluation", "vllm"), VllmSettings),
         (("watchdog",), WatchdogConfig),
         (("health",), HealthConfig),
+        (("calibration",), CalibrationConfig),
     ],
 )
 def test_schema_defaults_are_the_stage_defaults(path, cls):

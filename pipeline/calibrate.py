@@ -1,0 +1,300 @@
+"""Command: measure what a study's jobs cost on this hardware, so that the preflight, the planner and the report
+can say what the study is expected to cost, not only what it may cost at the time limits.
+
+    python -m pipeline.calibrate --configfile configs/paper.yaml [--out PATH] [--steps N] [--cores N]
+
+Run it where the jobs run (on a cluster: inside an allocation of the training rule's shape). It first builds what
+the measurements read (the training data, the benchmark files, the start models: the study's own rules, through
+Snakemake with ``--cores``), then, with the study's settings and on the jobs' kernel path and thread count:
+
+- training: per (model, method) whose cost settings differ (``pipeline.study.calibration.train_settings``), the
+  real training job (``pipeline.launch`` -> ``pipeline.train``, the study's processes and engine) for
+  ``calibration.train_steps`` steps (``--steps``) with a log line every step, into a scratch directory that is then
+  removed. TRL's ``step_time`` of each step after the first gives the seconds a step (mean and standard deviation);
+  the job's wall time less the steps at that mean is its fixed cost (process start, model load, the first step's
+  warm-up, publishing); TRL's ``completions/mean_length`` the completions' length;
+- evaluation: per model, one child process (``--evaluation-probe``) that loads the model and its backend as the
+  evaluate stage does (the start model: the one that exists before training), then generates and grades the first
+  batch of every benchmark. Its start-up is the time from the child's launch to a ready backend; each batch gives
+  seconds per generated token and tokens per sequence.
+
+It writes the calibration (``{results_dir}/calibration.json``, or ``--out``) atomically: the measurements with the
+settings each was made with, the hardware, the time, the code (commit) and config files. The prediction from it is
+``pipeline.study.calibration``'s (docs/cluster.md, "Calibrating the cost").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pipeline.core import kernels, layout
+from pipeline.core.io import InputError, atomic_write_json, canonical_json, read_jsonl, run_cli
+from pipeline.core.progress import progress
+from pipeline.core.repo import REPO_DIR
+from pipeline.study.calibration import CALIBRATION_FILE, evaluate_settings, spread, train_settings
+from pipeline.study.config import Study
+from pipeline.study.load import load_study
+
+TRAIN_TIMEOUT_S = 6 * 3600
+
+
+def start_model(study: Study, model: str) -> list[str]:
+    """``--model ...`` of a model's starting point, as the Snakefile's rules pass it: the warmed-up or prepared
+    model built in the study, else its hub id or path (with its revision)."""
+    spec = study.models[model]
+    if spec.warmup is not None:
+        return ["--model", f"{study.results_dir}/{layout.START_MODEL}".format(model=model)]
+    if spec.source is not None:
+        return ["--model", f"{study.results_dir}/{layout.SOURCE_MODEL}".format(model=model)]
+    return ["--model", spec.path] + (["--model-revision", spec.revision] if spec.revision else [])
+
+
+def prerequisites(study: Study) -> list[str]:
+    """The files the measurements read: the training data, every benchmark file, every start model built here."""
+    built = [start_model(study, model)[1] for model in study.models if study.models[model].path is None]
+    benchmarks = [f"{study.eval_data_dir}/{name}.jsonl" for name in study.benchmarks]
+    return [f"{study.results_dir}/{layout.TRAIN_DATA}", *benchmarks, *built]
+
+
+def build_prerequisites(study: Study, configfiles: list[Path], cores: int) -> None:
+    """The prerequisites that do not exist yet, through the study's own rules (Snakemake)."""
+    missing = [path for path in prerequisites(study) if not Path(path).exists()]
+    if not missing:
+        return
+    command = [sys.executable, "-m", "snakemake", *missing, "--snakefile", str(REPO_DIR / "Snakefile")]
+    command += ["--cores", str(cores), "--configfile", *map(str, configfiles)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise InputError(f"building the calibration's inputs failed ({shlex.join(command)}):\n{result.stderr[-3000:]}")
+
+
+def job_environment(study: Study, rule: str, model: str) -> dict[str, str]:
+    """This process's environment (the study's kernel path and run-time settings) with the job's thread count, as
+    Snakemake gives a job of ``rule``."""
+    threads = str(study.resources(rule, model).cpus)
+    return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+
+
+def measure_training(study: Study, model: str, method: str, steps: int, scratch: Path) -> dict[str, Any]:
+    """One short real training job of (model, method): seconds a step (mean, sd, each), fixed cost, lengths."""
+    training = {**study.training_spec(model), "max_steps": steps, "logging_steps": 1}
+    resources = study.resources("train", model)
+    out = scratch / f"{model}-{method}"
+    command = [sys.executable, "-m", "pipeline.launch", "--gpus", str(resources.gpus), "--nodes", str(resources.nodes)]
+    command += ["--engine", study.training_engine, "--", "pipeline.train", *start_model(study, model)]
+    command += ["--training-spec", canonical_json(training), "--method-spec", canonical_json(study.methods[method].spec)]
+    command += ["--data", f"{study.results_dir}/{layout.TRAIN_DATA}", "--seed", str(study.seeds[0]), "--out", str(out)]
+    started = time.monotonic()
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=job_environment(study, "train", model), timeout=TRAIN_TIMEOUT_S
+    )
+    wall = time.monotonic() - started
+    if result.returncode != 0:
+        raise InputError(f"the calibration's training of {model}/{method} failed:\n{result.stderr[-3000:]}")
+    rows = [row for row in read_jsonl(out / layout.METRICS_FILE) if "step_time" in row]
+    shutil.rmtree(out, ignore_errors=True)
+    if len(rows) < 2:
+        raise InputError(f"{model}/{method}: the calibration run logged {len(rows)} steps with a step_time (need 2)")
+    step_times = [float(row["step_time"]) for row in rows]
+    step_s, step_sd_s = spread(step_times[1:])
+    lengths = [float(row["completions/mean_length"]) for row in rows]
+    return {
+        "steps": len(step_times),
+        "step_times_s": step_times,
+        "step_s": step_s,
+        "step_sd_s": step_sd_s,
+        "wall_s": wall,
+        "startup_s": max(wall - len(step_times) * step_s, 0.0),
+        "completion_tokens": sum(lengths) / len(lengths),
+    }
+
+
+def measure_evaluation(study: Study, configfiles: list[Path], model: str, scratch: Path) -> dict[str, Any]:
+    """The evaluation probe of ``model`` in a child process of its own (its start-up is a job's)."""
+    out = scratch / f"evaluate-{model}.json"
+    command = [sys.executable, "-m", "pipeline.calibrate", "--configfile", *map(str, configfiles)]
+    command += ["--evaluation-probe", model, "--probe-out", str(out), "--launched-at", repr(time.time())]
+    result = subprocess.run(command, capture_output=True, text=True, env=job_environment(study, "evaluate", model))
+    if result.returncode != 0:
+        raise InputError(f"the calibration's evaluation of {model} failed:\n{result.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def evaluation_probe(study: Study, model: str, launched_at: float, out: Path) -> None:
+    """In the child: the backend loaded as the evaluate stage loads it, then the first batch of every benchmark."""
+    from pipeline.evaluation.backends import detect_backend, make_backend
+    from pipeline.evaluation.eval_spec import parse_eval_spec
+    from pipeline.evaluation.sampling import batches, generate_rows, load_benchmark, plan_units
+    from pipeline.evaluation.vllm_backend import vllm_device_type
+    from pipeline.models.loading import load_tokenizer, resolve_model
+    from pipeline.tasks.generation import chat_prompt_ids
+    from pipeline.tasks.prompts import build_prompt
+
+    spec = parse_eval_spec(study.evaluation.spec)
+    backend_name = detect_backend(spec.backend)
+    if backend_name == "vllm" and vllm_device_type() == "cpu":  # as the evaluate stage: vLLM's CPU kernels unpinned
+        kernels.run_natively("pipeline.calibrate", sys.argv[1:], "vLLM's CPU kernels are built for this machine")
+    arguments = start_model(study, model)
+    path = resolve_model(arguments[1], arguments[3] if len(arguments) > 2 else None)
+    tokenizer = load_tokenizer(path)
+    backend = make_backend(backend_name, path, tokenizer, spec, study.seeds[0])
+    startup = time.time() - launched_at
+    measured = {}
+    try:
+        for name in study.benchmarks:
+            items = load_benchmark(f"{study.eval_data_dir}/{name}.jsonl")
+            batch = batches(plan_units(items, spec.n_samples, study.seeds[0]), spec.batch_size)[0]
+            prompts = {
+                unit.item_index: chat_prompt_ids(
+                    tokenizer, build_prompt(items[unit.item_index].problem, spec.prompt_template), spec.enable_thinking
+                )
+                for unit in batch
+            }
+            started = time.monotonic()
+            rows = generate_rows(batch, items, prompts, backend, spec, backend_name)
+            seconds = time.monotonic() - started
+            tokens = sum(row["num_tokens"] for row in rows)
+            measured[name] = {
+                "sequences": len(rows),
+                "tokens": tokens,
+                "seconds": seconds,
+                "seconds_per_token": seconds / max(tokens, 1),
+                "tokens_per_sequence": tokens / len(rows),
+            }
+    finally:
+        if hasattr(backend, "close"):
+            backend.close()
+    atomic_write_json(out, {"backend": backend_name, "startup_s": startup, "benchmarks": measured})
+
+
+def hardware() -> dict[str, Any]:
+    """What the measurement ran on: host, CPU, CPU count, GPUs (torch's view), the kernel path."""
+    import torch
+
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return {
+        "host": platform.node(),
+        "cpu": kernels.cpu_model(),
+        "cpus": os.cpu_count(),
+        "gpus": gpus,
+        "torch": torch.__version__,
+        "kernel_pin": kernels.pin_requested(),
+    }
+
+
+def code_version() -> dict[str, Any]:
+    """The checkout's commit and whether it had uncommitted changes (None outside a git checkout)."""
+
+    def git(*arguments: str) -> str | None:
+        result = subprocess.run(["git", "-C", str(REPO_DIR), *arguments], capture_output=True, text=True, check=False)
+        return result.stdout.strip() if result.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
+
+
+def training_groups(study: Study) -> dict[str, list[tuple[str, str]]]:
+    """(model, method) pairs grouped by what a step costs (``train_settings``): one measurement per group."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for model in study.models:
+        for method in study.methods:
+            groups.setdefault(train_settings(study, model, method), []).append((model, method))
+    return groups
+
+
+def calibrate(study: Study, configfiles: list[Path], steps: int, out: Path) -> dict[str, Any]:
+    """Every measurement (module docstring), written to ``out``; returns the record."""
+    groups = training_groups(study)
+    record: dict[str, Any] = {
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "hardware": hardware(),
+        "code": code_version(),
+        "config_files": [str(path) for path in configfiles],
+        "train_steps": steps,
+        "train": {},
+        "evaluate": {},
+    }
+    work = [("train", members) for members in groups.values()] + [("evaluate", model) for model in study.models]
+    scratch = Path(tempfile.mkdtemp(prefix="calibration-", dir=study.results_dir))
+    try:
+        with progress(desc="calibrate", unit="measurement", total=len(work)) as bar:
+            for kind, what in work:
+                if kind == "train":
+                    model, method = what[0]
+                    bar.set_postfix_str(f"train {model}/{method}")
+                    measured = measure_training(study, model, method, steps, scratch)
+                    for model, method in what:
+                        settings = train_settings(study, model, method)
+                        record["train"][f"{model}/{method}"] = {**measured, "settings": settings}
+                else:
+                    bar.set_postfix_str(f"evaluate {what}")
+                    measured = measure_evaluation(study, configfiles, what, scratch)
+                    record["evaluate"][what] = {**measured, "settings": evaluate_settings(study, what)}
+                bar.update(1)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    atomic_write_json(out, record)
+    return record
+
+
+def summary_lines(record: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, row in record["train"].items():
+        lines.append(
+            f"train {key}: {row['step_s']:.3f} s a step (sd {row['step_sd_s']:.3f}, {row['steps'] - 1} steps after "
+            f"the first), fixed {row['startup_s']:.1f} s, completions {row['completion_tokens']:.1f} tokens"
+        )
+    for model, row in record["evaluate"].items():
+        rates = ", ".join(
+            f"{name} {1000 * batch['seconds_per_token']:.2f} ms/token x {batch['tokens_per_sequence']:.1f} tokens"
+            for name, batch in row["benchmarks"].items()
+        )
+        lines.append(f"evaluate {model} ({row['backend']}): start-up {row['startup_s']:.1f} s; {rates}")
+    return lines
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.calibrate", description=__doc__.splitlines()[0])
+    parser.add_argument("--configfile", type=Path, nargs="+", required=True, help="the study's config files")
+    parser.add_argument("--out", type=Path, help=f"the calibration file (default: results_dir/{CALIBRATION_FILE})")
+    parser.add_argument("--steps", type=int, help="training steps per (model, method) (default: calibration.train_steps)")
+    parser.add_argument("--cores", type=int, default=2, help="cores for building the inputs (Snakemake --cores)")
+    # the child process of the evaluation measurement (measure_evaluation)
+    parser.add_argument("--evaluation-probe", metavar="MODEL", help=argparse.SUPPRESS)
+    parser.add_argument("--probe-out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--launched-at", type=float, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    study = load_study(args.configfile)
+    kernels.configure(study.kernel_pin)
+    study.runtime.export()
+    if args.evaluation_probe:
+        evaluation_probe(study, args.evaluation_probe, args.launched_at, args.probe_out)
+        return
+    steps = args.steps or study.calibration.train_steps
+    if steps < 2:
+        raise InputError("--steps: at least 2 (the first step is warm-up)")
+    out = args.out or Path(study.results_dir) / CALIBRATION_FILE
+    build_prerequisites(study, args.configfile, args.cores)
+    record = calibrate(study, args.configfile, steps, out)
+    print("\n".join(summary_lines(record)))
+    print(f"calibration written to {out}")
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,347 @@
+"""What a study is expected to cost, from a short measurement on the target hardware (``python -m pipeline.calibrate``).
+
+The calibration (``{results_dir}/calibration.json``) holds, per (model, method), the seconds of a training step
+(mean and spread over the measured steps) and the fixed cost of a training job (process start, model load, the
+steps' warm-up, publishing), and per model the fixed cost of an evaluation job (process start, model load, engine
+start) and, per benchmark, the seconds per generated token and the tokens per sequence of one evaluation batch.
+Each measurement records the settings it was made with (``train_settings``, ``evaluate_settings``); a job whose
+settings differ from its measurement's is "not measured".
+
+The prediction of a job, in seconds, is a ``Range`` (low, expected, high):
+
+- train: ``startup + S x t`` expected, ``startup + S x max(t - sd, 0)`` low and ``startup + S x (t + sd) x (1 + g) / 2``
+  high, with S = max_steps, t and sd the mean and standard deviation of a step's seconds, and g the growth of the
+  completions over the run (``growth_factor``): step time is taken proportional to completion length, and lengths
+  grow linearly from the measured ones to g times them, so their mean over the run is (1 + g) / 2 times the measured;
+- evaluate: ``startup + sum over the job's benchmarks of N_b x L_b x c_b`` expected and low (one batch measures no
+  spread), with the generation term times g_b high for a trained checkpoint (its completions may have lengthened;
+  the start model's were measured), N_b = items x n_samples, L_b the tokens per sequence and c_b the seconds per
+  generated token. A job whose wildcards hold ``benchmark`` evaluates that benchmark; one without it evaluates every
+  benchmark the study evaluates at its (model, method, seed, checkpoint), with one start-up.
+
+From the prediction: a proposed time limit per rule and model (``time_limit_minutes``: the longest high times the
+study's ``calibration.time_limit_margin``) and the time windows a training job needs at a given limit
+(``windows_needed``). The actuals of a finished study are the ``s`` column of Snakemake's benchmark files
+(``read_actuals``), matched to jobs by their wildcard values (``labels_match``), not by a fixed layout.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.io import InputError, canonical_json
+from pipeline.core.layout import START_CHECKPOINT
+from pipeline.study.config import Study
+
+CALIBRATION_FILE = "calibration.json"  # under the study's results_dir
+CALIBRATED_RULES = ("train", "evaluate")
+NOT_MEASURED = "not measured"
+MEASURED = "measured"
+
+
+@dataclass(frozen=True)
+class Range:
+    """Seconds (or hours): low, expected, high."""
+
+    low: float
+    expected: float
+    high: float
+
+    def __add__(self, other: Range) -> Range:
+        return Range(self.low + other.low, self.expected + other.expected, self.high + other.high)
+
+    def scaled(self, factor: float) -> Range:
+        return Range(self.low * factor, self.expected * factor, self.high * factor)
+
+
+ZERO = Range(0.0, 0.0, 0.0)
+
+
+def growth_factor(length_growth: float, measured_tokens: float, max_tokens: int) -> float:
+    """How much longer completions may get: ``min(length_growth, max_tokens / measured_tokens)``, at least 1 (no
+    completion outgrows its token limit)."""
+    if measured_tokens <= 0:
+        return 1.0
+    return max(1.0, min(length_growth, max_tokens / measured_tokens))
+
+
+def train_seconds(startup_s: float, step_s: float, step_sd_s: float, steps: int, growth: float) -> Range:
+    """A training job (module docstring): ``startup + S x max(t - sd, 0)``, ``startup + S x t``,
+    ``startup + S x (t + sd) x (1 + g) / 2``."""
+    return Range(
+        startup_s + steps * max(step_s - step_sd_s, 0.0),
+        startup_s + steps * step_s,
+        startup_s + steps * (step_s + step_sd_s) * (1 + growth) / 2,
+    )
+
+
+def generation_seconds(sequences: int, tokens_per_sequence: float, seconds_per_token: float, growth: float) -> Range:
+    """One benchmark's generation: ``N x L x c`` expected and low, times ``g`` high."""
+    expected = sequences * tokens_per_sequence * seconds_per_token
+    return Range(expected, expected, expected * growth)
+
+
+def time_limit_minutes(high_s: float, margin: float) -> int:
+    """A proposed time limit: ``ceil(high x margin / 60)`` minutes, at least 1."""
+    return max(1, math.ceil(high_s * margin / 60))
+
+
+def windows_needed(high_s: float, limit_min: float, warning_lead_s: float) -> int:
+    """Time windows a job of ``high_s`` seconds needs at a limit of ``limit_min`` minutes whose warning comes
+    ``warning_lead_s`` before its end (each window ends at the warning): ``ceil(high / (limit - lead))``."""
+    usable = limit_min * 60 - warning_lead_s
+    if usable <= 0:
+        raise InputError(f"a time limit of {limit_min} min leaves no time before its {warning_lead_s:.0f} s warning")
+    return max(1, math.ceil(high_s / usable))
+
+
+def warning_lead_s(slurm_extra: str | None) -> float:
+    """Seconds before the limit that Slurm's ``--signal=[B:]SIG@N`` warns (0 without one)."""
+    match = re.search(r"--signal=\S*@(\d+)", slurm_extra or "")
+    return float(match.group(1)) if match else 0.0
+
+
+def spread(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation of ``values`` (sd 0 for a single value)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((value - mean) ** 2 for value in values) / (len(values) - 1))
+
+
+# ----------------------------------------------------------------------------------------- what a measurement is of
+
+
+def train_settings(study: Study, model: str, method: str) -> str:
+    """What a training step's cost depends on, as canonical JSON: the model, GRPOConfig's settings with the method's
+    credit, and the job's processes (max_steps and the run-time settings left out: the prediction scales with the
+    steps)."""
+    training = {k: v for k, v in study.effective_training(model, method).items() if k != "max_steps"}
+    resources = study.resources("train", model)
+    return canonical_json(
+        {
+            "model": study.config["models"][model],
+            "training": training,
+            "method": study.methods[method].spec,
+            "gpus": resources.gpus,
+            "nodes": resources.nodes,
+            "engine": study.training_engine,
+        }
+    )
+
+
+def evaluate_settings(study: Study, model: str) -> str:
+    """What an evaluation's cost depends on, as canonical JSON: the model, the evaluation spec and the job's GPUs."""
+    resources = study.resources("evaluate", model)
+    return canonical_json(
+        {"model": study.config["models"][model], "evaluation": study.evaluation.spec, "gpus": resources.gpus}
+    )
+
+
+def check_calibration(record: Mapping[str, Any], path: Path) -> Mapping[str, Any]:
+    """A calibration file's record, with the keys the prediction reads; InputError naming the file and key."""
+    for key in ("train", "evaluate", "hardware", "measured_at"):
+        if key not in record:
+            raise InputError(f"{path}: not a calibration (python -m pipeline.calibrate): no key '{key}'")
+    return record
+
+
+# ----------------------------------------------------------------------------------------------------- prediction
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One job's predicted seconds (None: not measured) and the GPUs it holds."""
+
+    seconds: Range | None
+    gpus: int
+
+
+def job_benchmarks(study: Study, wildcards: Mapping[str, str]) -> list[str]:
+    """The benchmarks an evaluation job serves: its ``benchmark`` wildcard, else every benchmark the study evaluates
+    at its (model, method, seed, checkpoint)."""
+    if "benchmark" in wildcards:
+        return [wildcards["benchmark"]]
+    keys = ("model", "method", "seed", "checkpoint")
+    return [
+        job["benchmark"]
+        for job in study.evaluations()
+        if all(str(job[key]) == str(wildcards[key]) for key in keys)
+    ]
+
+
+def predict_train(study: Study, calibration: Mapping[str, Any] | None, wildcards: Mapping[str, str]) -> Range | None:
+    """A training job's seconds (module docstring); None when its (model, method) was not measured as configured."""
+    model, method = wildcards["model"], wildcards["method"]
+    measured = (calibration or {}).get("train", {}).get(f"{model}/{method}")
+    if measured is None or measured["settings"] != train_settings(study, model, method):
+        return None
+    training = study.effective_training(model, method)
+    growth = growth_factor(
+        study.calibration.length_growth, measured["completion_tokens"], int(training["max_completion_length"])
+    )
+    return train_seconds(
+        measured["startup_s"], measured["step_s"], measured["step_sd_s"], int(training["max_steps"]), growth
+    )
+
+
+def predict_evaluate(
+    study: Study, calibration: Mapping[str, Any] | None, wildcards: Mapping[str, str], items: Mapping[str, int | None]
+) -> Range | None:
+    """An evaluation job's seconds (module docstring); None when its model, or a benchmark, was not measured as
+    configured or a benchmark's item count is unknown."""
+    measured = (calibration or {}).get("evaluate", {}).get(wildcards["model"])
+    if measured is None or measured["settings"] != evaluate_settings(study, wildcards["model"]):
+        return None
+    spec = study.evaluation.spec
+    total = Range(measured["startup_s"], measured["startup_s"], measured["startup_s"])
+    for benchmark in job_benchmarks(study, wildcards):
+        batch = measured["benchmarks"].get(benchmark)
+        if batch is None or items.get(benchmark) is None:
+            return None
+        growth = 1.0
+        if wildcards["checkpoint"] != START_CHECKPOINT:
+            growth = growth_factor(study.calibration.length_growth, batch["tokens_per_sequence"], spec["max_new_tokens"])
+        sequences = items[benchmark] * spec["n_samples"]
+        total += generation_seconds(sequences, batch["tokens_per_sequence"], batch["seconds_per_token"], growth)
+    return total
+
+
+def predict_job(
+    study: Study,
+    calibration: Mapping[str, Any] | None,
+    rule: str,
+    wildcards: Mapping[str, str],
+    items: Mapping[str, int | None],
+) -> Range | None:
+    """A job's predicted seconds; None for a rule the calibration does not cover or a job it did not measure."""
+    if rule == "train":
+        return predict_train(study, calibration, wildcards)
+    if rule == "evaluate":
+        return predict_evaluate(study, calibration, wildcards, items)
+    return None
+
+
+@dataclass(frozen=True)
+class RulePrediction:
+    """One rule's jobs summed: how many were measured, job-hours and GPU-hours (low, expected, high) over the
+    measured jobs, and per model the proposed time limit (minutes) and the longest high prediction (seconds)."""
+
+    jobs: int
+    measured_jobs: int
+    hours: Range
+    gpu_hours: Range
+    proposed_limit_min: dict[str, int]
+    longest_high_s: dict[str, float]
+
+    @property
+    def status(self) -> str:
+        if self.measured_jobs == 0:
+            return NOT_MEASURED
+        if self.measured_jobs < self.jobs:
+            return f"partly measured ({self.measured_jobs} of {self.jobs} jobs)"
+        return MEASURED
+
+    def record(self) -> dict[str, Any]:
+        """The JSON form (preflight --json)."""
+        return {
+            "status": self.status,
+            "jobs": self.jobs,
+            "measured_jobs": self.measured_jobs,
+            "hours": vars(self.hours),
+            "gpu_hours": vars(self.gpu_hours),
+            "proposed_limit_min": self.proposed_limit_min,
+        }
+
+
+def summarize(
+    predicted: Iterable[tuple[str, Mapping[str, str], int, Range | None]], margin: float
+) -> dict[str, RulePrediction]:
+    """Per calibrated rule, from (rule, wildcards, GPUs of the job, predicted seconds or None) of every job:
+    job-hours = sum of seconds / 3600, GPU-hours = sum of GPUs x seconds / 3600 (measured jobs only), and the
+    proposed limit per model (``time_limit_minutes`` of its longest high)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for rule, wildcards, gpus, seconds in predicted:
+        if rule not in CALIBRATED_RULES:
+            continue
+        row = rows.setdefault(rule, {"jobs": 0, "measured": 0, "hours": ZERO, "gpu_hours": ZERO, "longest": {}})
+        row["jobs"] += 1
+        if seconds is None:
+            continue
+        row["measured"] += 1
+        row["hours"] += seconds.scaled(1 / 3600)
+        row["gpu_hours"] += seconds.scaled(gpus / 3600)
+        model = wildcards.get("model", "")
+        row["longest"][model] = max(row["longest"].get(model, 0.0), seconds.high)
+    return {
+        rule: RulePrediction(
+            jobs=row["jobs"],
+            measured_jobs=row["measured"],
+            hours=row["hours"],
+            gpu_hours=row["gpu_hours"],
+            proposed_limit_min={m: time_limit_minutes(high, margin) for m, high in row["longest"].items()},
+            longest_high_s=row["longest"],
+        )
+        for rule, row in rows.items()
+    }
+
+
+# ----------------------------------------------------------------------------------------------------- the actuals
+
+
+@dataclass(frozen=True)
+class Actual:
+    """One finished job's wall seconds from Snakemake's benchmark file ``<benchmarks>/<rule>/<labels...>.tsv`` (a
+    rule without wildcards: ``<benchmarks>/<rule>.tsv``)."""
+
+    rule: str
+    labels: tuple[str, ...]
+    seconds: float
+
+
+def read_actuals(benchmarks_dir: Path) -> list[Actual]:
+    """Every benchmark file under ``benchmarks_dir`` (its last row's ``s``: a repeated benchmark keeps the last);
+    InputError naming a file without an ``s`` column."""
+    actuals = []
+    for path in sorted(benchmarks_dir.glob("**/*.tsv")):
+        parts = path.relative_to(benchmarks_dir).with_suffix("").parts
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle, delimiter="\t"))
+        if not rows or "s" not in rows[-1]:
+            raise InputError(f"{path}: not a Snakemake benchmark file (no 's' column)")
+        actuals.append(Actual(parts[0], parts[1:], float(rows[-1]["s"])))
+    return actuals
+
+
+def labels_match(labels: Sequence[str], wildcards: Mapping[str, str]) -> bool:
+    """Whether a benchmark file's path components below its rule are a job's wildcards: one component per wildcard,
+    each its value or its name then its value (``seed0``), in any order."""
+    if len(labels) != len(wildcards):
+        return False
+    remaining = list(labels)
+    for name, value in wildcards.items():
+        for form in (str(value), f"{name}{value}"):
+            if form in remaining:
+                remaining.remove(form)
+                break
+        else:
+            return False
+    return True
+
+
+def evaluation_jobs(study: Study, labels: Iterable[Sequence[str]]) -> list[dict[str, str]]:
+    """The study's evaluation jobs as the benchmark files name them: one per (run, checkpoint, benchmark) when the
+    files carry a benchmark, else one per (run, checkpoint) serving its benchmarks."""
+    per_benchmark = [{key: str(value) for key, value in job.items()} for job in study.evaluations()]
+    per_checkpoint = list({canonical_json({k: v for k, v in job.items() if k != "benchmark"}): {
+        k: v for k, v in job.items() if k != "benchmark"} for job in per_benchmark}.values())
+    labels = list(labels)
+    if any(labels_match(label, job) for label in labels for job in per_checkpoint):
+        return per_checkpoint
+    return per_benchmark
