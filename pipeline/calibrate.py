@@ -94,7 +94,12 @@ def measure_training(study: Study, model: str, method: str, steps: int, scratch:
     out = scratch / f"{model}-{method}"
     command = [sys.executable, "-m", "pipeline.launch", "--gpus", str(resources.gpus), "--nodes", str(resources.nodes)]
     command += ["--engine", study.training_engine, "--", "pipeline.train", *start_model(study, model)]
-    command += ["--training-spec", canonical_json(training), "--method-spec", canonical_json(study.methods[method].spec)]
+    command += [
+        "--training-spec",
+        canonical_json(training),
+        "--method-spec",
+        canonical_json(study.methods[method].spec),
+    ]
     command += ["--data", f"{study.results_dir}/{layout.TRAIN_DATA}", "--seed", str(study.seeds[0]), "--out", str(out)]
     started = time.monotonic()
     result = subprocess.run(
@@ -183,7 +188,9 @@ def hardware() -> dict[str, Any]:
     """What the measurement ran on: host, CPU, CPU count, GPUs (torch's view), the kernel path."""
     import torch
 
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    gpus = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    )
     return {
         "host": platform.node(),
         "cpu": kernels.cpu_model(),
@@ -269,7 +276,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipeline.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--configfile", type=Path, nargs="+", required=True, help="the study's config files")
     parser.add_argument("--out", type=Path, help=f"the calibration file (default: results_dir/{CALIBRATION_FILE})")
-    parser.add_argument("--steps", type=int, help="training steps per (model, method) (default: calibration.train_steps)")
+    parser.add_argument(
+        "--steps", type=int, help="training steps per (model, method) (default: calibration.train_steps)"
+    )
     parser.add_argument("--cores", type=int, default=2, help="cores for building the inputs (Snakemake --cores)")
     # the child process of the evaluation measurement (measure_evaluation)
     parser.add_argument("--evaluation-probe", metavar="MODEL", help=argparse.SUPPRESS)

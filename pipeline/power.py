@@ -14,7 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from pipeline.core.io import InputError, run_cli
-from pipeline.study.plan import plan
+from pipeline.study.calibration import CALIBRATION_FILE, load_calibration
+from pipeline.study.cost import PlannedJob
+from pipeline.study.load import load_study
+from pipeline.study.plan import estimate, plan
 from pipeline.study.power_analysis import (
     ALPHA,
     MAX_EFFECT,
@@ -74,6 +77,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed-correlation", type=float, help="override: a run's seed correlation across benchmarks")
     parser.add_argument("--seed", type=int, default=0, help="the simulation's seed")
     parser.add_argument("--no-cost", dest="cost", action="store_false", help="skip the plan and the GPU-hours")
+    parser.add_argument(
+        "--calibration", type=Path, help="python -m pipeline.calibrate's file (default: results_dir/calibration.json)"
+    )
     return parser.parse_args(argv)
 
 
@@ -127,6 +133,22 @@ def main(argv: list[str] | None = None) -> None:
     ]
     print()
     print("\n".join(table_lines(assessments, args.effect)))
+    if jobs is not None:
+        print(expected_line(args, jobs))
+
+
+def expected_line(args: argparse.Namespace, jobs: list[PlannedJob]) -> str:
+    """The configured design's expected GPU-hours beside its bound, and whether they are measured."""
+    study = load_study([args.configfile])
+    path = args.calibration or Path(study.results_dir) / CALIBRATION_FILE
+    estimate_ = estimate(study, jobs, 1, load_calibration(path), path)
+    expected = estimate_["expected"]
+    statuses = ", ".join(f"{rule} {row['status']}" for rule, row in expected["rules"].items())
+    hours = expected["gpu_hours"]
+    return (
+        f"configured design: GPU-h bound {estimate_['gpu_hours']:,.0f}; expected {hours['expected']:,.1f} "
+        f"[{hours['low']:,.1f}-{hours['high']:,.1f}] over the measured jobs ({statuses}); {expected['source']}"
+    )
 
 
 if __name__ == "__main__":

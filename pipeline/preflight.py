@@ -54,6 +54,7 @@ from pipeline.runtime.launching import (
     uses_deepspeed,
 )
 from pipeline.study import cost, power_analysis
+from pipeline.study.calibration import CALIBRATION_FILE, load_calibration
 from pipeline.study.config import Study
 from pipeline.study.hub_references import hub_references
 from pipeline.study.load import load_study
@@ -521,7 +522,8 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     study = load_study([args.configfile])
     extra = ["--sdm", "apptainer"] if args.sdm == "apptainer" else []
     jobs = plan(args.profile, args.configfile, extra)
-    estimate_ = estimate(study, jobs, args.concurrent_gpus)
+    calibration_path = args.calibration or Path(study.results_dir) / CALIBRATION_FILE
+    estimate_ = estimate(study, jobs, args.concurrent_gpus, load_calibration(calibration_path), calibration_path)
     executor = profile.get("executor")
     if executor == "slurm":
         checks = slurm_checks(jobs, profile, study, args.compute_job)
@@ -546,6 +548,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--configfile", type=Path, required=True, help="the study config (configs/paper.yaml)")
     parser.add_argument("--json", type=Path, help="write the checks and the cost estimate here")
     parser.add_argument("--concurrent-gpus", type=int, default=16, help="GPUs the wall-time estimate assumes")
+    parser.add_argument(
+        "--calibration", type=Path, help="python -m pipeline.calibrate's file (default: results_dir/calibration.json)"
+    )
     parser.add_argument("--sdm", choices=["apptainer"], help="check the image instead of this environment")
     parser.add_argument("--allow-downloads", action="store_true", help="jobs may download: uncached hub is no fail")
     parser.add_argument(

@@ -28,6 +28,7 @@ study's ``calibration.time_limit_margin``) and the time windows a training job n
 from __future__ import annotations
 
 import csv
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -170,9 +171,7 @@ def job_benchmarks(study: Study, wildcards: Mapping[str, str]) -> list[str]:
         return [wildcards["benchmark"]]
     keys = ("model", "method", "seed", "checkpoint")
     return [
-        job["benchmark"]
-        for job in study.evaluations()
-        if all(str(job[key]) == str(wildcards[key]) for key in keys)
+        job["benchmark"] for job in study.evaluations() if all(str(job[key]) == str(wildcards[key]) for key in keys)
     ]
 
 
@@ -207,7 +206,9 @@ def predict_evaluate(
             return None
         growth = 1.0
         if wildcards["checkpoint"] != START_CHECKPOINT:
-            growth = growth_factor(study.calibration.length_growth, batch["tokens_per_sequence"], spec["max_new_tokens"])
+            growth = growth_factor(
+                study.calibration.length_growth, batch["tokens_per_sequence"], spec["max_new_tokens"]
+            )
         sequences = items[benchmark] * spec["n_samples"]
         total += generation_seconds(sequences, batch["tokens_per_sequence"], batch["seconds_per_token"], growth)
     return total
@@ -339,9 +340,37 @@ def evaluation_jobs(study: Study, labels: Iterable[Sequence[str]]) -> list[dict[
     """The study's evaluation jobs as the benchmark files name them: one per (run, checkpoint, benchmark) when the
     files carry a benchmark, else one per (run, checkpoint) serving its benchmarks."""
     per_benchmark = [{key: str(value) for key, value in job.items()} for job in study.evaluations()]
-    per_checkpoint = list({canonical_json({k: v for k, v in job.items() if k != "benchmark"}): {
-        k: v for k, v in job.items() if k != "benchmark"} for job in per_benchmark}.values())
+    per_checkpoint = list(
+        {
+            canonical_json({k: v for k, v in job.items() if k != "benchmark"}): {
+                k: v for k, v in job.items() if k != "benchmark"
+            }
+            for job in per_benchmark
+        }.values()
+    )
     labels = list(labels)
     if any(labels_match(label, job) for label in labels for job in per_checkpoint):
         return per_checkpoint
     return per_benchmark
+
+
+def load_calibration(path: Path) -> dict[str, Any] | None:
+    """The calibration record at ``path``; None when there is none; InputError naming a file that is not one."""
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}: not JSON ({error}); rerun python -m pipeline.calibrate") from error
+    return dict(check_calibration(record, path))
+
+
+def calibration_source(calibration: Mapping[str, Any] | None, path: Path) -> str:
+    """One line saying where the expected figures come from."""
+    if calibration is None:
+        return f"{NOT_MEASURED}: no calibration at {path} (python -m pipeline.calibrate --configfile CONFIG)"
+    hardware = calibration["hardware"]
+    where = f"{hardware['cpu']}, {hardware['cpus']} CPUs" + (
+        f", GPUs {', '.join(hardware['gpus'])}" if hardware["gpus"] else ""
+    )
+    return f"{MEASURED}: {path}, {calibration['measured_at']} on {where}"

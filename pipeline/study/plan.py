@@ -13,6 +13,7 @@ from typing import Any
 
 from pipeline.core.io import InputError
 from pipeline.core.repo import REPO_DIR
+from pipeline.study import calibration as calibrated
 from pipeline.study import cost
 from pipeline.study.config import Study
 from pipeline.tasks.benchmarks import SOURCE_FORMATS, read_subset_ids
@@ -82,8 +83,51 @@ def benchmark_items(name: str, spec: dict[str, Any]) -> int | None:
     return min(size, source.rows) if size and source.rows else size or source.rows
 
 
-def estimate(study: Study, jobs: list[cost.PlannedJob], concurrent_gpus: int) -> dict[str, Any]:
-    """GPU-hours per rule and in total, wall time at ``concurrent_gpus``, and the disk the study writes."""
+def expected_cost(
+    study: Study,
+    jobs: list[cost.PlannedJob],
+    calibration: dict[str, Any] | None,
+    items: dict[str, int | None],
+) -> dict[str, Any]:
+    """The calibrated rules' expected figures (``pipeline.study.calibration``): per rule its status, job-hours and
+    GPU-hours (low, expected, high) and proposed time limits; the training jobs' time windows at the configured
+    limits and at the proposed ones; the expected GPU-hours of the measured jobs."""
+    predicted = [
+        (
+            job.rule,
+            job.wildcards,
+            job.gpus * job.nodes,
+            calibrated.predict_job(study, calibration, job.rule, job.wildcards, items),
+        )
+        for job in jobs
+    ]
+    rules = calibrated.summarize(predicted, study.calibration.time_limit_margin)
+    windows = [
+        calibrated.windows_needed(
+            seconds.high,
+            job.runtime,
+            calibrated.warning_lead_s(study.resources("train", job.wildcards["model"]).slurm_extra),
+        )
+        for job, (_, _, _, seconds) in zip(jobs, predicted, strict=True)
+        if job.rule == "train" and seconds is not None and job.runtime
+    ]
+    return {
+        "rules": {rule: row.record() for rule, row in rules.items()},
+        "gpu_hours": vars(sum((row.gpu_hours for row in rules.values()), calibrated.ZERO)),
+        "train_windows_at_limits": max(windows, default=None),
+        "time_windows": study.time_windows,
+    }
+
+
+def estimate(
+    study: Study,
+    jobs: list[cost.PlannedJob],
+    concurrent_gpus: int,
+    calibration: dict[str, Any] | None = None,
+    calibration_path: Path | None = None,
+) -> dict[str, Any]:
+    """GPU-hours per rule and in total, wall time at ``concurrent_gpus``, the disk the study writes, and the
+    expected figures of a ``calibration`` (read from ``calibration_path``; None: not measured)."""
     rules = cost.rule_costs(jobs)
     run_bytes: dict[str, int | None] = {}
     for model in study.models:
@@ -114,17 +158,47 @@ def estimate(study: Study, jobs: list[cost.PlannedJob], concurrent_gpus: int) ->
         "disk_bytes": {"checkpoints": checkpoints, "samples": samples, "total": checkpoints + samples},
         "benchmark_items": items,
         "unknown_sizes": unknown,
+        "expected": {
+            "source": calibrated.calibration_source(
+                calibration, calibration_path or Path(study.results_dir) / calibrated.CALIBRATION_FILE
+            ),
+            **expected_cost(study, jobs, calibration, items),
+        },
     }
 
 
+def _range(hours: dict[str, float]) -> str:
+    """``expected [low-high]`` hours, to two significant decimals where small."""
+    digits = 2 if hours["high"] < 10 else 0
+    return f"{hours['expected']:.{digits}f} [{hours['low']:.{digits}f}-{hours['high']:.{digits}f}]"
+
+
 def cost_table(estimate_: dict[str, Any]) -> str:
-    lines = [f"{'rule':<20}{'jobs':>6}{'GPUs/job':>10}{'max h':>8}{'GPU-h bound':>13}"]
+    """The bounds per rule, and beside them the expected figures where the rule is calibrated (or "not measured")."""
+    expected = estimate_["expected"]
+    lines = [
+        f"{'rule':<20}{'jobs':>6}{'GPUs/job':>10}{'max h':>8}{'GPU-h bound':>13}"
+        f"{'expected job-h':>24}{'expected GPU-h':>24}{'limit (min)':>13}  expected"
+    ]
     for rule, row in estimate_["rules"].items():
-        lines.append(
-            f"{rule:<20}{row['jobs']:>6}{row['gpus_per_job']:>10}{row['max_hours']:>8.1f}{row['gpu_hours']:>13.0f}"
-        )
+        line = f"{rule:<20}{row['jobs']:>6}{row['gpus_per_job']:>10}{row['max_hours']:>8.1f}{row['gpu_hours']:>13.0f}"
+        predicted = expected["rules"].get(rule)
+        if predicted is not None and predicted["measured_jobs"]:
+            limit = max(predicted["proposed_limit_min"].values())  # per model in the JSON
+            line += f"{_range(predicted['hours']):>24}{_range(predicted['gpu_hours']):>24}{limit:>13}  "
+        elif predicted is not None:
+            line += f"{'':>24}{'':>24}{'':>13}  "
+        lines.append(line + (predicted["status"] if predicted is not None else ""))
     disk = estimate_["disk_bytes"]
-    lines.append(f"{'total':<20}{estimate_['jobs']:>6}{'':>10}{'':>8}{estimate_['gpu_hours']:>13.0f}")
+    measured = any(row["measured_jobs"] for row in expected["rules"].values())
+    total_expected = f"{'':>24}{_range(expected['gpu_hours']):>24}" if measured else ""
+    lines.append(f"{'total':<20}{estimate_['jobs']:>6}{'':>10}{'':>8}{estimate_['gpu_hours']:>13.0f}{total_expected}")
+    lines.append(f"expected: {expected['source']}")
+    if expected["train_windows_at_limits"] is not None:
+        lines.append(
+            f"training time windows at the configured limits: {expected['train_windows_at_limits']} needed at the high "
+            f"prediction (time_windows: {expected['time_windows']}); 1 at the proposed limits"
+        )
     lines.append(
         f"wall time at the time limits with {estimate_['concurrent_gpus']} concurrent GPUs: "
         f"{estimate_['wall_hours']:.1f} h; disk: {disk['checkpoints'] / cost.GIB:.0f} GiB checkpoints + "
