@@ -725,6 +725,11 @@ def code_changes_argument(wildcards, input):
     return shlex.join(["--code-changes", *input.code_changes]) if input.code_changes else ""
 
 
+def calibration_argument(wildcards, input):
+    """`--calibration FILE` once `python -m pipeline.calibrate` has written one, shell-quoted."""
+    return shlex.join(["--calibration", *input.calibration]) if input.calibration else ""
+
+
 rule report:
     input:
         tables=TABLES,
@@ -740,6 +745,8 @@ rule report:
         # the training health check, again under the study's thresholds (pipeline.runtime.health)
         train_metrics=[RUN_METRICS.format(**run) for run in STUDY.runs()],
         code_changes=[CODE_CHANGES] if os.path.isfile(CODE_CHANGES) else [],
+        # the predicted cost (python -m pipeline.calibrate), beside the actual one (the benchmark files, below)
+        calibration=[f"{R}/{layout.CALIBRATION}"] if os.path.isfile(f"{R}/{layout.CALIBRATION}") else [],
         repairs=force_damaged_outputs,
     output:
         report=REPORT,
@@ -758,6 +765,9 @@ rule report:
         token_viewer=viewer_page_argument,
         credit_placement=placement_summaries_argument,
         code_changes=code_changes_argument,
+        # every job's wall time; not an input: Snakemake writes a job's benchmark file after its outputs
+        benchmarks_dir=f"{R}/{layout.BENCHMARKS_DIR}",
+        calibration=calibration_argument,
         code=source_digest("pipeline.report"),
     shell:
         "python -m pipeline.report --config {params.config:q} --tables-dir {params.tables_dir:q}"
@@ -765,7 +775,7 @@ rule report:
         " --data-card {input.data_card:q} --audit {input.audits:q}"
         " --token-analysis {params.token_analysis_dirs:q} {params.token_viewer} {params.credit_placement}"
         " --provenance {input.provenance:q} --train-metrics {input.train_metrics:q} {params.code_changes}"
-        " --out {output.report:q} > {log:q} 2>&1"
+        " --benchmarks-dir {params.benchmarks_dir:q} {params.calibration} --out {output.report:q} > {log:q} 2>&1"
 
 
 # Snakemake applies a rule's --set-resources after the rule's own resources: put back the composed slurm_extra.

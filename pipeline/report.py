@@ -43,6 +43,16 @@ from pipeline.stats.paired_tests import paper_test
 from pipeline.stats.scores import parse_run_path
 from pipeline.stats.variance import VARIANCE_NOTE, variance_markdown
 from pipeline.stats.wording import PLACEMENT_NOTE, key_sections, paper_test_sentence, placement_markdown
+from pipeline.study.calibration import (
+    CALIBRATED_RULES,
+    NOT_MEASURED,
+    calibration_source,
+    compare,
+    load_calibration,
+    read_actuals,
+)
+from pipeline.study.config import Study
+from pipeline.study.plan import benchmark_items
 from pipeline.tasks.gold_audit import clean_only_warning
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
@@ -387,6 +397,49 @@ def code_changes_section(entries: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def cost_section(config: dict[str, Any], benchmarks_dir: Path, calibration_path: Path | None) -> str:
+    """Predicted against actual wall time per rule: the actuals from Snakemake's benchmark files, the prediction
+    from the calibration (pipeline.study.calibration) for the rules it covers, or "not measured" without one."""
+    study = Study.from_config(config)
+    calibration = load_calibration(calibration_path) if calibration_path else None
+    actuals = read_actuals(benchmarks_dir) if benchmarks_dir.is_dir() else []
+    if not actuals:
+        return f"No benchmark files under {benchmarks_dir}: no actual wall times."
+    items = {name: benchmark_items(name, spec) for name, spec in study.benchmarks.items()}
+    rows = []
+    for row in compare(study, calibration, actuals, items):
+        predicted = row.predicted_hours
+        calibrated = row.rule in CALIBRATED_RULES
+        rows.append(
+            {
+                "rule": row.rule,
+                "jobs": row.jobs,
+                "actual h": f"{row.actual_hours:.3f}",
+                "predicted h (low-high)": "–"
+                if predicted is None
+                else f"{predicted.expected:.3f} ({predicted.low:.3f}-{predicted.high:.3f})",
+                "actual h of those jobs": f"{row.actual_measured_hours:.3f}" if predicted else "–",
+                "actual / predicted": f"{row.ratio:.2f}" if row.ratio is not None else "–",
+                "prediction": (f"{row.measured_jobs} of {row.jobs} jobs" if predicted else NOT_MEASURED)
+                if calibrated
+                else "not calibrated",
+            }
+        )
+    source = (
+        calibration_source(calibration, calibration_path)
+        if calibration_path
+        else (f"{NOT_MEASURED}: no calibration (python -m pipeline.calibrate --configfile CONFIG)")
+    )
+    return "\n\n".join(
+        [
+            "Wall time per rule (job-hours, summed over its jobs): actual from Snakemake's benchmark files, predicted "
+            'from the calibration for training and evaluation (docs/cluster.md, "Calibrating the cost"). '
+            f"Prediction: {source}.",
+            markdown_table(rows, tuple(rows[0])),
+        ]
+    )
+
+
 def provenance(config: dict[str, Any], repo_dir: Path) -> dict[str, Any]:
     """What produced these numbers: code, config, packages, data revisions, hardware, time."""
     return {
@@ -440,6 +493,8 @@ def build_report(args: argparse.Namespace) -> str:
         sections += ["## Token weights", token_viewer_section(args.token_viewer, report_dir)]
     if args.credit_placement:
         sections += ["## Credit placement", credit_placement_section(args.credit_placement, report_dir)]
+    if args.benchmarks_dir:
+        sections += ["## Cost: predicted and actual", cost_section(config, args.benchmarks_dir, args.calibration)]
     sections += [
         "## Provenance",
         hub_commits_section(read_hub_commits(args.provenance)),
@@ -469,6 +524,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--train-metrics", nargs="*", default=[], type=Path, help="the runs' metrics.jsonl (the health check)"
     )
     parser.add_argument("--code-changes", type=Path, help="the accepted code changes (pipeline.why_rerun --accept)")
+    parser.add_argument("--benchmarks-dir", type=Path, help="Snakemake's benchmark files: the actual wall times")
+    parser.add_argument("--calibration", type=Path, help="python -m pipeline.calibrate's file: the predicted ones")
     parser.add_argument(
         "--repo-dir", type=Path, default=REPO_DIR, help="the checkout whose commit is recorded (default: this code's)"
     )

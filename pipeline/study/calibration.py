@@ -40,7 +40,6 @@ from pipeline.core.io import InputError, canonical_json
 from pipeline.core.layout import START_CHECKPOINT
 from pipeline.study.config import Study
 
-CALIBRATION_FILE = "calibration.json"  # under the study's results_dir
 CALIBRATED_RULES = ("train", "evaluate")
 NOT_MEASURED = "not measured"
 MEASURED = "measured"
@@ -340,17 +339,12 @@ def evaluation_jobs(study: Study, labels: Iterable[Sequence[str]]) -> list[dict[
     """The study's evaluation jobs as the benchmark files name them: one per (run, checkpoint, benchmark) when the
     files carry a benchmark, else one per (run, checkpoint) serving its benchmarks."""
     per_benchmark = [{key: str(value) for key, value in job.items()} for job in study.evaluations()]
-    per_checkpoint = list(
-        {
-            canonical_json({k: v for k, v in job.items() if k != "benchmark"}): {
-                k: v for k, v in job.items() if k != "benchmark"
-            }
-            for job in per_benchmark
-        }.values()
-    )
-    labels = list(labels)
-    if any(labels_match(label, job) for label in labels for job in per_checkpoint):
-        return per_checkpoint
+    per_checkpoint: dict[str, dict[str, str]] = {}
+    for job in per_benchmark:
+        served = {key: value for key, value in job.items() if key != "benchmark"}
+        per_checkpoint.setdefault(canonical_json(served), served)
+    if any(labels_match(label, job) for label in labels for job in per_checkpoint.values()):
+        return list(per_checkpoint.values())
     return per_benchmark
 
 
@@ -374,3 +368,61 @@ def calibration_source(calibration: Mapping[str, Any] | None, path: Path) -> str
         f", GPUs {', '.join(hardware['gpus'])}" if hardware["gpus"] else ""
     )
     return f"{MEASURED}: {path}, {calibration['measured_at']} on {where}"
+
+
+@dataclass(frozen=True)
+class RuleComparison:
+    """One rule of a finished study: its jobs with a benchmark file, their actual hours, and (over the jobs the
+    calibration measured) the predicted hours and the actual hours of those same jobs."""
+
+    rule: str
+    jobs: int
+    actual_hours: float
+    measured_jobs: int
+    predicted_hours: Range | None
+    actual_measured_hours: float
+
+    @property
+    def ratio(self) -> float | None:
+        """actual / expected over the measured jobs."""
+        if self.predicted_hours is None or self.predicted_hours.expected <= 0:
+            return None
+        return self.actual_measured_hours / self.predicted_hours.expected
+
+
+def rule_jobs(study: Study, rule: str, labels: list[tuple[str, ...]]) -> list[dict[str, str]]:
+    """A calibrated rule's jobs, as wildcard values: the runs for train, ``evaluation_jobs`` for evaluate."""
+    if rule == "train":
+        return [{key: str(value) for key, value in run.items()} for run in study.runs()]
+    return evaluation_jobs(study, labels)
+
+
+def compare(
+    study: Study, calibration: Mapping[str, Any] | None, actuals: list[Actual], items: Mapping[str, int | None]
+) -> list[RuleComparison]:
+    """Per rule with benchmark files: actual hours, and for the calibrated rules the prediction of every job whose
+    file matches it (``labels_match``) beside the actual hours of those jobs."""
+    comparisons = []
+    for rule in sorted({actual.rule for actual in actuals}):
+        found = [actual for actual in actuals if actual.rule == rule]
+        predicted, actual_measured, measured = ZERO, 0.0, 0
+        if rule in CALIBRATED_RULES:
+            jobs = rule_jobs(study, rule, [actual.labels for actual in found])
+            for actual in found:
+                wildcards = next((job for job in jobs if labels_match(actual.labels, job)), None)
+                seconds = None if wildcards is None else predict_job(study, calibration, rule, wildcards, items)
+                if seconds is not None:
+                    predicted += seconds.scaled(1 / 3600)
+                    actual_measured += actual.seconds / 3600
+                    measured += 1
+        comparisons.append(
+            RuleComparison(
+                rule=rule,
+                jobs=len(found),
+                actual_hours=sum(actual.seconds for actual in found) / 3600,
+                measured_jobs=measured,
+                predicted_hours=predicted if measured else None,
+                actual_measured_hours=actual_measured,
+            )
+        )
+    return comparisons
