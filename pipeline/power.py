@@ -4,7 +4,9 @@
 
 It prints, for the configured design and its alternatives (more seeds, more samples on the small benchmarks), the
 power of the paper's test and of the seed-aware test, the smallest detectable effect and the GPU-hours each
-costs. The simulation, the variance model and its pilot estimates are ``pipeline.study.power_analysis``'s.
+costs (the bound; for the configured design also the expected GPU-hours of its calibration, ``--calibration``,
+measured or not measured). The simulation, the variance model and its pilot estimates are
+``pipeline.study.power_analysis``'s.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ Hugging Face cache (jobs run with HF_HUB_OFFLINE=1 on offline nodes); the
 disk holds the study's checkpoints and samples; each training job's engine (``training_engine``) and precision,
 refusing a DeepSpeed precision the training spec conflicts with. Kubernetes: the profile's image is the one containers/build.sh
 pushes, the namespace exists and some node offers the GPU resource (via the current kubectl context), the
-storage prefix is set. docs/cluster.md describes each check. Under the cost estimate it prints the planner's one
+storage prefix is set. docs/cluster.md describes each check. Beside each rule's bound the cost table shows the
+expected figures of the study's calibration (``--calibration``, default results_dir/calibration.json: ``python -m
+pipeline.calibrate``), marked measured or not measured. Under the cost estimate it prints the planner's one
 line (``pipeline.power``, documented defaults): the power of the paper's test and of the seed-aware one for GRAIL's
 claimed effect under this design, their false-positive rates and minimum detectable effects.
 

@@ -43,14 +43,7 @@ from pipeline.stats.paired_tests import paper_test
 from pipeline.stats.scores import parse_run_path
 from pipeline.stats.variance import VARIANCE_NOTE, variance_markdown
 from pipeline.stats.wording import PLACEMENT_NOTE, key_sections, paper_test_sentence, placement_markdown
-from pipeline.study.calibration import (
-    CALIBRATED_RULES,
-    NOT_MEASURED,
-    calibration_source,
-    compare,
-    load_calibration,
-    read_actuals,
-)
+from pipeline.study.calibration import comparison_rows
 from pipeline.study.config import Study
 from pipeline.study.plan import benchmark_items
 from pipeline.tasks.gold_audit import clean_only_warning
@@ -398,45 +391,16 @@ def code_changes_section(entries: list[dict[str, Any]]) -> str:
 
 
 def cost_section(config: dict[str, Any], benchmarks_dir: Path, calibration_path: Path | None) -> str:
-    """Predicted against actual wall time per rule: the actuals from Snakemake's benchmark files, the prediction
-    from the calibration (pipeline.study.calibration) for the rules it covers, or "not measured" without one."""
+    """Predicted against actual wall time per rule (``pipeline.study.calibration.comparison_rows``)."""
     study = Study.from_config(config)
-    calibration = load_calibration(calibration_path) if calibration_path else None
-    actuals = read_actuals(benchmarks_dir) if benchmarks_dir.is_dir() else []
-    if not actuals:
-        return f"No benchmark files under {benchmarks_dir}: no actual wall times."
     items = {name: benchmark_items(name, spec) for name, spec in study.benchmarks.items()}
-    rows = []
-    for row in compare(study, calibration, actuals, items):
-        predicted = row.predicted_hours
-        calibrated = row.rule in CALIBRATED_RULES
-        rows.append(
-            {
-                "rule": row.rule,
-                "jobs": row.jobs,
-                "actual h": f"{row.actual_hours:.3f}",
-                "predicted h (low-high)": "–"
-                if predicted is None
-                else f"{predicted.expected:.3f} ({predicted.low:.3f}-{predicted.high:.3f})",
-                "actual h of those jobs": f"{row.actual_measured_hours:.3f}" if predicted else "–",
-                "actual / predicted": f"{row.ratio:.2f}" if row.ratio is not None else "–",
-                "prediction": (f"{row.measured_jobs} of {row.jobs} jobs" if predicted else NOT_MEASURED)
-                if calibrated
-                else "not calibrated",
-            }
-        )
-    source = (
-        calibration_source(calibration, calibration_path)
-        if calibration_path
-        else (f"{NOT_MEASURED}: no calibration (python -m pipeline.calibrate --configfile CONFIG)")
-    )
-    return "\n\n".join(
-        [
-            "Wall time per rule (job-hours, summed over its jobs): actual from Snakemake's benchmark files, predicted "
-            'from the calibration for training and evaluation (docs/cluster.md, "Calibrating the cost"). '
-            f"Prediction: {source}.",
-            markdown_table(rows, tuple(rows[0])),
-        ]
+    source, rows = comparison_rows(study, calibration_path, benchmarks_dir, items)
+    if not rows:
+        return f"No benchmark files under {benchmarks_dir}: no actual wall times."
+    return (
+        "Wall time per rule (job-hours, summed over its jobs): actual from Snakemake's benchmark files, predicted "
+        'from the calibration for training and evaluation (docs/cluster.md, "Calibrating the cost"). '
+        f"Prediction: {source}.\n\n{markdown_table(rows, tuple(rows[0]))}"
     )
 
 

@@ -426,3 +426,36 @@ def compare(
             )
         )
     return comparisons
+
+
+def comparison_rows(
+    study: Study, calibration_path: Path | None, benchmarks_dir: Path, items: Mapping[str, int | None]
+) -> tuple[str, list[dict[str, str | int]]]:
+    """Where the prediction comes from (``calibration_source``, or not measured without a calibration file), and the
+    report's rows of ``compare``: per rule its jobs, actual hours, predicted hours (low-high) and actual hours of the
+    jobs predicted, their ratio, and how many jobs were predicted (or "not measured", "not calibrated")."""
+    calibration = load_calibration(calibration_path) if calibration_path else None
+    source = (
+        calibration_source(calibration, calibration_path)
+        if calibration_path
+        else f"{NOT_MEASURED}: no calibration (python -m pipeline.calibrate --configfile CONFIG)"
+    )
+    actuals = read_actuals(benchmarks_dir) if benchmarks_dir.is_dir() else []
+    rows: list[dict[str, str | int]] = []
+    for row in compare(study, calibration, actuals, items):
+        predicted = row.predicted_hours
+        status = f"{row.measured_jobs} of {row.jobs} jobs" if predicted else NOT_MEASURED
+        rows.append(
+            {
+                "rule": row.rule,
+                "jobs": row.jobs,
+                "actual h": f"{row.actual_hours:.3f}",
+                "predicted h (low-high)": "–"
+                if predicted is None
+                else f"{predicted.expected:.3f} ({predicted.low:.3f}-{predicted.high:.3f})",
+                "actual h of those jobs": f"{row.actual_measured_hours:.3f}" if predicted else "–",
+                "actual / predicted": "–" if row.ratio is None else f"{row.ratio:.2f}",
+                "prediction": status if row.rule in CALIBRATED_RULES else "not calibrated",
+            }
+        )
+    return source, rows
