@@ -4,6 +4,7 @@ and the report's predicted-against-actual section built by the report rule."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pipeline import power
 from pipeline.core.layout import BENCHMARKS_DIR, CALIBRATION
 from pipeline.report import cost_section
 from pipeline.study import calibration, cost, plan
@@ -116,7 +118,7 @@ def test_an_evaluation_job_per_checkpoint_starts_its_engine_once_for_all_its_ben
     assert train == calibration.Range(260, 260, 10 + 250 * 1.25)
 
 
-def test_the_preflight_cost_table_shows_expected_beside_the_bound_and_says_what_is_measured() -> None:
+def test_the_preflight_cost_table_shows_expected_beside_the_bound_and_says_what_is_measured(tmp_path: Path) -> None:
     paper = study(PAPER)
     jobs = [cost.PlannedJob("train", {k: str(v) for k, v in run.items()}, gpus=4, runtime=600) for run in paper.runs()]
     record = synthetic_calibration(paper, step_s=60, startup_s=600, tokens=1000, seconds_per_token=0.01)
@@ -139,6 +141,14 @@ def test_the_preflight_cost_table_shows_expected_beside_the_bound_and_says_what_
     unmeasured = plan.cost_table(plan.estimate(paper, jobs, 16, None, path))
     assert next(line for line in unmeasured.splitlines() if line.startswith("train")).endswith("not measured")
     assert "expected: not measured: no calibration at calibration.json" in unmeasured
+    # the planner's line for the configured design
+    written = tmp_path / "calibration.json"
+    written.write_text(json.dumps(record))
+    line = power.expected_line(argparse.Namespace(configfile=PAPER, calibration=written), jobs)
+    assert line.startswith(f"configured design: GPU-h bound {len(jobs) * 40:,.0f}; expected {len(jobs) * 14:,.1f} [")
+    assert "(train measured); measured: " in line
+    missing = power.expected_line(argparse.Namespace(configfile=PAPER, calibration=tmp_path / "none.json"), jobs)
+    assert "(train not measured); not measured: no calibration" in missing
     # a calibration of other settings measures nothing of this study
     stale = json.loads(json.dumps(record).replace('\\"max_completion_length\\":', '\\"max_completion_length\\":1'))
     assert plan.estimate(paper, jobs, 16, stale, path)["expected"]["rules"]["train"]["status"] == "not measured"
