@@ -127,19 +127,30 @@ def measure_training(study: Study, model: str, method: str, steps: int, scratch:
     }
 
 
-def measure_evaluation(study: Study, configfiles: list[Path], model: str, scratch: Path) -> dict[str, Any]:
-    """The evaluation probe of ``model`` in a child process of its own (its start-up is a job's)."""
+def measure_evaluation(study: Study, model: str, scratch: Path) -> dict[str, Any]:
+    """The evaluation probe of ``model`` in a child process of its own, so that its start-up is a job's: it is given
+    what the evaluate stage is given (model, spec, benchmark files, seed), not the study to load."""
     out = scratch / f"evaluate-{model}.json"
-    command = [sys.executable, "-m", "pipeline.calibrate", "--configfile", *map(str, configfiles)]
-    command += ["--evaluation-probe", model, "--probe-out", str(out), "--launched-at", repr(time.time())]
+    arguments = start_model(study, model)
+    probe = {
+        "model": arguments[1],
+        "revision": arguments[3] if len(arguments) > 2 else None,
+        "spec": study.evaluation.spec,
+        "benchmarks": {name: f"{study.eval_data_dir}/{name}.jsonl" for name in study.benchmarks},
+        "seed": study.seeds[0],
+        "out": str(out),
+        "launched_at": time.time(),
+    }
+    command = [sys.executable, "-m", "pipeline.calibrate", "--evaluation-probe", canonical_json(probe)]
     result = subprocess.run(command, capture_output=True, text=True, env=job_environment(study, "evaluate", model))
     if result.returncode != 0:
         raise InputError(f"the calibration's evaluation of {model} failed:\n{result.stderr[-3000:]}")
     return json.loads(out.read_text())
 
 
-def evaluation_probe(study: Study, model: str, launched_at: float, out: Path) -> None:
-    """In the child: the backend loaded as the evaluate stage loads it, then the first batch of every benchmark."""
+def evaluation_probe(probe: dict[str, Any]) -> None:
+    """In the child: the backend loaded as the evaluate stage loads it, then the first batch of every benchmark;
+    the start-up is the time from the parent's launch (``launched_at``) to a ready backend."""
     from pipeline.evaluation.backends import detect_backend, make_backend
     from pipeline.evaluation.eval_spec import parse_eval_spec
     from pipeline.evaluation.sampling import batches, generate_rows, load_benchmark, plan_units
@@ -148,20 +159,19 @@ def evaluation_probe(study: Study, model: str, launched_at: float, out: Path) ->
     from pipeline.tasks.generation import chat_prompt_ids
     from pipeline.tasks.prompts import build_prompt
 
-    spec = parse_eval_spec(study.evaluation.spec)
+    spec = parse_eval_spec(probe["spec"])
     backend_name = detect_backend(spec.backend)
     if backend_name == "vllm" and vllm_device_type() == "cpu":  # as the evaluate stage: vLLM's CPU kernels unpinned
         kernels.run_natively("pipeline.calibrate", sys.argv[1:], "vLLM's CPU kernels are built for this machine")
-    arguments = start_model(study, model)
-    path = resolve_model(arguments[1], arguments[3] if len(arguments) > 2 else None)
+    path = resolve_model(probe["model"], probe["revision"])
     tokenizer = load_tokenizer(path)
-    backend = make_backend(backend_name, path, tokenizer, spec, study.seeds[0])
-    startup = time.time() - launched_at
+    backend = make_backend(backend_name, path, tokenizer, spec, probe["seed"])
+    startup = time.time() - probe["launched_at"]
     measured = {}
     try:
-        for name in study.benchmarks:
-            items = load_benchmark(f"{study.eval_data_dir}/{name}.jsonl")
-            batch = batches(plan_units(items, spec.n_samples, study.seeds[0]), spec.batch_size)[0]
+        for name, benchmark in probe["benchmarks"].items():
+            items = load_benchmark(benchmark)
+            batch = batches(plan_units(items, spec.n_samples, probe["seed"]), spec.batch_size)[0]
             prompts = {
                 unit.item_index: chat_prompt_ids(
                     tokenizer, build_prompt(items[unit.item_index].problem, spec.prompt_template), spec.enable_thinking
@@ -182,7 +192,7 @@ def evaluation_probe(study: Study, model: str, launched_at: float, out: Path) ->
     finally:
         if hasattr(backend, "close"):
             backend.close()
-    atomic_write_json(out, {"backend": backend_name, "startup_s": startup, "benchmarks": measured})
+    atomic_write_json(Path(probe["out"]), {"backend": backend_name, "startup_s": startup, "benchmarks": measured})
 
 
 def hardware() -> dict[str, Any]:
@@ -248,7 +258,7 @@ def calibrate(study: Study, configfiles: list[Path], steps: int, out: Path) -> d
                         record["train"][f"{model}/{method}"] = {**measured, "settings": settings}
                 else:
                     bar.set_postfix_str(f"evaluate {what}")
-                    measured = measure_evaluation(study, configfiles, what, scratch)
+                    measured = measure_evaluation(study, what, scratch)
                     record["evaluate"][what] = {**measured, "settings": evaluate_settings(study, what)}
                 bar.update(1)
     finally:
@@ -275,27 +285,28 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipeline.calibrate", description=__doc__.splitlines()[0])
-    parser.add_argument("--configfile", type=Path, nargs="+", required=True, help="the study's config files")
+    parser.add_argument("--configfile", type=Path, nargs="+", help="the study's config files")
     parser.add_argument("--out", type=Path, help=f"the calibration file (default: results_dir/{CALIBRATION})")
     parser.add_argument(
         "--steps", type=int, help="training steps per (model, method) (default: calibration.train_steps)"
     )
     parser.add_argument("--cores", type=int, default=2, help="cores for building the inputs (Snakemake --cores)")
-    # the child process of the evaluation measurement (measure_evaluation)
-    parser.add_argument("--evaluation-probe", metavar="MODEL", help=argparse.SUPPRESS)
-    parser.add_argument("--probe-out", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--launched-at", type=float, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    # the child process of the evaluation measurement (measure_evaluation): what it measures, as JSON
+    parser.add_argument("--evaluation-probe", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if not args.configfile and not args.evaluation_probe:
+        parser.error("the following arguments are required: --configfile")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.evaluation_probe:  # the kernel path and run-time settings come with the environment
+        evaluation_probe(json.loads(args.evaluation_probe))
+        return
     study = load_study(args.configfile)
     kernels.configure(study.kernel_pin)
     study.runtime.export()
-    if args.evaluation_probe:
-        evaluation_probe(study, args.evaluation_probe, args.launched_at, args.probe_out)
-        return
     steps = args.steps or study.calibration.train_steps
     if steps < 2:
         raise InputError("--steps: at least 2 (the first step is warm-up)")
