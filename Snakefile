@@ -37,6 +37,7 @@ from pipeline.core.io import InputError, canonical_json
 from pipeline.core.provenance import library_versions
 from pipeline.core.source_digest import source_digest
 from pipeline.runtime import cluster
+from pipeline.study.calibration import BENCHMARKS_DIR, CALIBRATION_FILE
 from pipeline.study.integrity import damaged_outputs
 from pipeline.study.load import load_study
 from pipeline.study.writers import refuse_busy_runs
@@ -746,7 +747,7 @@ rule report:
         train_metrics=[RUN_METRICS.format(**run) for run in STUDY.runs()],
         code_changes=[CODE_CHANGES] if os.path.isfile(CODE_CHANGES) else [],
         # the predicted cost (python -m pipeline.calibrate), beside the actual one (the benchmark files, below)
-        calibration=[f"{R}/{layout.CALIBRATION}"] if os.path.isfile(f"{R}/{layout.CALIBRATION}") else [],
+        calibration=[f"{R}/{CALIBRATION_FILE}"] if os.path.isfile(f"{R}/{CALIBRATION_FILE}") else [],
         repairs=force_damaged_outputs,
     output:
         report=REPORT,
@@ -766,7 +767,7 @@ rule report:
         credit_placement=placement_summaries_argument,
         code_changes=code_changes_argument,
         # every job's wall time; not an input: Snakemake writes a job's benchmark file after its outputs
-        benchmarks_dir=f"{R}/{layout.BENCHMARKS_DIR}",
+        benchmarks_dir=f"{R}/{BENCHMARKS_DIR}",
         calibration=calibration_argument,
         code=source_digest("pipeline.report"),
     shell:

@@ -41,10 +41,9 @@ from typing import Any
 
 from pipeline.core import kernels, layout
 from pipeline.core.io import InputError, atomic_write_json, canonical_json, read_jsonl, run_cli
-from pipeline.core.layout import CALIBRATION
 from pipeline.core.progress import progress
 from pipeline.core.repo import REPO_DIR
-from pipeline.study.calibration import evaluate_settings, spread, train_settings
+from pipeline.study.calibration import CALIBRATION_FILE, evaluate_settings, spread, train_settings
 from pipeline.study.config import Study
 from pipeline.study.load import load_study
 
@@ -286,7 +285,7 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipeline.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--configfile", type=Path, nargs="+", help="the study's config files")
-    parser.add_argument("--out", type=Path, help=f"the calibration file (default: results_dir/{CALIBRATION})")
+    parser.add_argument("--out", type=Path, help=f"the calibration file (default: results_dir/{CALIBRATION_FILE})")
     parser.add_argument(
         "--steps", type=int, help="training steps per (model, method) (default: calibration.train_steps)"
     )
@@ -310,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     steps = args.steps or study.calibration.train_steps
     if steps < 2:
         raise InputError("--steps: at least 2 (the first step is warm-up)")
-    out = args.out or Path(study.results_dir) / CALIBRATION
+    out = args.out or Path(study.results_dir) / CALIBRATION_FILE
     build_prerequisites(study, args.configfile, args.cores)
     record = calibrate(study, args.configfile, steps, out)
     print("\n".join(summary_lines(record)))

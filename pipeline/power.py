@@ -16,8 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pipeline.core.io import InputError, run_cli
-from pipeline.core.layout import CALIBRATION
-from pipeline.study.calibration import load_calibration
+from pipeline.study.calibration import CALIBRATION_FILE, load_calibration
 from pipeline.study.cost import PlannedJob
 from pipeline.study.load import load_study
 from pipeline.study.plan import estimate, plan
@@ -143,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
 def expected_line(args: argparse.Namespace, jobs: list[PlannedJob]) -> str:
     """The configured design's expected GPU-hours beside its bound, and whether they are measured."""
     study = load_study([args.configfile])
-    path = args.calibration or Path(study.results_dir) / CALIBRATION
+    path = args.calibration or Path(study.results_dir) / CALIBRATION_FILE
     estimate_ = estimate(study, jobs, 1, load_calibration(path), path)
     expected = estimate_["expected"]
     statuses = ", ".join(f"{rule} {row['status']}" for rule, row in expected["rules"].items())

@@ -46,7 +46,6 @@ from typing import Any
 import yaml
 
 from pipeline.core.io import InputError, atomic_write_json, run_cli
-from pipeline.core.layout import CALIBRATION
 from pipeline.core.repo import REPO_DIR
 from pipeline.models.hub_cache import cached_commit, download_command
 from pipeline.runtime import cluster
@@ -57,7 +56,7 @@ from pipeline.runtime.launching import (
     uses_deepspeed,
 )
 from pipeline.study import cost, power_analysis
-from pipeline.study.calibration import load_calibration
+from pipeline.study.calibration import CALIBRATION_FILE, load_calibration
 from pipeline.study.config import Study
 from pipeline.study.hub_references import hub_references
 from pipeline.study.load import load_study
@@ -525,7 +524,7 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     study = load_study([args.configfile])
     extra = ["--sdm", "apptainer"] if args.sdm == "apptainer" else []
     jobs = plan(args.profile, args.configfile, extra)
-    calibration_path = args.calibration or Path(study.results_dir) / CALIBRATION
+    calibration_path = args.calibration or Path(study.results_dir) / CALIBRATION_FILE
     estimate_ = estimate(study, jobs, args.concurrent_gpus, load_calibration(calibration_path), calibration_path)
     executor = profile.get("executor")
     if executor == "slurm":

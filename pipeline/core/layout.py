@@ -40,8 +40,6 @@ SIGNIFICANCE_MD = "stats/significance.md"
 TOKEN_ANALYSIS = "token_analysis/{model}/{method}/seed{seed}"
 CREDIT_PLACEMENT = "credit_placement/{model}"  # placement.json and placement.png (pipeline.credit_placement)
 REPORT = "report.md"
-CALIBRATION = "calibration.json"  # written by pipeline.calibrate, read by the preflight, the planner, the report
-BENCHMARKS_DIR = "benchmarks"  # Snakemake's benchmark files: the actual wall time of every job
 CODE_CHANGES = "provenance/accepted_code_changes.jsonl"  # written by pipeline.why_rerun --accept
 
 

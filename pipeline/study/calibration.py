@@ -41,6 +41,10 @@ from pipeline.core.layout import START_CHECKPOINT
 from pipeline.study.config import Study
 
 CALIBRATED_RULES = ("train", "evaluate")
+# Under the study's results_dir (beside pipeline/core/layout.py's names, kept out of it: a change there reruns every
+# training and evaluation, whose code digests cover that module)
+CALIBRATION_FILE = "calibration.json"  # written by pipeline.calibrate; read by the preflight, the planner, the report
+BENCHMARKS_DIR = "benchmarks"  # Snakemake's benchmark files: every job's actual wall time
 NOT_MEASURED = "not measured"
 MEASURED = "measured"
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.io import InputError
-from pipeline.core.layout import CALIBRATION
 from pipeline.core.repo import REPO_DIR
 from pipeline.study import calibration as calibrated
 from pipeline.study import cost
@@ -161,7 +160,7 @@ def estimate(
         "unknown_sizes": unknown,
         "expected": {
             "source": calibrated.calibration_source(
-                calibration, calibration_path or Path(study.results_dir) / CALIBRATION
+                calibration, calibration_path or Path(study.results_dir) / calibrated.CALIBRATION_FILE
             ),
             **expected_cost(study, jobs, calibration, items),
         },

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from pipeline import power
-from pipeline.core.layout import BENCHMARKS_DIR, CALIBRATION
 from pipeline.report import cost_section
 from pipeline.study import calibration, cost, plan
+from pipeline.study.calibration import BENCHMARKS_DIR, CALIBRATION_FILE
 from pipeline.study.config import Study
 from pipeline.study.load import load_study
 from tests.shared_studies import CI_CONFIG, CI_CONFIG_FILES, PLUGIN_CONFIG, with_examples
@@ -179,7 +179,7 @@ def calibrated_study(finished_ci_study: Path, tmp_path_factory: pytest.TempPathF
 
 
 def test_calibrate_measures_training_steps_and_evaluation_batches_of_the_study(calibrated_study: Path) -> None:
-    record = json.loads((calibrated_study / "results" / CALIBRATION).read_text())
+    record = json.loads((calibrated_study / "results" / CALIBRATION_FILE).read_text())
     assert set(record["train"]) == {"tiny/grpo"}
     grpo = record["train"]["tiny/grpo"]
     assert grpo["steps"] == 2 and len(grpo["step_times_s"]) == 2
