@@ -16,8 +16,8 @@ The prediction of a job, in seconds, is a ``Range`` (low, expected, high):
 - evaluate: ``startup + sum over the job's benchmarks of N_b x L_b x c_b`` expected and low (one batch measures no
   spread), with the generation term times g_b high for a trained checkpoint (its completions may have lengthened;
   the start model's were measured), N_b = items x n_samples, L_b the tokens per sequence and c_b the seconds per
-  generated token. A job whose wildcards hold ``benchmark`` evaluates that benchmark; one without it evaluates every
-  benchmark the study evaluates at its (model, method, seed, checkpoint), with one start-up.
+  generated token. A job's benchmarks are its samples files: one under ``evaluation.job_per: benchmark``, all of its
+  (run, checkpoint) under ``checkpoint``, which pay one start-up for all of them.
 
 From the prediction: a proposed time limit per rule and model (``time_limit_minutes``: the longest high times the
 study's ``calibration.time_limit_margin``) and the time windows a training job needs at a given limit
@@ -39,8 +39,9 @@ from typing import Any
 from pipeline.core.io import InputError, canonical_json
 from pipeline.core.layout import START_CHECKPOINT
 from pipeline.study.config import Study
+from pipeline.study.cost import EVALUATE_RULES
 
-CALIBRATED_RULES = ("train", "evaluate")
+CALIBRATED_RULES = ("train", *EVALUATE_RULES)
 # Under the study's results_dir (beside pipeline/core/layout.py's names, kept out of it: a change there reruns every
 # training and evaluation, whose code digests cover that module)
 CALIBRATION_FILE = "calibration.json"  # written by pipeline.calibrate; read by the preflight, the planner, the report
@@ -167,17 +168,6 @@ class Prediction:
     gpus: int
 
 
-def job_benchmarks(study: Study, wildcards: Mapping[str, str]) -> list[str]:
-    """The benchmarks an evaluation job serves: its ``benchmark`` wildcard, else every benchmark the study evaluates
-    at its (model, method, seed, checkpoint)."""
-    if "benchmark" in wildcards:
-        return [wildcards["benchmark"]]
-    keys = ("model", "method", "seed", "checkpoint")
-    return [
-        job["benchmark"] for job in study.evaluations() if all(str(job[key]) == str(wildcards[key]) for key in keys)
-    ]
-
-
 def predict_train(study: Study, calibration: Mapping[str, Any] | None, wildcards: Mapping[str, str]) -> Range | None:
     """A training job's seconds (module docstring); None when its (model, method) was not measured as configured."""
     model, method = wildcards["model"], wildcards["method"]
@@ -194,16 +184,20 @@ def predict_train(study: Study, calibration: Mapping[str, Any] | None, wildcards
 
 
 def predict_evaluate(
-    study: Study, calibration: Mapping[str, Any] | None, wildcards: Mapping[str, str], items: Mapping[str, int | None]
+    study: Study,
+    calibration: Mapping[str, Any] | None,
+    wildcards: Mapping[str, str],
+    benchmarks: Sequence[str],
+    items: Mapping[str, int | None],
 ) -> Range | None:
-    """An evaluation job's seconds (module docstring); None when its model, or a benchmark, was not measured as
-    configured or a benchmark's item count is unknown."""
+    """An evaluation job's seconds on its ``benchmarks`` (module docstring); None when its model, or a benchmark, was
+    not measured as configured or a benchmark's item count is unknown."""
     measured = (calibration or {}).get("evaluate", {}).get(wildcards["model"])
     if measured is None or measured["settings"] != evaluate_settings(study, wildcards["model"]):
         return None
     spec = study.evaluation.spec
     total = Range(measured["startup_s"], measured["startup_s"], measured["startup_s"])
-    for benchmark in job_benchmarks(study, wildcards):
+    for benchmark in benchmarks:
         batch = measured["benchmarks"].get(benchmark)
         if batch is None or items.get(benchmark) is None:
             return None
@@ -222,13 +216,15 @@ def predict_job(
     calibration: Mapping[str, Any] | None,
     rule: str,
     wildcards: Mapping[str, str],
+    benchmarks: Sequence[str],
     items: Mapping[str, int | None],
 ) -> Range | None:
-    """A job's predicted seconds; None for a rule the calibration does not cover or a job it did not measure."""
+    """A job's predicted seconds (an evaluate job's on its ``benchmarks``: one per samples file); None for a rule the
+    calibration does not cover or a job it did not measure."""
     if rule == "train":
         return predict_train(study, calibration, wildcards)
-    if rule == "evaluate":
-        return predict_evaluate(study, calibration, wildcards, items)
+    if rule in EVALUATE_RULES:
+        return predict_evaluate(study, calibration, wildcards, benchmarks, items)
     return None
 
 
@@ -302,7 +298,7 @@ def summarize(
 @dataclass(frozen=True)
 class Actual:
     """One finished job's wall seconds from Snakemake's benchmark file ``<benchmarks>/<rule>/<labels...>.tsv`` (a
-    rule without wildcards: ``<benchmarks>/<rule>.tsv``)."""
+    rule without wildcards: ``<benchmarks>/<rule>.tsv``; every evaluate rule writes under ``evaluate/``)."""
 
     rule: str
     labels: tuple[str, ...]
@@ -337,19 +333,6 @@ def labels_match(labels: Sequence[str], wildcards: Mapping[str, str]) -> bool:
         else:
             return False
     return True
-
-
-def evaluation_jobs(study: Study, labels: Iterable[Sequence[str]]) -> list[dict[str, str]]:
-    """The study's evaluation jobs as the benchmark files name them: one per (run, checkpoint, benchmark) when the
-    files carry a benchmark, else one per (run, checkpoint) serving its benchmarks."""
-    per_benchmark = [{key: str(value) for key, value in job.items()} for job in study.evaluations()]
-    per_checkpoint: dict[str, dict[str, str]] = {}
-    for job in per_benchmark:
-        served = {key: value for key, value in job.items() if key != "benchmark"}
-        per_checkpoint.setdefault(canonical_json(served), served)
-    if any(labels_match(label, job) for label in labels for job in per_checkpoint.values()):
-        return list(per_checkpoint.values())
-    return per_benchmark
 
 
 def load_calibration(path: Path) -> dict[str, Any] | None:
@@ -394,11 +377,18 @@ class RuleComparison:
         return self.actual_measured_hours / self.predicted_hours.expected
 
 
-def rule_jobs(study: Study, rule: str, labels: list[tuple[str, ...]]) -> list[dict[str, str]]:
-    """A calibrated rule's jobs, as wildcard values: the runs for train, ``evaluation_jobs`` for evaluate."""
-    if rule == "train":
-        return [{key: str(value) for key, value in run.items()} for run in study.runs()]
-    return evaluation_jobs(study, labels)
+def benchmarked_jobs(study: Study, directory: str) -> list[tuple[str, dict[str, str], tuple[str, ...]]]:
+    """The study's calibrated jobs whose benchmark files lie under ``<benchmarks>/<directory>/``, as (rule, wildcard
+    values, benchmarks): the runs under ``train``; under ``evaluate``, every evaluate rule's jobs (their files share
+    it), whichever ``evaluation.job_per`` made them (``Study.evaluation_jobs``)."""
+    if directory == "train":
+        return [("train", {key: str(value) for key, value in run.items()}, ()) for run in study.runs()]
+    if directory == "evaluate":
+        return [
+            (rule, {key: str(value) for key, value in wildcards.items()}, benchmarks)
+            for rule, wildcards, benchmarks in study.evaluation_jobs()
+        ]
+    return []
 
 
 def compare(
@@ -410,15 +400,14 @@ def compare(
     for rule in sorted({actual.rule for actual in actuals}):
         found = [actual for actual in actuals if actual.rule == rule]
         predicted, actual_measured, measured = ZERO, 0.0, 0
-        if rule in CALIBRATED_RULES:
-            jobs = rule_jobs(study, rule, [actual.labels for actual in found])
-            for actual in found:
-                wildcards = next((job for job in jobs if labels_match(actual.labels, job)), None)
-                seconds = None if wildcards is None else predict_job(study, calibration, rule, wildcards, items)
-                if seconds is not None:
-                    predicted += seconds.scaled(1 / 3600)
-                    actual_measured += actual.seconds / 3600
-                    measured += 1
+        jobs = benchmarked_jobs(study, rule)
+        for actual in found:
+            job = next((job for job in jobs if labels_match(actual.labels, job[1])), None)
+            seconds = None if job is None else predict_job(study, calibration, *job, items)
+            if seconds is not None:
+                predicted += seconds.scaled(1 / 3600)
+                actual_measured += actual.seconds / 3600
+                measured += 1
         comparisons.append(
             RuleComparison(
                 rule=rule,

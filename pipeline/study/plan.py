@@ -97,7 +97,7 @@ def expected_cost(
             job.rule,
             job.wildcards,
             job.gpus * job.nodes,
-            calibrated.predict_job(study, calibration, job.rule, job.wildcards, items),
+            calibrated.predict_job(study, calibration, job.rule, job.wildcards, job.benchmarks, items),
         )
         for job in jobs
     ]

@@ -56,12 +56,24 @@ def test_benchmark_files_match_jobs_by_their_wildcard_values_in_either_evaluatio
     assert calibration.labels_match(("final", "seed0", "grpo", "tiny"), job)  # no fixed order
     assert not calibration.labels_match(("tiny", "grpo", "seed1", "final"), job)
     assert not calibration.labels_match(("tiny", "grpo", "seed0", "final", "arith_add"), job)
-    default = study(DEFAULT)
-    per_benchmark = calibration.evaluation_jobs(default, [("tiny", "grpo", "seed0", "final", "arith_add")])
-    per_checkpoint = calibration.evaluation_jobs(default, [("tiny", "grpo", "seed0", "final")])
-    assert len(per_benchmark) == len(default.evaluations()) == 18
-    # 6 runs at final, 2 baselines, 2 GRAIL runs at the step only the token analysis needs
-    assert len(per_checkpoint) == 10 and all("benchmark" not in job for job in per_checkpoint)
+    per_checkpoint = calibration.benchmarked_jobs(study(DEFAULT), "evaluate")
+    per_benchmark = calibration.benchmarked_jobs(
+        load_study([DEFAULT], {"evaluation": {"job_per": "benchmark"}}), "evaluate"
+    )
+    # 6 runs at final and 2 baselines on both benchmarks, 2 GRAIL runs at the step only the token analysis needs
+    assert sorted((rule, len(benchmarks)) for rule, _, benchmarks in per_checkpoint) == [
+        *[("evaluate", 2)] * 8,
+        *[("evaluate_analysed", 1)] * 2,
+    ]
+    assert len(per_benchmark) == 18 and all(rule == "evaluate" for rule, _, _ in per_benchmark)
+    file = ("tiny", "grail", "seed0", "step-125")
+    assert [job for job in per_checkpoint if calibration.labels_match(file, job[1])] == [
+        (
+            "evaluate_analysed",
+            {"model": "tiny", "method": "grail", "seed": "0", "checkpoint": "step-125"},
+            ("arith_add",),
+        )
+    ]
 
 
 def synthetic_calibration(
@@ -101,9 +113,9 @@ def test_an_evaluation_job_per_checkpoint_starts_its_engine_once_for_all_its_ben
     record = synthetic_calibration(default, step_s=1, startup_s=10, tokens=20, seconds_per_token=0.001)
     items = {name: plan.benchmark_items(name, spec) for name, spec in default.benchmarks.items()}
     job = {"model": "tiny", "method": "grpo", "seed": "0", "checkpoint": "final"}
-    one_job = calibration.predict_job(default, record, "evaluate", job, items)
+    one_job = calibration.predict_job(default, record, "evaluate", job, tuple(default.benchmarks), items)
     per_benchmark = [
-        calibration.predict_job(default, record, "evaluate", {**job, "benchmark": name}, items)
+        calibration.predict_job(default, record, "evaluate", {**job, "benchmark": name}, (name,), items)
         for name in default.benchmarks
     ]
     # 400 and 200 items x 4 samples x 20 tokens x 1 ms = 32 s + 16 s of generation, one 10 s start-up
@@ -112,9 +124,11 @@ def test_an_evaluation_job_per_checkpoint_starts_its_engine_once_for_all_its_ben
     # a trained checkpoint's completions may lengthen (1.5x: 30 of the 40 new tokens); the start model's were measured
     assert one_job.high == pytest.approx(10 + 1.5 * 48)
     base = {"model": "tiny", "method": "base", "seed": "0", "checkpoint": "start"}
-    assert calibration.predict_job(default, record, "evaluate", base, items).high == pytest.approx(10 + 48)
+    start = calibration.predict_job(default, record, "evaluate", base, tuple(default.benchmarks), items)
+    assert start.high == pytest.approx(10 + 48)
     # 250 steps of 1 s, 10 s fixed
-    train = calibration.predict_job(default, record, "train", {"model": "tiny", "method": "grail", "seed": "1"}, items)
+    run = {"model": "tiny", "method": "grail", "seed": "1"}
+    train = calibration.predict_job(default, record, "train", run, (), items)
     assert train == calibration.Range(260, 260, 10 + 250 * 1.25)
 
 
@@ -212,7 +226,7 @@ def test_the_report_puts_the_prediction_beside_the_actuals_and_says_not_measured
     }
     assert "Prediction: measured:" in section
     assert rows["train"][-1].strip(" |") == "1 of 4 jobs"  # the GRPO run; the other methods were not calibrated
-    evaluations = len(ci_study().evaluations())  # one model: its one probe measures every evaluation
+    evaluations = len(ci_study().evaluation_jobs())  # one model: its one probe measures every evaluation
     assert rows["evaluate"][-1].strip(" |") == f"{evaluations} of {evaluations} jobs"
     assert float(rows["train"][5]) > 0 and float(rows["evaluate"][5]) > 0  # actual / predicted
     assert rows["report"][-1].strip(" |") == "not calibrated"
