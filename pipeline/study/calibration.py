@@ -368,6 +368,7 @@ class RuleComparison:
     measured_jobs: int
     predicted_hours: Range | None
     actual_measured_hours: float
+    unplanned: int  # benchmark files of no job of the plan, left out
 
     @property
     def ratio(self) -> float | None:
@@ -395,14 +396,19 @@ def compare(
     study: Study, calibration: Mapping[str, Any] | None, actuals: list[Actual], items: Mapping[str, int | None]
 ) -> list[RuleComparison]:
     """Per rule with benchmark files: actual hours, and for the calibrated rules the prediction of every job whose
-    file matches it (``labels_match``) beside the actual hours of those jobs."""
+    file matches it (``labels_match``) beside the actual hours of those jobs. A calibrated rule's file that matches no
+    job of the plan (left by an earlier plan, e.g. before ``evaluation.job_per`` changed) is counted apart."""
     comparisons = []
     for rule in sorted({actual.rule for actual in actuals}):
-        found = [actual for actual in actuals if actual.rule == rule]
-        predicted, actual_measured, measured = ZERO, 0.0, 0
         jobs = benchmarked_jobs(study, rule)
-        for actual in found:
+        found, unplanned = [], 0
+        predicted, actual_measured, measured = ZERO, 0.0, 0
+        for actual in (actual for actual in actuals if actual.rule == rule):
             job = next((job for job in jobs if labels_match(actual.labels, job[1])), None)
+            if jobs and job is None:
+                unplanned += 1
+                continue
+            found.append(actual)
             seconds = None if job is None else predict_job(study, calibration, *job, items)
             if seconds is not None:
                 predicted += seconds.scaled(1 / 3600)
@@ -416,6 +422,7 @@ def compare(
                 measured_jobs=measured,
                 predicted_hours=predicted if measured else None,
                 actual_measured_hours=actual_measured,
+                unplanned=unplanned,
             )
         )
     return comparisons
@@ -438,6 +445,8 @@ def comparison_rows(
     for row in compare(study, calibration, actuals, items):
         predicted = row.predicted_hours
         status = f"{row.measured_jobs} of {row.jobs} jobs" if predicted else NOT_MEASURED
+        if row.unplanned:
+            status += f" ({row.unplanned} files of no planned job left out)"
         rows.append(
             {
                 "rule": row.rule,

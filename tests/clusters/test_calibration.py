@@ -131,6 +131,18 @@ def test_an_evaluation_job_per_checkpoint_starts_its_engine_once_for_all_its_ben
     train = calibration.predict_job(default, record, "train", run, (), items)
     assert train == calibration.Range(260, 260, 10 + 250 * 1.25)
 
+    # a finished study's benchmark files against the prediction: the per-checkpoint job's file is compared (60 s
+    # against 58 s predicted), a per-benchmark file of an earlier plan is left out, other rules are not calibrated
+    actuals = [
+        calibration.Actual("evaluate", ("tiny", "grpo", "seed0", "final"), 60.0),
+        calibration.Actual("evaluate", ("tiny", "grpo", "seed0", "final", "arith_add"), 30.0),
+        calibration.Actual("report", (), 3.0),
+    ]
+    evaluate, report = calibration.compare(default, record, actuals, items)
+    assert (evaluate.jobs, evaluate.measured_jobs, evaluate.unplanned) == (1, 1, 1)
+    assert evaluate.ratio == pytest.approx(60 / 58)
+    assert (report.rule, report.jobs, report.predicted_hours) == ("report", 1, None)
+
 
 def test_the_preflight_cost_table_shows_expected_beside_the_bound_and_says_what_is_measured(tmp_path: Path) -> None:
     paper = study(PAPER)
