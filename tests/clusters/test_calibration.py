@@ -224,7 +224,7 @@ def test_the_report_puts_the_prediction_beside_the_actuals_and_says_not_measured
 ) -> None:
     snakemake = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
     result = subprocess.run(
-        [*snakemake, "--directory", str(calibrated_study), "--cores", "1", *CI_CONFIG_FILES, "results/report.md"],
+        [*snakemake, "results/report.md", "--directory", str(calibrated_study), "--cores", "1", *CI_CONFIG_FILES],
         capture_output=True,
         text=True,
         timeout=600,
