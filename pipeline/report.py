@@ -399,8 +399,9 @@ def cost_section(config: dict[str, Any], benchmarks_dir: Path, calibration_path:
         return f"No benchmark files under {benchmarks_dir}: no actual wall times."
     return (
         "Wall time per rule (job-hours, summed over its jobs): actual from Snakemake's benchmark files, predicted "
-        'from the calibration for training and evaluation (docs/cluster.md, "Calibrating the cost"). '
-        f"Prediction: {source}.\n\n{markdown_table(rows, tuple(rows[0]))}"
+        'from the calibration for training and evaluation (docs/cluster.md, "Calibrating the cost"). A job\'s CPU '
+        "time well below its wall time (one thread a job) says the machine was shared while it ran, which the "
+        f"prediction does not know. Prediction: {source}.\n\n{markdown_table(rows, tuple(rows[0]))}"
     )
 
 

@@ -303,6 +303,7 @@ class Actual:
     rule: str
     labels: tuple[str, ...]
     seconds: float
+    cpu_seconds: float = 0.0  # ``cpu_time``: below ``seconds`` x the job's threads when the machine was shared
 
 
 def read_actuals(benchmarks_dir: Path) -> list[Actual]:
@@ -315,7 +316,8 @@ def read_actuals(benchmarks_dir: Path) -> list[Actual]:
             rows = list(csv.DictReader(handle, delimiter="\t"))
         if not rows or "s" not in rows[-1]:
             raise InputError(f"{path}: not a Snakemake benchmark file (no 's' column)")
-        actuals.append(Actual(parts[0], parts[1:], float(rows[-1]["s"])))
+        cpu = rows[-1].get("cpu_time") or "0"
+        actuals.append(Actual(parts[0], parts[1:], float(rows[-1]["s"]), float(cpu) if cpu != "NA" else 0.0))
     return actuals
 
 
@@ -368,6 +370,7 @@ class RuleComparison:
     measured_jobs: int
     predicted_hours: Range | None
     actual_measured_hours: float
+    cpu_measured_hours: float  # the CPU time of those jobs (Snakemake's cpu_time)
     unplanned: int  # benchmark files of no job of the plan, left out
 
     @property
@@ -402,7 +405,7 @@ def compare(
     for rule in sorted({actual.rule for actual in actuals}):
         jobs = benchmarked_jobs(study, rule)
         found, unplanned = [], 0
-        predicted, actual_measured, measured = ZERO, 0.0, 0
+        predicted, actual_measured, cpu_measured, measured = ZERO, 0.0, 0.0, 0
         for actual in (actual for actual in actuals if actual.rule == rule):
             job = next((job for job in jobs if labels_match(actual.labels, job[1])), None)
             if jobs and job is None:
@@ -413,6 +416,7 @@ def compare(
             if seconds is not None:
                 predicted += seconds.scaled(1 / 3600)
                 actual_measured += actual.seconds / 3600
+                cpu_measured += actual.cpu_seconds / 3600
                 measured += 1
         comparisons.append(
             RuleComparison(
@@ -422,6 +426,7 @@ def compare(
                 measured_jobs=measured,
                 predicted_hours=predicted if measured else None,
                 actual_measured_hours=actual_measured,
+                cpu_measured_hours=cpu_measured,
                 unplanned=unplanned,
             )
         )
@@ -456,6 +461,7 @@ def comparison_rows(
                 if predicted is None
                 else f"{predicted.expected:.3f} ({predicted.low:.3f}-{predicted.high:.3f})",
                 "actual h of those jobs": f"{row.actual_measured_hours:.3f}" if predicted else "–",
+                "their CPU h": f"{row.cpu_measured_hours:.3f}" if predicted else "–",
                 "actual / predicted": "–" if row.ratio is None else f"{row.ratio:.2f}",
                 "prediction": status if row.rule in CALIBRATED_RULES else "not calibrated",
             }

@@ -233,15 +233,15 @@ def test_the_report_puts_the_prediction_beside_the_actuals_and_says_not_measured
     assert result.returncode == 0, result.stderr[-3000:]
     report = (calibrated_study / "results" / "report.md").read_text()
     section = report.split("## Cost: predicted and actual", 1)[1].split("##", 1)[0]
-    rows = {
-        line.split(" | ")[0].strip("| "): line.split(" | ") for line in section.splitlines() if line.startswith("|")
-    }
+    header, _, *lines = [line.strip("|").split(" | ") for line in section.splitlines() if line.startswith("|")]
+    rows = {cells[0].strip(): dict(zip([name.strip() for name in header], cells, strict=True)) for cells in lines}
     assert "Prediction: measured:" in section
-    assert rows["train"][-1].strip(" |") == "1 of 4 jobs"  # the GRPO run; the other methods were not calibrated
+    assert rows["train"]["prediction"].strip() == "1 of 4 jobs"  # the GRPO run; the other methods were not calibrated
     evaluations = len(ci_study().evaluation_jobs())  # one model: its one probe measures every evaluation
-    assert rows["evaluate"][-1].strip(" |") == f"{evaluations} of {evaluations} jobs"
-    assert float(rows["train"][5]) > 0 and float(rows["evaluate"][5]) > 0  # actual / predicted
-    assert rows["report"][-1].strip(" |") == "not calibrated"
+    assert rows["evaluate"]["prediction"].strip() == f"{evaluations} of {evaluations} jobs"
+    assert float(rows["train"]["actual / predicted"]) > 0 and float(rows["evaluate"]["actual / predicted"]) > 0
+    assert float(rows["train"]["their CPU h"]) > 0
+    assert rows["report"]["prediction"].strip() == "not calibrated"
 
     without = cost_section(ci_study().config, calibrated_study / "results" / BENCHMARKS_DIR, None)
     assert "Prediction: not measured: no calibration" in without
