@@ -20,7 +20,7 @@ from pipeline.study import calibration, cost, plan
 from pipeline.study.calibration import BENCHMARKS_DIR, CALIBRATION_FILE
 from pipeline.study.config import Study
 from pipeline.study.load import load_study
-from tests.shared_studies import CI_CONFIG, CI_CONFIG_FILES, PLUGIN_CONFIG, with_examples
+from tests.shared_studies import CI_CONFIG, CI_CONFIG_FILES, EXAMPLES_DIR, PLUGIN_CONFIG, with_examples
 
 from .conftest import REPO, study
 
@@ -220,8 +220,9 @@ def test_calibrate_measures_training_steps_and_evaluation_batches_of_the_study(c
 
 
 def test_the_report_puts_the_prediction_beside_the_actuals_and_says_not_measured_without_one(
-    calibrated_study: Path,
+    calibrated_study: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLES_DIR))  # the CI study's out-of-tree method, examples.halfway
     snakemake = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
     result = subprocess.run(
         [*snakemake, "results/report.md", "--directory", str(calibrated_study), "--cores", "1", *CI_CONFIG_FILES],
