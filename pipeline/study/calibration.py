@@ -303,7 +303,9 @@ class Actual:
     rule: str
     labels: tuple[str, ...]
     seconds: float
-    cpu_seconds: float = 0.0  # ``cpu_time``: below ``seconds`` x the job's threads when the machine was shared
+    # ``cpu_time``: below ``seconds`` x the job's threads when the machine was shared (Snakemake samples it while the
+    # job runs, so a job of seconds shows less than it used)
+    cpu_seconds: float = 0.0
 
 
 def read_actuals(benchmarks_dir: Path) -> list[Actual]:
