@@ -14,8 +14,8 @@ from typing import Any
 from pipeline.core.io import InputError
 from pipeline.core.repo import REPO_DIR
 from pipeline.study import cost
+from pipeline.study.benchmark_sizes import benchmark_items
 from pipeline.study.config import Study
-from pipeline.tasks.benchmarks import SOURCE_FORMATS, read_subset_ids
 
 DEEPMATH_DEFAULTS = {"hub_id": "trl-lib/DeepMath-103K", "revision": "main"}  # pipeline.prepare_data's defaults
 
@@ -54,23 +54,6 @@ def plan(profile: Path | None, configfile: Path, extra: list[str]) -> list[cost.
     if result.returncode != 0:
         raise InputError(f"the dry run of {configfile} failed:\n{(result.stdout + result.stderr)[-3000:]}")
     return parse_plan(result.stdout)
-
-
-def benchmark_items(name: str, spec: dict[str, Any]) -> int | None:
-    """Items a benchmark evaluates: generated count, subset ids, the source's subset size or its row count."""
-    if spec.get("kind") == "generated":
-        return int(spec["generated"]["count"])
-    ids_file = REPO_DIR / spec["subset_ids_file"] if spec.get("subset_ids_file") else None
-    if ids_file is not None and ids_file.is_file():
-        return len(read_subset_ids(ids_file))
-    local = REPO_DIR / "eval_data" / f"{name}.jsonl"
-    if local.exists():
-        return sum(1 for _ in local.open())
-    source = SOURCE_FORMATS.get(spec.get("kind", ""))
-    if source is None:
-        return None
-    size = spec.get("subset_size", source.subset_size)
-    return min(size, source.rows) if size and source.rows else size or source.rows
 
 
 def estimate(study: Study, jobs: list[cost.PlannedJob], concurrent_gpus: int) -> dict[str, Any]:

@@ -82,8 +82,8 @@ from pipeline.stats.metrics import group_by_item, parse_samples_path
 from pipeline.stats.seed_aware import stratified_permutation_pvalues
 from pipeline.stats.variance import ItemCounts, run_item_variance, stack_seeds, variance_table
 from pipeline.study import cost
+from pipeline.study.benchmark_sizes import benchmark_items
 from pipeline.study.load import load_study
-from pipeline.study.plan import benchmark_items
 
 ALPHA = 0.05
 TARGET_POWER = 0.8
