@@ -51,12 +51,17 @@ def gpu_hours(job: PlannedJob) -> float:
 
 
 def rule_costs(jobs: Iterable[PlannedJob]) -> dict[str, dict[str, float | int]]:
-    """Per rule: jobs, GPUs per job (the largest), longest time limit (h), and the GPU-hour bound (sum)."""
+    """Per rule: jobs, GPUs per job (the largest, and the smallest: evaluation jobs sized to their work differ),
+    longest time limit (h), and the GPU-hour bound (sum)."""
     table: dict[str, dict[str, float | int]] = {}
     for job in jobs:
-        row = table.setdefault(job.rule, {"jobs": 0, "gpus_per_job": 0, "max_hours": 0.0, "gpu_hours": 0.0})
+        gpus = job.gpus * job.nodes
+        row = table.setdefault(
+            job.rule, {"jobs": 0, "gpus_per_job": 0, "min_gpus_per_job": gpus, "max_hours": 0.0, "gpu_hours": 0.0}
+        )
         row["jobs"] += 1
-        row["gpus_per_job"] = max(row["gpus_per_job"], job.gpus * job.nodes)
+        row["gpus_per_job"] = max(row["gpus_per_job"], gpus)
+        row["min_gpus_per_job"] = min(row["min_gpus_per_job"], gpus)
         row["max_hours"] = max(row["max_hours"], job.runtime / 60)
         row["gpu_hours"] += gpu_hours(job)
     return table

@@ -94,8 +94,7 @@ def data_parallel_engines(sequences: int | None, per_engine: int, most: int) -> 
 
 def sized_layout(parameters: int, sequences: int | None, sizing: GpuSizing, utilization: float) -> EngineLayout:
     """The sized layout of a job generating ``sequences`` with a model of ``parameters`` (module docstring), and
-    why, e.g. "8.0 GB bf16 + 16 GB KV cache fit one 80 GB GPU at 0.95 utilization: TP1 x DP4 for 3,726 sequences
-    (256 an engine, at most 4 GPUs)".
+    why, e.g. "8.0 GB bf16 + 16 GB KV cache fit one 80 GB GPU at 0.95 utilization: TP1 x DP4 for 3,726 sequences".
 
     ValueError when the model needs more GPUs an engine than ``max_gpus`` (``Study`` refuses such a config first,
     naming the key).
@@ -118,8 +117,17 @@ def sized_layout(parameters: int, sequences: int | None, sizing: GpuSizing, util
         tensor,
         engines,
         f"{weights:.1f} GB bf16 + {sizing.kv_cache_gb:g} GB KV cache {fits} at {utilization:g} utilization: "
-        f"{layout_label(tensor, engines)} for {work} ({sizing.sequences_per_engine} an engine, "
-        f"at most {sizing.max_gpus} GPUs)",
+        f"{layout_label(tensor, engines)} for {work}",
+    )
+
+
+def sizing_summary(sizing: GpuSizing) -> str:
+    """The layout choice and, when sized, its assumptions in a few words (the preflight's heading)."""
+    if sizing.layout == "fixed":
+        return "layout fixed"
+    return (
+        f"layout sized: {sizing.gpu_memory_gb:g} GB GPUs, one engine per {sizing.sequences_per_engine} sequences, "
+        f"at most {sizing.max_gpus} GPUs a job"
     )
 
 

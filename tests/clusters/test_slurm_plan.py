@@ -108,7 +108,8 @@ def test_sbatch_lines_of_a_training_and_an_evaluation_job_carry_the_config_reque
     for rule in ("train", "evaluate"):
         attempts = [call for call in calls if call["--comment"].startswith(f"rule_{rule}_wildcards_")]
         assert len(attempts) == retries + 1, f"{rule}: {attempts}"
-        wanted = paper.resources(rule, model)
+        job = {"model": model, "method": "base", "seed": seed, "checkpoint": "start", "benchmark": benchmark}
+        wanted = paper.resources(rule, model, job if rule == "evaluate" else None)  # evaluate: its sized GPUs
         for attempt, call in enumerate(attempts, start=1):
             assert call["--gpus"] == str(wanted.gpus)
             assert call["--cpus-per-task"] == str(wanted.cpus)

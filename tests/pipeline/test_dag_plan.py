@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.study import plan
+from pipeline.study.load import load_study
+
 REPO = Path(__file__).resolve().parents[2]
 SNAKEFILE = REPO / "Snakefile"
 
@@ -83,6 +86,30 @@ def test_paper_config_plans_the_full_study(tmp_path: Path) -> None:
     train = next(line for line in result.stdout.splitlines() if "pipeline.train --model Qwen/Qwen3-8B" in line)
     assert "pipeline.launch --gpus 4 --nodes 1 --engine auto --" in train and "--model-revision main" in train
     assert "--export-steps 50 100 150" in train
+    # the GPUs each evaluate job asks for are its sized engine layout (pipeline.study.gpu_sizing), and the cost
+    # table the preflight prints lists them per model with the reason
+    study = load_study([REPO / "configs" / "paper.yaml"])
+    jobs = plan.parse_plan(result.stdout)
+    evaluations = [job for job in jobs if job.rule == "evaluate"]
+    assert [job.gpus for job in evaluations] == [study.evaluation_layout(job.wildcards).gpus for job in evaluations]
+    assert {job.wildcards["benchmark"]: job.gpus for job in evaluations} == {
+        "math500": 4,  # 1,500 sequences
+        "minerva": 4,  # 816
+        "olympiadbench": 3,  # 600
+        "collegemath": 3,
+        "aime24": 1,  # 90: one engine
+        "amc23": 1,  # 120
+    }
+    table = plan.cost_table(plan.estimate(study, jobs, concurrent_gpus=16))
+    assert (
+        "GPUs per evaluation job (layout sized: 80 GB GPUs, one engine per 256 sequences, at most 4 GPUs a job):"
+        in table
+    )
+    assert (
+        "  qwen3_4b: 1 GPU a job, 4 jobs on aime24; 8.0 GB bf16 + 16 GB KV cache fit one 80 GB GPU at 0.95 "
+        "utilization: TP1 x DP1 for 90 sequences"
+    ) in table.splitlines()
+    assert re.search(r"^evaluate\s+135\s+1-4\s", table, flags=re.MULTILINE)  # GPUs a job: 1 to 4
 
 
 def test_default_config_plans_every_rule(tmp_path: Path) -> None:
