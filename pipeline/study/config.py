@@ -422,28 +422,30 @@ class Study:
             raise InputError(f"no evaluation of the study matches the evaluate job {wanted}")
         return list(dict.fromkeys(benchmarks))
 
-    def evaluation_sequences(self, job: Mapping[str, Any]) -> int | None:
-        """Sequences an evaluate job generates: n_samples x the items of its benchmarks (None: a size unknown)."""
-        items = [self.benchmark_sizes[name] for name in self.evaluation_benchmarks(job)]
-        return None if None in items else self.evaluation.spec["n_samples"] * sum(items)
+    def evaluation_sequences(self, job: Mapping[str, Any], generations: Mapping[str, int] | None = None) -> int | None:
+        """Sequences an evaluate job generates: the generations (items x n_samples) of its benchmarks, the study's
+        or ``generations`` (the planner's alternatives); None when a benchmark's size is unknown."""
+        if generations is None:
+            samples = self.evaluation.spec["n_samples"]
+            generations = {name: items and samples * items for name, items in self.benchmark_sizes.items()}
+        counts = [generations[name] for name in self.evaluation_benchmarks(job)]
+        return None if None in counts else sum(counts)
 
-    def evaluation_layout(self, job: Mapping[str, Any]) -> EngineLayout:
+    def evaluation_layout(self, job: Mapping[str, Any], generations: Mapping[str, int] | None = None) -> EngineLayout:
         """The vLLM engines of an evaluate job and why (pipeline.study.gpu_sizing): ``evaluation.vllm``'s under the
-        fixed layout; under the sized one, from its model's parameters and the sequences it generates."""
+        fixed layout (and off the vllm backend); under the sized one, from its model's parameters and the sequences it generates (with the
+        study's generations per benchmark, or ``generations``)."""
         vllm = self.evaluation.spec["vllm"]
-        if self.evaluation.gpu_sizing.layout == "fixed":
+        if self.evaluation.spec["backend"] != "vllm" or self.evaluation.gpu_sizing.layout == "fixed":
             return fixed_layout(vllm)
         parameters = parameter_count(self.config["models"][str(job["model"])])
-        return sized_layout(
-            parameters, self.evaluation_sequences(job), self.evaluation.gpu_sizing, engine_utilization(vllm)
-        )
+        sequences = self.evaluation_sequences(job, generations)
+        return sized_layout(parameters, sequences, self.evaluation.gpu_sizing, engine_utilization(vllm))
 
     def evaluation_spec(self, job: Mapping[str, Any]) -> dict[str, Any]:
         """EVAL_SPEC of one evaluate job: ``evaluation.spec`` with the job's engine layout (the same spec for every
         job unless the layout is sized on the vllm backend), so the engines it starts use the GPUs it asked for."""
         spec = self.evaluation.spec
-        if spec["backend"] != "vllm" or self.evaluation.gpu_sizing.layout == "fixed":
-            return spec
         layout = self.evaluation_layout(job)
         vllm = {
             **spec["vllm"],

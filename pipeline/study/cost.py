@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipeline.runtime.disk_space import checkpoint_bytes
@@ -131,6 +131,7 @@ def scaled_gpu_hours(
     generations: Mapping[str, int],
     configured_generations: Mapping[str, int],
     baseline: str,
+    evaluation_gpus: Callable[[PlannedJob], int] | None = None,
 ) -> float:
     """The GPU-hour bound of the planned study with ``seeds_factor`` times its training seeds and ``generations``
     (items x samples per item) per benchmark instead of ``configured_generations`` (the planner's alternatives).
@@ -138,13 +139,17 @@ def scaled_gpu_hours(
     A job of a trained run (a ``seed`` wildcard, method not ``baseline``: training, its evaluations, its token
     analysis) counts seeds_factor times. Every evaluation job has the same time limit, sized for the largest
     configured evaluation; a benchmark's limit grows only when its generations pass that one's:
-    hours x max(1, generations_b / max_b' configured_generations_b').
+    hours x max(1, generations_b / max_b' configured_generations_b'). ``evaluation_gpus``: the GPUs an evaluation
+    job asks for under ``generations`` (a layout sized to the work grows with them: ``Study.evaluation_gpus``);
+    None: the planned ones.
     """
     largest = max(configured_generations.values())
     total = 0.0
     for job in jobs:
         hours = gpu_hours(job)
         benchmark = job.wildcards.get("benchmark")
+        if job.rule == "evaluate" and evaluation_gpus is not None:
+            hours = gpu_hours(replace(job, gpus=evaluation_gpus(job)))
         if job.rule == "evaluate" and benchmark in generations:
             hours *= max(1.0, generations[benchmark] / largest)
         if "seed" in job.wildcards and job.wildcards.get("method") != baseline:

@@ -3,6 +3,7 @@ layout, spec and resources agreeing, and the config checks that name their key."
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from pipeline.core.io import InputError
 from pipeline.evaluation.eval_spec import EvalSpec
 from pipeline.evaluation.vllm_backend import vllm_engine_kwargs
-from pipeline.study import gpu_sizing
+from pipeline.study import cost, gpu_sizing, power_analysis
 from pipeline.study.gpu_sizing import GpuSizing, fixed_layout, sized_layout
 from pipeline.study.load import load_study
 
@@ -115,3 +116,21 @@ def test_a_declared_parameter_count_sizes_a_model_whose_hub_id_does_not_say_it()
     study = load_study([PAPER], {"models": {"qwen3_4b": {"path": "Org/Mystery-Model", "parameters": 32_000_000_000}}})
     job = {"model": "qwen3_4b", "method": "grpo", "seed": 42, "checkpoint": "final"}
     assert study.evaluation_layout(job).reason.startswith("64.0 GB bf16 + 16 GB KV cache need 2 80 GB GPUs")
+
+
+def test_the_planner_prices_an_alternative_with_the_layout_its_generations_need() -> None:
+    """16 samples on AIME24 (480 sequences) and AMC23 (640): their sized jobs ask for 2 and 3 GPUs instead of 1; a
+    job whose GPUs are set keeps them."""
+    paper = load_study([PAPER])
+    configured, _ = power_analysis.configured_design(PAPER)
+    more = dataclasses.replace(configured, samples={**configured.samples, "aime24": 16, "amc23": 16})
+    jobs = [
+        cost.PlannedJob("evaluate", {k: str(v) for k, v in e.items()}, gpus=paper.evaluation_layout(e).gpus, runtime=60)
+        for e in paper.evaluations()
+    ]
+    hours = power_analysis.design_gpu_hours(jobs, configured, configured, paper)
+    assert hours == sum(job.gpus for job in jobs)  # one hour each
+    small = len([job for job in jobs if job.wildcards["benchmark"] == "aime24"])  # as many on amc23
+    assert power_analysis.design_gpu_hours(jobs, configured, more, paper) == hours + small * (2 - 1) + small * (3 - 1)
+    pinned = [dataclasses.replace(job, gpus=8) for job in jobs]  # not the layout's: kept
+    assert power_analysis.design_gpu_hours(pinned, configured, more, paper) == 8 * len(jobs)
