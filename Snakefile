@@ -427,47 +427,72 @@ onstart:
         )
 
 
-def evaluate_inputs(wildcards):
-    inputs = {
-        "benchmark": BENCHMARK_FILE.format(benchmark=wildcards.benchmark),
-        # the gold audit: evaluate's log warns about golds the clean grader refuses and upstream accepts
-        "audit": AUDIT.format(benchmark=wildcards.benchmark),
-    }
-    if wildcards.checkpoint != layout.START_CHECKPOINT or built_start_model(wildcards.model):
-        inputs["model"] = model_dir(wildcards.model, wildcards.method, wildcards.seed, wildcards.checkpoint)
+def evaluated_benchmarks(benchmarks):
+    """The benchmarks a job of an evaluate rule samples (`STUDY.evaluate_rules`): the rule's, or its wildcard's."""
+    return lambda wildcards: [wildcards.benchmark] if benchmarks is None else list(benchmarks)
+
+
+def evaluate_inputs(benchmarks_of):
+    def inputs(wildcards):
+        inputs = {}
+        for benchmark in benchmarks_of(wildcards):
+            inputs[f"benchmark_{benchmark}"] = BENCHMARK_FILE.format(benchmark=benchmark)
+            # the gold audit: evaluate's log warns about golds the clean grader refuses and upstream accepts
+            inputs[f"audit_{benchmark}"] = AUDIT.format(benchmark=benchmark)
+        if wildcards.checkpoint != layout.START_CHECKPOINT or built_start_model(wildcards.model):
+            inputs["model"] = model_dir(wildcards.model, wildcards.method, wildcards.seed, wildcards.checkpoint)
+        return inputs
+
     return inputs
 
 
-def evaluate_model_argument(wildcards, input):
-    if "model" in input.keys():
-        return shlex.join(["--model", input.model])
-    return model_argument(wildcards.model)
+def evaluate_arguments(benchmarks_of):
+    """`--model ... --benchmark B --audit A --out SAMPLES` for every benchmark of the job, shell-quoted."""
+
+    def arguments(wildcards, input):
+        model = ["--model", input.model] if "model" in input.keys() else shlex.split(model_argument(wildcards.model))
+        for benchmark in benchmarks_of(wildcards):
+            samples = SAMPLES.format(**{**wildcards, "benchmark": benchmark})
+            model += ["--benchmark", input[f"benchmark_{benchmark}"], "--audit", input[f"audit_{benchmark}"]]
+            model += ["--out", samples]
+        return shlex.join(model)
+
+    return arguments
 
 
-rule evaluate:
-    input:
-        unpack(evaluate_inputs),
-        repairs=force_damaged_outputs,
-    output:
-        samples=SAMPLES,
-        provenance=SAMPLES_PROVENANCE,
-    log:
-        f"{R}/logs/evaluate/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}/{{benchmark}}.log",
-    benchmark:
-        f"{R}/benchmarks/evaluate/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}/{{benchmark}}.tsv"
-    threads: threads_of("evaluate", per_model=True)
-    resources:
-        **resources_of("evaluate", per_model=True),
-    params:
-        model=evaluate_model_argument,
-        spec=canonical_json(STUDY.evaluation.spec),
-        libraries=LIBRARIES,
-        kernels=KERNEL_PIN,
-        code=source_digest("pipeline.evaluate"),
-    shell:
-        "python -m pipeline.evaluate {params.model} --benchmark {input.benchmark:q} --spec {params.spec:q}"
-        " --seed {wildcards.seed} --audit {input.audit:q} --out {output.samples:q}"
-        " > {log:q} 2>&1"
+# One job per (run, checkpoint) on all its benchmarks, or one per benchmark (evaluation.job_per, docs/cluster.md).
+for EVALUATE in STUDY.evaluate_rules():
+    PER_BENCHMARK = "/{benchmark}" if EVALUATE.benchmarks is None else ""
+    EVALUATED = evaluated_benchmarks(EVALUATE.benchmarks)
+    OUTPUT_BENCHMARKS = ["{benchmark}"] if EVALUATE.benchmarks is None else EVALUATE.benchmarks
+
+    rule:
+        name:
+            EVALUATE.name
+        input:
+            unpack(evaluate_inputs(EVALUATED)),
+            repairs=force_damaged_outputs,
+        output:
+            samples=expand(SAMPLES, benchmark=OUTPUT_BENCHMARKS, allow_missing=True),
+            provenance=expand(SAMPLES_PROVENANCE, benchmark=OUTPUT_BENCHMARKS, allow_missing=True),
+        wildcard_constraints:
+            checkpoint=_names(EVALUATE.checkpoints) if EVALUATE.checkpoints else ".+",
+        log:
+            f"{R}/logs/evaluate/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}{PER_BENCHMARK}.log",
+        benchmark:
+            f"{R}/benchmarks/evaluate/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}{PER_BENCHMARK}.tsv"
+        threads: threads_of("evaluate", per_model=True)
+        resources:
+            **resources_of("evaluate", per_model=True),
+        params:
+            arguments=evaluate_arguments(EVALUATED),
+            spec=canonical_json(STUDY.evaluation.spec),
+            libraries=LIBRARIES,
+            kernels=KERNEL_PIN,
+            code=source_digest("pipeline.evaluate"),
+        shell:
+            "python -m pipeline.evaluate {params.arguments} --spec {params.spec:q} --seed {wildcards.seed}"
+            " > {log:q} 2>&1"
 
 
 rule aggregate:

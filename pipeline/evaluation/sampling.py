@@ -60,6 +60,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import os
+import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -70,6 +73,8 @@ from pipeline.core.file_digest import model_identity
 from pipeline.core.io import (
     InputError,
     append_jsonl_whole,
+    atomic_path,
+    atomic_write_json,
     atomic_write_jsonl,
     jsonl_bytes,
     jsonl_rows,
@@ -79,6 +84,7 @@ from pipeline.core.io import (
 from pipeline.core.layout import samples_provenance
 from pipeline.core.progress import progress
 from pipeline.core.provenance import write_provenance
+from pipeline.core.seal import seal_record, write_seal
 from pipeline.evaluation.backends import detect_backend, make_backend
 from pipeline.evaluation.eval_spec import SAMPLE_KEYS, Backend, EvalSpec, Item, Request, Unit
 from pipeline.models.loading import load_tokenizer
@@ -232,6 +238,94 @@ def generate_rows(
     return rows
 
 
+@dataclasses.dataclass(frozen=True)
+class BenchmarkOutput:
+    """One benchmark of an evaluation job and the samples file it fills."""
+
+    benchmark: Path
+    out: Path
+
+
+class SharedBackend:
+    """The job's generation backend, started when the first benchmark has samples to generate and used by every
+    benchmark after it: one engine start-up (model load, vLLM's profiling and warm-up) per job, not per benchmark.
+    Sharing changes no sample: hf samples each unit from its own seed, and vLLM reseeds its workers and resets
+    the prefix cache before every batch (the module docstring)."""
+
+    def __init__(self, model: str, spec: EvalSpec, seed: int, factory: Callable[..., Backend]) -> None:
+        self.model, self.spec, self.seed, self.factory = model, spec, seed, factory
+        self.name = detect_backend(spec.backend)
+        self.backend: Backend | None = None
+        self.tokenizer: Any = None
+        self.startups = 0
+
+    def load_tokenizer(self) -> Any:
+        """The model's tokenizer, loaded once (first: a bad model path fails before any partial file is touched)."""
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(self.model)
+        return self.tokenizer
+
+    def started(self) -> Backend:
+        if self.backend is None:
+            print(f"evaluate: starting the {self.name} backend", file=sys.stderr, flush=True)
+            self.backend = self.factory(self.name, self.model, self.load_tokenizer(), self.spec, self.seed)
+            self.startups += 1
+        return self.backend
+
+    def close(self) -> None:
+        if self.backend is not None and hasattr(self.backend, "close"):
+            self.backend.close()
+        self.backend = None
+
+
+def kept_paths(out: Path) -> tuple[Path, Path]:
+    """Where a published samples file is kept for a rerun of its job: ``OUT.kept`` (a hard link to OUT: no second
+    copy on disk) and ``OUT.kept.json`` (the key it was written under, its seal and its provenance)."""
+    return out.with_name(out.name + ".kept"), out.with_name(out.name + ".kept.json")
+
+
+def kept_key(stamp: str, spec: EvalSpec, backend_name: str) -> str:
+    """What a kept samples file must match to be published again as it is: the fingerprint, and every setting
+    that decides which rows it holds (``n_samples``, and on vLLM the batches and engines)."""
+    return stable_hash((stamp, backend_name, sorted(dataclasses.asdict(spec).items())))
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """``target`` becomes ``source``'s content, atomically: a hard link where the file system has them, else a copy."""
+    with atomic_path(target) as temporary:
+        try:
+            os.link(source, temporary)
+        except OSError:
+            shutil.copyfile(source, temporary)
+
+
+def keep_published(out: Path, key: str) -> None:
+    """Keep the samples just published at ``out`` (with its provenance) for a rerun of the job under ``key``."""
+    kept, record = kept_paths(out)
+    provenance = json.loads(samples_provenance(out).read_text(encoding="utf-8"))
+    link_or_copy(out, kept)
+    atomic_write_json(record, {"key": key, "seal": seal_record(out), "provenance": provenance})
+
+
+def restore_kept(out: Path, key: str) -> bool:
+    """Publish at ``out`` the samples kept under ``key`` (``keep_published``), if they are there whole; False when
+    there are none, they were written with another model, benchmark, seed or settings, or they no longer match
+    their seal. Snakemake deletes every output of a job before it runs it again: this is how a job whose other
+    benchmark changed gives back this benchmark's samples without generating them."""
+    kept, record_path = kept_paths(out)
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if record.get("key") != key or not kept.is_file() or seal_record(kept) != record.get("seal"):
+        return False
+    atomic_write_json(samples_provenance(out), record["provenance"])
+    link_or_copy(kept, out)
+    os.utime(out)  # the job's output is new to Snakemake, which compares it with the job's newer inputs
+    write_seal(out)
+    return True
+
+
 def evaluate(
     model: str,
     benchmark: str | Path,
@@ -242,26 +336,73 @@ def evaluate(
     runtime: RuntimeSettings | None = None,
     hub: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Evaluate ``model`` on ``benchmark`` into ``out`` (resuming from its partial file), each generation batch
-    under the stall watchdog of the ``runtime`` settings (default: this process's, pipeline.runtime.settings), which
-    the provenance records with the ``hub`` commits the model was loaded at; returns the rows."""
+    """``evaluate_benchmarks`` for one benchmark; returns its rows."""
+    outputs = [BenchmarkOutput(Path(benchmark), Path(out))]
+    return evaluate_benchmarks(model, outputs, spec, seed, backend_factory, runtime, hub)[0]
+
+
+def evaluate_benchmarks(
+    model: str,
+    outputs: Sequence[BenchmarkOutput],
+    spec: EvalSpec,
+    seed: int,
+    backend_factory: Callable[[str, str, Any, EvalSpec, int], Backend] = make_backend,
+    runtime: RuntimeSettings | None = None,
+    hub: list[dict[str, Any]] | None = None,
+) -> list[list[dict[str, Any]]]:
+    """Evaluate ``model`` on each benchmark into its samples file, in order, with one backend for all of them
+    (``SharedBackend``); each generation batch runs under the stall watchdog of the ``runtime`` settings (default:
+    this process's, pipeline.runtime.settings), which the provenance records with the ``hub`` commits the model was
+    loaded at. A benchmark whose samples were kept from an earlier run of the job with the same key is published
+    from them (``restore_kept``); another resumes from its partial file. Returns each benchmark's rows."""
     runtime = RuntimeSettings.current() if runtime is None else runtime
-    items = load_benchmark(benchmark)
+    shared = SharedBackend(model, spec, seed, backend_factory)
+    results = []
+    try:
+        for output in outputs:
+            results.append(_evaluate_one(shared, output, runtime, hub))
+    finally:
+        shared.close()
+    if len(outputs) > 1:
+        print(
+            f"evaluate: {len(outputs)} benchmarks, {shared.startups} {shared.name} backend start-up(s)",
+            file=sys.stderr,
+        )
+    return results
+
+
+def _evaluate_one(
+    shared: SharedBackend, output: BenchmarkOutput, runtime: RuntimeSettings, hub: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """One benchmark of ``evaluate_benchmarks``: kept, else resumed and generated, then published and kept."""
+    model, spec, seed, out = shared.model, shared.spec, shared.seed, output.out
+    items = load_benchmark(output.benchmark)
     units = plan_units(items, spec.n_samples, seed)
     expected = {u.key for u in units}
+    stamp = fingerprint(model, output.benchmark, spec, seed)
+    key = kept_key(stamp, spec, shared.name)
+    if restore_kept(out, key):
+        rows = read_jsonl(out)
+        print(
+            f"evaluate: {output.benchmark.stem}: the samples kept from an earlier run of this job -> {out}",
+            file=sys.stderr,
+        )
+        return rows
     partial = partial_path(out)
-    stamp = fingerprint(model, benchmark, spec, seed)
     done, message = resume_rows(partial, stamp, expected)
-    print(f"evaluate: {message}; {len(expected) - len(done)} samples to generate", file=sys.stderr)
-
+    print(
+        f"evaluate: {output.benchmark.stem}: {message}; {len(expected) - len(done)} samples to generate",
+        file=sys.stderr,
+    )
     if len(done) < len(units):
-        _generate_pending(model, items, units, done, spec, seed, partial, stamp, backend_factory, runtime.watchdog)
+        _generate_pending(shared, output.benchmark.stem, items, units, done, partial, stamp, runtime.watchdog)
 
     rows = [done[u.key] for u in units]
-    with output_space(Path(out), jsonl_bytes(rows), "the samples"):
-        write_provenance(samples_provenance(Path(out)), "evaluate", runtime=runtime.record(), hub=hub)
+    with output_space(out, jsonl_bytes(rows), "the samples"):
+        write_provenance(samples_provenance(out), "evaluate", runtime=runtime.record(), hub=hub)
         publish_jsonl(out, rows)
     partial.unlink(missing_ok=True)
+    keep_published(out, key)
     correct = sum(row["correct"] for row in rows)
     no_answer = sum(row["extracted"] is None for row in rows)
     print(f"evaluate: {correct}/{len(rows)} correct, {no_answer} without a boxed answer -> {out}", file=sys.stderr)
@@ -269,23 +410,22 @@ def evaluate(
 
 
 def _generate_pending(
-    model: str,
+    shared: SharedBackend,
+    name: str,
     items: Sequence[Item],
     units: Sequence[Unit],
     done: dict[tuple[str, int], dict],
-    spec: EvalSpec,
-    seed: int,
     partial: Path,
     stamp: str,
-    backend_factory: Callable[[str, str, Any, EvalSpec, int], Backend],
     watchdog: WatchdogConfig,
 ) -> None:
     """Generate every unit missing from ``done`` batch by batch, appending each batch durably to the partial file.
 
-    The model is loaded first, so a bad model path fails before the partial file is touched. The stall watchdog
+    The tokenizer is loaded first, so a bad model path fails before the partial file is touched. The stall watchdog
     beats when a batch starts (generation and grading, on either backend) and when it has been appended.
     """
-    tokenizer = load_tokenizer(model)
+    spec = shared.spec
+    tokenizer = shared.load_tokenizer()
     needed = {u.item_index for u in units if u.key not in done}
     prompts = {
         index: chat_prompt_ids(
@@ -293,33 +433,30 @@ def _generate_pending(
         )
         for index in sorted(needed)
     }
-    backend_name = detect_backend(spec.backend)
-    backend = backend_factory(backend_name, model, tokenizer, spec, seed)
+    backend = shared.started()
     # Rewrite what is kept (header first, as one whole batch; an unfinished batch and a torn tail gone) so that
     # appends start on a clean line.
     kept = [{"fingerprint": stamp}, *(with_batch_end(list(done.values())) if done else [])]
     with output_space(partial, jsonl_bytes(kept), "the samples kept from the partial file"):
         atomic_write_jsonl(partial, kept)
     planned = batches(units, spec.batch_size)
-    stall = StallWatchdog(watchdog).start("the first evaluation batch")
+    stall = StallWatchdog(watchdog).start(f"the first evaluation batch of {name}")
     try:
         initial = sum(u.key in done for u in units)
-        with progress(desc="evaluate", unit="sample", total=len(units), initial=initial) as bar:
+        with progress(desc=f"evaluate {name}", unit="sample", total=len(units), initial=initial) as bar:
             for number, batch in enumerate(planned, start=1):
                 todo = [u for u in batch if u.key not in done]
                 if not todo:
                     continue
-                stall.begin(f"evaluation batch {number} of {len(planned)}")
-                rows = generate_rows(todo, items, prompts, backend, spec, backend_name)
+                stall.begin(f"evaluation batch {number} of {len(planned)} of {name}")
+                rows = generate_rows(todo, items, prompts, backend, spec, shared.name)
                 append_batch(partial, rows, len(units) - len(done), len(units))
-                stall.end(f"the gap after evaluation batch {number} of {len(planned)}")
+                stall.end(f"the gap after evaluation batch {number} of {len(planned)} of {name}")
                 done.update({(row["id"], row["sample"]): row for row in rows})
                 bar.set_postfix(accuracy=f"{_accuracy(done.values()):.3f}", refresh=False)
                 bar.update(len(todo))
     finally:
         stall.stop()
-        if hasattr(backend, "close"):
-            backend.close()
 
 
 def space_to_finish(batch_bytes: int, batch_rows: int, pending: int, total: int) -> int:

@@ -121,7 +121,21 @@ class EvaluationConfig:
     spec: dict[str, Any]
     checkpoints: tuple[str, ...]
     baseline: bool
+    job_per: str  # checkpoint | benchmark: what one evaluate job covers
     gpu_sizing: GpuSizing = field(default_factory=GpuSizing)
+
+
+@dataclass(frozen=True)
+class EvaluateRule:
+    """One evaluate rule of the Snakefile: its name, the benchmarks each job samples (None: one, its ``benchmark``
+    wildcard) and the checkpoint labels it serves (None: all)."""
+
+    name: str
+    benchmarks: tuple[str, ...] | None
+    checkpoints: tuple[str, ...] | None
+
+    def serves(self, checkpoint: str) -> bool:
+        return self.checkpoints is None or checkpoint in self.checkpoints
 
 
 @dataclass(frozen=True)
@@ -199,6 +213,7 @@ class Study:
         evaluation = dict(config["evaluation"])
         checkpoints = tuple(checkpoint_label(c) for c in evaluation.pop("checkpoints"))
         baseline = evaluation.pop("baseline")
+        job_per = evaluation.pop("job_per")
         gpu_sizing = GpuSizing(**evaluation.pop("gpu_sizing"))
         analysis = dict(config["token_analysis"])
         viewer = config["token_viewer"]
@@ -228,7 +243,7 @@ class Study:
             },
             seeds=tuple(config["seeds"]),
             training=config["training"],
-            evaluation=EvaluationConfig(evaluation, checkpoints, baseline, gpu_sizing),
+            evaluation=EvaluationConfig(evaluation, checkpoints, baseline, job_per, gpu_sizing),
             token_analysis=TokenAnalysisConfig(
                 enabled=analysis["enabled"],
                 benchmark=analysis.get("benchmark"),
@@ -322,7 +337,7 @@ class Study:
             for checkpoint in self.evaluation.checkpoints
             for benchmark in self.benchmarks
         ]
-        analysed_only = [c for c in self.token_analysis.checkpoints if c not in self.evaluation.checkpoints]
+        analysed_only = self.analysed_only_checkpoints()
         jobs += [
             {**run, "checkpoint": checkpoint, "benchmark": self.token_analysis.benchmark}
             for run in self.grail_runs()
@@ -342,6 +357,35 @@ class Study:
                 for benchmark in self.benchmarks
             ]
         return jobs
+
+    def analysed_only_checkpoints(self) -> list[str]:
+        """The checkpoints the token analysis needs and the evaluation does not: evaluated on its benchmark alone."""
+        return [c for c in self.token_analysis.checkpoints if c not in self.evaluation.checkpoints]
+
+    def evaluate_rules(self) -> list[EvaluateRule]:
+        """The Snakefile's evaluate rules. With ``job_per: benchmark``, one rule (a ``benchmark`` wildcard) for every
+        evaluation. With ``checkpoint``, one job per (run, checkpoint): ``evaluate`` for the evaluated checkpoints
+        and the baseline, on every benchmark, and ``evaluate_analysed`` for the checkpoints only the token analysis
+        reads, on its benchmark (Snakemake fixes a rule's outputs, so two sets of benchmarks take two rules)."""
+        if self.evaluation.job_per == "benchmark":
+            return [EvaluateRule("evaluate", None, None)]
+        rules = [EvaluateRule("evaluate", tuple(self.benchmarks), (START_CHECKPOINT, *self.evaluation.checkpoints))]
+        if analysed_only := self.analysed_only_checkpoints():
+            rules.append(EvaluateRule("evaluate_analysed", (self.token_analysis.benchmark,), tuple(analysed_only)))
+        return rules
+
+    def evaluation_jobs(self) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:
+        """Every evaluate job: its rule, wildcards and benchmarks (``evaluations`` grouped as ``evaluate_rules``
+        says)."""
+        jobs: dict[tuple[str, ...], tuple[str, dict[str, Any], tuple[str, ...]]] = {}
+        for evaluation in self.evaluations():
+            rule = next(r for r in self.evaluate_rules() if r.serves(evaluation["checkpoint"]))
+            wildcards = evaluation if rule.benchmarks is None else {**evaluation, "benchmark": None}
+            wildcards = {key: value for key, value in wildcards.items() if value is not None}
+            key = (rule.name, *map(str, wildcards.values()))
+            name, _, benchmarks = jobs.get(key, (rule.name, wildcards, ()))
+            jobs[key] = (name, wildcards, (*benchmarks, evaluation["benchmark"]))
+        return list(jobs.values())
 
     def run_name(self, run: Mapping[str, Any]) -> str:
         """A run's name in the trackers: ``<model>/<method>/seed<s>``."""
@@ -433,8 +477,8 @@ class Study:
 
     def evaluation_layout(self, job: Mapping[str, Any], generations: Mapping[str, int] | None = None) -> EngineLayout:
         """The vLLM engines of an evaluate job and why (pipeline.study.gpu_sizing): ``evaluation.vllm``'s under the
-        fixed layout (and off the vllm backend); under the sized one, from its model's parameters and the sequences it generates (with the
-        study's generations per benchmark, or ``generations``)."""
+        fixed layout (and off the vllm backend); under the sized one, from its model's parameters and the sequences
+        it generates (with the study's generations per benchmark, or ``generations``)."""
         vllm = self.evaluation.spec["vllm"]
         if self.evaluation.spec["backend"] != "vllm" or self.evaluation.gpu_sizing.layout == "fixed":
             return fixed_layout(vllm)
@@ -445,26 +489,17 @@ class Study:
     def evaluation_spec(self, job: Mapping[str, Any]) -> dict[str, Any]:
         """EVAL_SPEC of one evaluate job: ``evaluation.spec`` with the job's engine layout (the same spec for every
         job unless the layout is sized on the vllm backend), so the engines it starts use the GPUs it asked for."""
-        spec = self.evaluation.spec
-        layout = self.evaluation_layout(job)
-        vllm = {
-            **spec["vllm"],
-            "tensor_parallel_size": layout.tensor_parallel_size,
-            "data_parallel_size": layout.data_parallel_size,
-        }
-        return {**spec, "vllm": vllm}
+        layout, spec = self.evaluation_layout(job), self.evaluation.spec
+        sizes = {"tensor_parallel_size": layout.tensor_parallel_size, "data_parallel_size": layout.data_parallel_size}
+        return {**spec, "vllm": {**spec["vllm"], **sizes}}
 
     def evaluation_gpus(self, model: str | None, job: Mapping[str, Any] | None) -> int:
-        """GPUs of an evaluate job on the vllm backend: its layout's; without a job, the most any evaluate job of
-        ``model`` (of any model: None) asks for, sized as if it served every benchmark of its checkpoint."""
+        """GPUs of an evaluate job on the vllm backend: its layout's; without a job, the most any evaluate job
+        (``evaluation_jobs``) of ``model`` (of any model: None) asks for."""
         if job is not None:
             return self.evaluation_layout(job).gpus
-        groups = {
-            tuple((key, value) for key, value in evaluation.items() if key != "benchmark")
-            for evaluation in self.evaluations()
-            if model is None or evaluation["model"] == model
-        }
-        return max(self.evaluation_layout(dict(group)).gpus for group in groups)
+        jobs = [wildcards for _, wildcards, _ in self.evaluation_jobs() if model in (None, wildcards["model"])]
+        return max(self.evaluation_layout(wildcards).gpus for wildcards in jobs)
 
     # ----- resources
 

@@ -15,12 +15,16 @@ from typing import Any
 from pipeline.runtime.disk_space import checkpoint_bytes
 
 GIB = 1024**3
+# The evaluate rules: one job per (run, checkpoint) on all benchmarks, and one on the token analysis's benchmark alone
+# for the checkpoints only the analysis reads (pipeline.study.config.Study.evaluate_rules); with one job per
+# benchmark, `evaluate` alone.
+EVALUATE_RULES = ("evaluate", "evaluate_analysed")
 # Stage order of the DAG (Snakefile): a job of one stage waits for the stages before it.
 STAGE_ORDER = (
     ("prepare_benchmarks", "prepare_data", "prepare_model"),
     ("warmup",),
     ("train",),
-    ("evaluate",),
+    EVALUATE_RULES,
     ("token_analysis", "aggregate", "significance", "token_viewer", "credit_placement"),
     ("report",),
 )
@@ -43,6 +47,7 @@ class PlannedJob:
     nodes: int = 1
     gpu_model: str | None = None
     partition: str | None = None
+    benchmarks: tuple[str, ...] = ()  # an evaluate job's: one samples file each
 
 
 def gpu_hours(job: PlannedJob) -> float:
@@ -138,20 +143,20 @@ def scaled_gpu_hours(
 
     A job of a trained run (a ``seed`` wildcard, method not ``baseline``: training, its evaluations, its token
     analysis) counts seeds_factor times. Every evaluation job has the same time limit, sized for the largest
-    configured evaluation; a benchmark's limit grows only when its generations pass that one's:
-    hours x max(1, generations_b / max_b' configured_generations_b'). ``evaluation_gpus``: the GPUs an evaluation
-    job asks for under ``generations`` (a layout sized to the work grows with them: ``Study.evaluation_gpus``);
-    None: the planned ones.
+    configured evaluation job; a job's limit grows only when its generations (summed over its benchmarks B_j) pass
+    that one's: hours x max(1, sum_{b in B_j} generations_b / max_j' sum_{b in B_j'} configured_generations_b).
+    ``evaluation_gpus``: the GPUs an evaluation job asks for under ``generations`` (a layout sized to the work grows
+    with them: ``pipeline.study.power_analysis.design_gpu_hours``); None: the planned ones.
     """
-    largest = max(configured_generations.values())
+    evaluations = [job for job in jobs if job.rule in EVALUATE_RULES]
+    largest = max((sum(configured_generations.get(b, 0) for b in job.benchmarks) for job in evaluations), default=0)
     total = 0.0
     for job in jobs:
         hours = gpu_hours(job)
-        benchmark = job.wildcards.get("benchmark")
-        if job.rule == "evaluate" and evaluation_gpus is not None:
+        if job.rule in EVALUATE_RULES and evaluation_gpus is not None:
             hours = gpu_hours(replace(job, gpus=evaluation_gpus(job)))
-        if job.rule == "evaluate" and benchmark in generations:
-            hours *= max(1.0, generations[benchmark] / largest)
+        if job.rule in EVALUATE_RULES and largest:
+            hours *= max(1.0, sum(generations.get(b, 0) for b in job.benchmarks) / largest)
         if "seed" in job.wildcards and job.wildcards.get("method") != baseline:
             hours *= seeds_factor
         total += hours

@@ -29,6 +29,7 @@ def parse_plan(dry_run: str) -> list[cost.PlannedJob]:
         fields = dict(re.findall(r"^\s{4}(\w+): (.*)$", block, flags=re.MULTILINE))
         wildcards = dict(item.split("=", 1) for item in fields.get("wildcards", "").split(", ") if "=" in item)
         resources = dict(re.findall(r"(?:^|, )(\w+)=([^,]*)", fields.get("resources", "")))
+        outputs = fields.get("output", "").split(", ")
         jobs.append(
             cost.PlannedJob(
                 rule=rule,
@@ -40,9 +41,17 @@ def parse_plan(dry_run: str) -> list[cost.PlannedJob]:
                 nodes=int(resources.get("nodes", 1) or 1),
                 gpu_model=resources.get("gpu_model") or None,
                 partition=resources.get("slurm_partition") or None,
+                benchmarks=tuple(evaluated_benchmarks(rule, outputs)),
             )
         )
     return [job for job in jobs if job.rule != "all"]
+
+
+def evaluated_benchmarks(rule: str, outputs: list[str]) -> list[str]:
+    """The benchmarks an evaluate job samples: the names of its samples files (``<benchmark>.jsonl``)."""
+    if rule not in cost.EVALUATE_RULES:
+        return []
+    return [Path(output).stem for output in outputs if output.endswith(".jsonl")]
 
 
 def plan(profile: Path | None, configfile: Path, extra: list[str]) -> list[cost.PlannedJob]:
@@ -75,11 +84,9 @@ def estimate(study: Study, jobs: list[cost.PlannedJob], concurrent_gpus: int) ->
     evaluation = study.evaluation.spec
     items = {name: benchmark_items(name, spec) for name, spec in study.benchmarks.items()}
     samples = sum(
-        cost.samples_bytes(
-            items[job.wildcards["benchmark"]] or 0, evaluation["n_samples"], evaluation["max_new_tokens"]
-        )
+        cost.samples_bytes(items[benchmark] or 0, evaluation["n_samples"], evaluation["max_new_tokens"])
         for job in jobs
-        if job.rule == "evaluate"
+        for benchmark in job.benchmarks
     )
     unknown = sorted({m for m, b in run_bytes.items() if b is None} | {b for b, n in items.items() if n is None})
     return {
@@ -97,14 +104,14 @@ def estimate(study: Study, jobs: list[cost.PlannedJob], concurrent_gpus: int) ->
 
 
 def evaluation_gpus(study: Study, jobs: list[cost.PlannedJob]) -> dict[str, list[dict[str, Any]]]:
-    """Per model (in config order), its planned evaluate jobs on the vllm backend grouped by what they ask, most GPUs
-    first: jobs, GPUs (as planned), the benchmarks each serves and why (``Study.evaluation_layout`` of the job's
+    """Per model (in config order), its planned evaluate jobs on the vllm backend grouped by what they ask (most GPUs,
+    then most benchmarks first): jobs, GPUs (as planned), the benchmarks each serves and why (``Study.evaluation_layout`` of the job's
     wildcards); empty on another backend."""
     if study.evaluation.spec["backend"] != "vllm":
         return {}
     groups: dict[str, dict[tuple[int, str, tuple[str, ...]], int]] = {model: {} for model in study.models}
     for job in jobs:
-        if job.rule == "evaluate":
+        if job.rule in cost.EVALUATE_RULES:
             benchmarks = tuple(study.evaluation_benchmarks(job.wildcards))
             key = (job.gpus * job.nodes, study.evaluation_layout(job.wildcards).reason, benchmarks)
             found = groups[job.wildcards["model"]]
@@ -114,7 +121,7 @@ def evaluation_gpus(study: Study, jobs: list[cost.PlannedJob]) -> dict[str, list
         model: [
             {"jobs": count, "gpus": gpus, "benchmarks": list(benchmarks), "reason": reason}
             for (gpus, reason, benchmarks), count in sorted(
-                found.items(), key=lambda item: (-item[0][0], [order[name] for name in item[0][2]])
+                found.items(), key=lambda item: (-item[0][0], -len(item[0][2]), [order[name] for name in item[0][2]])
             )
         ]
         for model, found in groups.items()

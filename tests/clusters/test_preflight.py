@@ -259,8 +259,10 @@ def test_paper_study_fails_naming_the_gpus_the_stack_and_the_hub(tmp_path: Path)
     assert "GPU-h bound" in result.stdout  # the table
     # GPUs per evaluation job, per model, with the reason (pipeline.study.gpu_sizing)
     assert "GPUs per evaluation job (layout sized" in result.stdout
-    assert "qwen3_8b: 1 GPU a job, 4 jobs on aime24; 16.0 GB bf16 + 16 GB KV cache fit one 80 GB GPU" in result.stdout
-    assert estimate["evaluation_gpus"]["qwen3_8b"][0]["reason"].endswith("TP1 x DP4 for 1,500 sequences")
+    assert "qwen3_8b: 4 GPUs a job, 4 jobs on every benchmark; 16.0 GB bf16 + 16 GB KV cache fit one 80 GB GPU" in (
+        result.stdout
+    )
+    assert estimate["evaluation_gpus"]["qwen3_8b"][1]["reason"].endswith("TP1 x DP4 for 1,500 sequences")
     # the planner's line: one seed, so the seed-aware test is the sign flip over 5 models (false positives <= 1/32)
     assert "power (documented defaults): for +3.6 points" in result.stdout
     assert report["power"]["size_seed_aware"] <= 0.05 and report["power"]["gpu_hours"] == estimate["gpu_hours"]

@@ -37,7 +37,7 @@ RANGE_KEYWORDS = {
     "exclusiveMaximum": "exclusive_maximum",
 }
 # Keys of `evaluation` that plan jobs (the Snakefile reads them) rather than configure pipeline.evaluate.
-EVALUATION_PLAN_KEYS = {"checkpoints", "baseline", "gpu_sizing"}
+EVALUATION_PLAN_KEYS = {"checkpoints", "baseline", "job_per", "gpu_sizing"}
 
 
 def resolved(node: dict) -> dict:

@@ -15,7 +15,7 @@ from tests.evaluate.conftest import FAST_SPEC, benchmark_rows, write_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
 FINAL_LINE = re.compile(
-    r"^evaluate: 100%\|#+\| (\d+)/\1 \[\d\d:\d\d<00:00, +[\d.]+(?:sample/s|s/sample), accuracy=[\d.]+\]$"
+    r"^evaluate bench: 100%\|#+\| (\d+)/\1 \[\d\d:\d\d<00:00, +[\d.]+(?:sample/s|s/sample), accuracy=[\d.]+\]$"
 )
 
 
@@ -58,7 +58,7 @@ def test_evaluation_stage_progress_in_a_log_file(tiny_model_dir: Path, tmp_path:
             timeout=300,
         )
     text = log_path.read_text()
-    bars = [line for line in text.split("\n") if re.match(r"evaluate: +\d+%\|", line)]
+    bars = [line for line in text.split("\n") if re.match(r"evaluate bench: +\d+%\|", line)]
     assert not any("\r" in line for line in bars), text
-    assert bars[0].startswith("evaluate:   0%") and " 0/12 " in bars[0], text
+    assert bars[0].startswith("evaluate bench:   0%") and " 0/12 " in bars[0], text
     assert FINAL_LINE.match(bars[-1]) and " 12/12 " in bars[-1], text

@@ -48,7 +48,7 @@ pytestmark = pytest.mark.slow
 
 TRAIN_LOG = "results/logs/train/tiny/grpo/seed0.log"
 REWARD = pseudo_random_reward_env()
-EVAL_LOG = "results/logs/evaluate/tiny/grpo/seed0/final/arith_add.log"
+EVAL_LOG = "results/logs/evaluate/tiny/grpo/seed0/final.log"
 
 
 def same_weights(first: Path, second: Path) -> bool:

@@ -72,11 +72,12 @@ def test_paper_config_plans_the_full_study(tmp_path: Path) -> None:
     analysed_steps = len([c for c in paper["token_analysis"]["checkpoints"] if c != "final"])
     counts = job_counts(result.stdout)
     assert counts["train"] == 15 * len(paper["seeds"]) == models * methods * seeds
-    assert counts["evaluate"] == (
-        models * methods * seeds * len(paper["evaluation"]["checkpoints"]) * benchmarks  # runs x ckpts x benchmarks
-        + models * seeds * benchmarks  # the starting models (baseline)
-        + models * seeds * analysed_steps  # GRAIL checkpoints only the token analysis reads (MATH-500)
-    )
+    # one evaluation job per (run, checkpoint), on every benchmark; the starting models (baseline) likewise
+    assert counts["evaluate"] == models * methods * seeds * len(paper["evaluation"]["checkpoints"]) + models * seeds
+    # GRAIL checkpoints only the token analysis reads: MATH-500 alone
+    assert counts["evaluate_analysed"] == models * seeds * analysed_steps
+    evaluations = re.findall(r"pipeline\.evaluate (.*?) --spec", result.stdout)
+    assert sorted(call.count("--benchmark ") for call in evaluations) == [1] * 15 + [benchmarks] * 20
     assert counts["prepare_benchmarks"] == benchmarks and counts["prepare_data"] == 1
     assert counts["token_analysis"] == models * seeds  # one GRAIL run per model and seed
     assert "warmup" not in counts  # hub models start from their hub id
@@ -89,27 +90,39 @@ def test_paper_config_plans_the_full_study(tmp_path: Path) -> None:
     # the GPUs each evaluate job asks for are its sized engine layout (pipeline.study.gpu_sizing), and the cost
     # table the preflight prints lists them per model with the reason
     study = load_study([REPO / "configs" / "paper.yaml"])
-    jobs = plan.parse_plan(result.stdout)
-    evaluations = [job for job in jobs if job.rule == "evaluate"]
-    assert [job.gpus for job in evaluations] == [study.evaluation_layout(job.wildcards).gpus for job in evaluations]
-    assert {job.wildcards["benchmark"]: job.gpus for job in evaluations} == {
-        "math500": 4,  # 1,500 sequences
-        "minerva": 4,  # 816
-        "olympiadbench": 3,  # 600
-        "collegemath": 3,
-        "aime24": 1,  # 90: one engine
-        "amc23": 1,  # 120
-    }
-    table = plan.cost_table(plan.estimate(study, jobs, concurrent_gpus=16))
+    jobs = [job for job in plan.parse_plan(result.stdout) if job.rule in ("evaluate", "evaluate_analysed")]
+    assert [job.gpus for job in jobs] == [study.evaluation_layout(job.wildcards).gpus for job in jobs] == [4] * 35
+    table = plan.cost_table(plan.estimate(study, jobs, concurrent_gpus=16)).splitlines()
     assert (
         "GPUs per evaluation job (layout sized: 80 GB GPUs, one engine per 256 sequences, at most 4 GPUs a job):"
         in table
     )
     assert (
-        "  qwen3_4b: 1 GPU a job, 4 jobs on aime24; 8.0 GB bf16 + 16 GB KV cache fit one 80 GB GPU at 0.95 "
-        "utilization: TP1 x DP1 for 90 sequences"
-    ) in table.splitlines()
-    assert re.search(r"^evaluate\s+135\s+1-4\s", table, flags=re.MULTILINE)  # GPUs a job: 1 to 4
+        "  qwen3_4b: 4 GPUs a job, 4 jobs on every benchmark; 8.0 GB bf16 + 16 GB KV cache fit one 80 GB GPU at 0.95 "
+        "utilization: TP1 x DP4 for 3,726 sequences"
+    ) in table
+    assert (
+        "  qwen3_8b: 4 GPUs a job, 3 jobs on math500; 16.0 GB bf16 + 16 GB KV cache fit one 80 GB GPU at 0.95 "
+        "utilization: TP1 x DP4 for 1,500 sequences"
+    ) in table
+
+
+def test_paper_evaluations_per_benchmark_ask_for_the_gpus_their_sequences_need(tmp_path: Path) -> None:
+    """`evaluation.job_per: benchmark` on the paper's study: AIME24's job (90 sequences) asks for one GPU, MATH-500's
+    (1,500) for four, as Study.evaluation_layout sizes them (three targets: a small dry run). Broken by planning
+    every job's resources without its wildcards: both asked for 4."""
+    targets = [f"results/eval/qwen3_4b/base/seed42/start/{name}.jsonl" for name in ("aime24", "math500", "amc23")]
+    per_benchmark = ["--config", "evaluation={job_per: benchmark}"]
+    result = snakemake(tmp_path, "-n", *targets, "--configfile", str(REPO / "configs" / "paper.yaml"), *per_benchmark)
+    assert result.returncode == 0, result.stderr[-3000:]
+    study = load_study([REPO / "configs" / "paper.yaml"], {"evaluation": {"job_per": "benchmark"}})
+    jobs = [job for job in plan.parse_plan(result.stdout) if job.rule == "evaluate"]
+    assert {job.wildcards["benchmark"]: job.gpus for job in jobs} == {"aime24": 1, "math500": 4, "amc23": 1}
+    assert all(job.gpus == study.evaluation_layout(job.wildcards).gpus for job in jobs)
+    (aime24,) = [job for job in jobs if job.wildcards["benchmark"] == "aime24"]
+    assert study.evaluation_layout(aime24.wildcards).reason == (
+        "8.0 GB bf16 + 16 GB KV cache fit one 80 GB GPU at 0.95 utilization: TP1 x DP1 for 90 sequences"
+    )
 
 
 def test_default_config_plans_every_rule(tmp_path: Path) -> None:
@@ -122,6 +135,7 @@ def test_default_config_plans_every_rule(tmp_path: Path) -> None:
         "warmup",
         "train",
         "evaluate",
+        "evaluate_analysed",
         "aggregate",
         "significance",
         "token_analysis",
@@ -138,7 +152,8 @@ def test_nested_command_line_override_plans_the_evaluations_with_it(tmp_path: Pa
     result = snakemake(tmp_path, "-n", "-p", "--config", "evaluation={temperature: 0.7}")
     assert result.returncode == 0, result.stderr[-3000:]
     specs = re.findall(r"pipeline\.evaluate .*?--spec '(\{.*?\})'", result.stdout)
-    assert len(specs) == job_counts(result.stdout)["evaluate"] > 0
+    counts = job_counts(result.stdout)
+    assert len(specs) == counts["evaluate"] + counts["evaluate_analysed"] > 0
     assert {json.loads(spec)["temperature"] for spec in specs} == {0.7}
 
 
@@ -150,8 +165,9 @@ def test_methods_only_plans_the_chosen_methods_and_refuses_an_unknown_one(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
     assert counts["train"] == 4
-    # each run's final model and the base model (2 seeds) on both benchmarks, GRAIL's step-125 export on arith_add
-    assert counts["evaluate"] == 4 * 2 + 2 * 2 + 2
+    # each run's final model and the base model (2 seeds), one job on both benchmarks each; GRAIL's step-125 export
+    # on arith_add
+    assert counts["evaluate"] == 4 + 2 and counts["evaluate_analysed"] == 2
     trained = set(re.findall(r"--method-spec '\{\"credit\":\"(\w+)\"", result.stdout))
     assert trained == {"grpo", "grail"}
     refused = snakemake(tmp_path, "-n", "--config", "methods_only=[grpo,grail_typo]")

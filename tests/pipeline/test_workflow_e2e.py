@@ -50,6 +50,11 @@ def job_counts(output: str) -> dict[str, int]:
     return {rule: int(count) for rule, count in rows if rule != "total"}
 
 
+def evaluate_jobs(counts: dict[str, int]) -> int:
+    """The planned jobs of the evaluate rules (one per run and checkpoint: pipeline.study.config.evaluate_rules)."""
+    return counts.get("evaluate", 0) + counts.get("evaluate_analysed", 0)
+
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Study]:
     """ci.yaml with ci_plugin.yaml's methods, as Snakemake merges the two config files."""
@@ -72,6 +77,11 @@ def test_every_rule_ran(workdir: Path, study: Study) -> None:
     results = workdir / "results"
     assert len(list((results / "logs" / "train").rglob("*.log"))) == len(study.runs())
     assert len(list((results / "eval").rglob("*.jsonl"))) == len(study.evaluations())
+    # one evaluation job per (run, checkpoint), with one log and one Snakemake benchmark file
+    assert len(list((results / "benchmarks" / "evaluate").rglob("*.tsv"))) == len(study.evaluation_jobs())
+    logs = list((results / "logs" / "evaluate").rglob("*.log"))
+    assert len(logs) == len(study.evaluation_jobs())
+    assert all(log.read_text().count("evaluate: starting the hf backend") == 1 for log in logs)
     for rule in ("prepare_benchmarks", "warmup", "train", "evaluate", "token_analysis"):
         assert list((results / "benchmarks" / rule).rglob("*.tsv")), rule
     for rule in ("prepare_data", "aggregate", "significance", "token_viewer", "report"):
@@ -277,7 +287,7 @@ def test_evaluation_change_reruns_no_training(workdir: Path, study: Study, tmp_p
     result = snakemake(workdir, "-n", "--configfile", str(changed), str(PLUGIN_CONFIG))
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    assert counts.get("evaluate") == len(study.evaluations())
+    assert evaluate_jobs(counts) == len(study.evaluation_jobs())
     assert {"aggregate", "significance", "token_analysis", "token_viewer", "report"} <= set(counts)
     assert not {"train", "warmup", "prepare_data", "prepare_benchmarks"} & set(counts), counts
 
@@ -293,7 +303,7 @@ def test_kernel_pin_change_reruns_the_stages_that_compute(workdir: Path, study: 
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
     assert counts["warmup"] == 1 and counts["train"] == len(study.runs()) and counts["token_viewer"] == 1
-    assert counts["evaluate"] == len(study.evaluations()) and "token_analysis" in counts
+    assert evaluate_jobs(counts) == len(study.evaluation_jobs()) and "token_analysis" in counts
     assert not {"prepare_data", "prepare_benchmarks"} & set(counts), counts
 
 
@@ -386,7 +396,7 @@ def test_report_change_reruns_only_the_report(workdir: Path, tmp_path: Path) -> 
 
 def test_grader_change_reruns_training_and_evaluation_not_data(workdir: Path, study: Study, tmp_path: Path) -> None:
     counts, _ = plan_with(code_copy(tmp_path, {"pipeline/tasks/grading.py": "\nREVIEWED = 1\n"}), workdir)
-    assert counts.get("train") == len(study.runs()) and counts.get("evaluate") == len(study.evaluations())
+    assert counts.get("train") == len(study.runs()) and evaluate_jobs(counts) == len(study.evaluation_jobs())
     assert counts.get("prepare_benchmarks") == len(study.benchmarks)  # its gold audit grades the golds
     assert not {"prepare_data", "warmup"} & set(counts), counts
 

@@ -96,9 +96,9 @@ def test_gpu_hours_of_more_seeds_and_more_samples() -> None:
     largest configured evaluation's generations."""
     jobs = [
         PlannedJob("train", {"model": "m", "method": "grpo", "seed": "0"}, gpus=4, runtime=600),
-        PlannedJob("evaluate", {"method": "grpo", "seed": "0", "benchmark": "big"}, gpus=4, runtime=60),
-        PlannedJob("evaluate", {"method": "grpo", "seed": "0", "benchmark": "small"}, gpus=4, runtime=60),
-        PlannedJob("evaluate", {"method": "base", "seed": "0", "benchmark": "small"}, gpus=4, runtime=60),
+        PlannedJob("evaluate", {"method": "grpo", "seed": "0", "benchmark": "big"}, 1, 4, 60, benchmarks=("big",)),
+        PlannedJob("evaluate", {"method": "grpo", "seed": "0", "benchmark": "small"}, 1, 4, 60, benchmarks=("small",)),
+        PlannedJob("evaluate", {"method": "base", "seed": "0", "benchmark": "small"}, 1, 4, 60, benchmarks=("small",)),
         PlannedJob("aggregate"),
     ]
     configured = {"big": 500 * 3, "small": 30 * 3}
@@ -119,6 +119,17 @@ def test_gpu_hours_of_more_seeds_and_more_samples() -> None:
     most = {"big": 1500, "small": 30 * 64}
     grown = scaled_gpu_hours(jobs, seeds_factor=1, generations=most, configured_generations=configured, baseline="base")
     assert grown == pytest.approx(40 + 4 + 2 * 4 * 1920 / 1500)
+    # one job per checkpoint: its limit is sized for both benchmarks, 1,590 generations; 64 samples on the small
+    # one make 3,420
+    per_checkpoint = [
+        jobs[0],
+        PlannedJob("evaluate", {"method": "grpo", "seed": "0"}, 1, 4, 60, benchmarks=("big", "small")),
+        PlannedJob("evaluate_analysed", {"method": "grpo", "seed": "0"}, 1, 4, 60, benchmarks=("small",)),
+    ]
+    bound = scaled_gpu_hours(
+        per_checkpoint, seeds_factor=1, generations=most, configured_generations=configured, baseline="base"
+    )
+    assert bound == pytest.approx(40 + 4 * 3420 / 1590 + 4 * 1920 / 1590)
 
 
 def test_the_paper_config_with_documented_defaults(capsys) -> None:
