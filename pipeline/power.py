@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pipeline.core.io import InputError, run_cli
+from pipeline.study.load import load_study
 from pipeline.study.plan import plan
 from pipeline.study.power_analysis import (
     ALPHA,
@@ -98,9 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     configured, methods = configured_design(args.configfile)
     method_a, method_b = compared_pair(methods, args.methods)
     variance = variance_model(args, (method_a, method_b))
-    jobs = None
+    jobs, study = None, None
     if args.cost:
-        jobs = plan(None, args.configfile, [])
+        jobs, study = plan(None, args.configfile, []), load_study([args.configfile])
     print(
         f"{args.configfile}: {method_a} vs {method_b}, {configured.models} models x {len(configured.items)} "
         f"benchmarks ({', '.join(f'{name} {count}' for name, count in configured.items.items())} items), "
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
             args.effect,
             args.replications,
             args.seed,
-            design_gpu_hours(jobs, configured, design) if jobs is not None else None,
+            design_gpu_hours(jobs, configured, design, study) if jobs is not None else None,
         )
         for design in alternatives(configured)
     ]
