@@ -92,6 +92,11 @@ def test_paper_config_plans_the_full_study(tmp_path: Path) -> None:
     study = load_study([REPO / "configs" / "paper.yaml"])
     jobs = [job for job in plan.parse_plan(result.stdout) if job.rule in ("evaluate", "evaluate_analysed")]
     assert [job.gpus for job in jobs] == [study.evaluation_layout(job.wildcards).gpus for job in jobs] == [4] * 35
+    # and the engines each job's command starts are the ones whose GPUs it asked for (TP1 x DP4)
+    specs = [
+        json.loads(spec)["vllm"] for spec in re.findall(r"pipeline\.evaluate .*? --spec '(\{.*?\})'", result.stdout)
+    ]
+    assert [(spec["tensor_parallel_size"], spec["data_parallel_size"]) for spec in specs] == [(1, 4)] * 35
     table = plan.cost_table(plan.estimate(study, jobs, concurrent_gpus=16)).splitlines()
     assert (
         "GPUs per evaluation job (layout sized: 80 GB GPUs, one engine per 256 sequences, at most 4 GPUs a job):"
