@@ -199,7 +199,9 @@ def resources_of(stage, per_model=False):
     names = {name for model in models for name in STUDY.resources(stage, model).snakemake_resources()}
 
     def request_of(wildcards):
-        return STUDY.resources(stage, wildcards.model if per_model else None)
+        if per_model:
+            return STUDY.resources(stage, wildcards.model, wildcards)  # evaluate: GPUs per job (its layout)
+        return STUDY.resources(stage)
 
     def value(name):
         def resolve(wildcards, attempt):
@@ -485,7 +487,7 @@ for EVALUATE in STUDY.evaluate_rules():
             **resources_of("evaluate", per_model=True),
         params:
             arguments=evaluate_arguments(EVALUATED),
-            spec=canonical_json(STUDY.evaluation.spec),
+            spec=lambda wildcards: canonical_json(STUDY.evaluation_spec(wildcards)),
             libraries=LIBRARIES,
             kernels=KERNEL_PIN,
             code=source_digest("pipeline.evaluate"),

@@ -106,9 +106,9 @@ def main(argv: list[str] | None = None) -> None:
     configured, methods = configured_design(args.configfile)
     method_a, method_b = compared_pair(methods, args.methods)
     variance = variance_model(args, (method_a, method_b))
-    jobs = None
+    jobs, study = None, None
     if args.cost:
-        jobs = plan(None, args.configfile, [])
+        jobs, study = plan(None, args.configfile, []), load_study([args.configfile])
     print(
         f"{args.configfile}: {method_a} vs {method_b}, {configured.models} models x {len(configured.items)} "
         f"benchmarks ({', '.join(f'{name} {count}' for name, count in configured.items.items())} items), "
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
             args.effect,
             args.replications,
             args.seed,
-            design_gpu_hours(jobs, configured, design) if jobs is not None else None,
+            design_gpu_hours(jobs, configured, design, study) if jobs is not None else None,
         )
         for design in alternatives(configured)
     ]

@@ -43,9 +43,9 @@ from pipeline.stats.paired_tests import paper_test
 from pipeline.stats.scores import parse_run_path
 from pipeline.stats.variance import VARIANCE_NOTE, variance_markdown
 from pipeline.stats.wording import PLACEMENT_NOTE, key_sections, paper_test_sentence, placement_markdown
+from pipeline.study.benchmark_sizes import benchmark_items
 from pipeline.study.calibration import comparison_rows
 from pipeline.study.config import Study
-from pipeline.study.plan import benchmark_items
 from pipeline.tasks.gold_audit import clean_only_warning
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)

@@ -13,6 +13,8 @@ from pipeline.core.io import InputError
 from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT
 from pipeline.runtime.launching import training_processes
 from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS
+from pipeline.study.cost import parameter_count
+from pipeline.study.gpu_sizing import GpuSizing, engine_utilization, fixed_layout, sized_layout
 from pipeline.study.schema import load_schema
 
 # TRL 1.16 GRPOConfig defaults of the fields the batch-shape check reads.
@@ -230,21 +232,51 @@ def _batch_shape_errors(config: Mapping[str, Any]) -> list[str]:
 
 
 def _evaluation_gpu_errors(config: Mapping[str, Any]) -> list[str]:
+    """On the vllm backend: explicit evaluate GPUs equal the fixed layout's TP x DP; under the sized layout, nothing
+    sets what it chooses, and every model has a parameter count and fits ``max_gpus`` (pipeline.study.gpu_sizing)."""
     evaluation = config["evaluation"]
     if evaluation["backend"] != "vllm":
         return []
-    needed = vllm_gpus(evaluation)
     entries = {"resources.evaluate": config["resources"].get("evaluate", {})}
     entries |= {
         f"models.{name}.resources.evaluate": model.get("resources", {}).get("evaluate", {})
         for name, model in config["models"].items()
     }
+    if evaluation["gpu_sizing"]["layout"] == "sized":
+        return _sized_layout_errors(config, [key for key, entry in entries.items() if "gpus" in entry])
+    needed = fixed_layout(evaluation["vllm"]).gpus
     return [
         f"config key `{key}.gpus`: {entry['gpus']} GPU(s), but vLLM's tensor_parallel_size x data_parallel_size "
         f"needs {needed}"
         for key, entry in entries.items()
         if "gpus" in entry and entry["gpus"] != needed
     ]
+
+
+def _sized_layout_errors(config: Mapping[str, Any], explicit_gpus: list[str]) -> list[str]:
+    sized = "evaluation.gpu_sizing.layout sized chooses it per job; leave it out (or set layout: fixed)"
+    vllm = config["evaluation"]["vllm"]
+    errors = [f"config key `{key}.gpus`: {sized}" for key in explicit_gpus]
+    errors += [
+        f"config key `evaluation.vllm.{size}`: {vllm[size]}, but {sized}"
+        for size in ("tensor_parallel_size", "data_parallel_size")
+        if vllm[size] != 1
+    ]
+    sizing = GpuSizing(**config["evaluation"]["gpu_sizing"])
+    for name, model in config["models"].items():
+        parameters = parameter_count(model)
+        if parameters is None:
+            errors.append(
+                f"config key `models.{name}.parameters`: evaluation.gpu_sizing.layout sized needs the model's "
+                "parameter count, and neither a `parameters` key nor an `<N>B` in its hub id says it; declare it "
+                "(e.g. parameters: 8000000000)"
+            )
+            continue
+        try:
+            sized_layout(parameters, None, sizing, engine_utilization(vllm))
+        except ValueError as error:
+            errors.append(f"config key `evaluation.gpu_sizing.max_gpus`: model '{name}': {error}")
+    return errors
 
 
 def _token_analysis_errors(config: Mapping[str, Any]) -> list[str]:
@@ -282,9 +314,3 @@ def is_credit_key(key: str) -> bool:
 @cache
 def credit_keys() -> frozenset[str]:
     return frozenset(load_schema()["$defs"]["credit_fields"]["properties"])
-
-
-def vllm_gpus(evaluation: Mapping[str, Any]) -> int:
-    """GPUs a vLLM evaluation uses: tensor_parallel_size x data_parallel_size."""
-    vllm = evaluation["vllm"]
-    return vllm["tensor_parallel_size"] * vllm["data_parallel_size"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from pipeline.core.io import InputError
@@ -19,7 +20,10 @@ from pipeline.runtime.health import HealthConfig
 from pipeline.runtime.launching import TrainingEngine
 from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RuntimeSettings
 from pipeline.runtime.watchdog import WatchdogConfig
-from pipeline.study.checks import decisive_benchmarks, is_credit_key, semantic_errors, vllm_gpus
+from pipeline.study.benchmark_sizes import benchmark_items
+from pipeline.study.checks import decisive_benchmarks, is_credit_key, semantic_errors
+from pipeline.study.cost import parameter_count
+from pipeline.study.gpu_sizing import EngineLayout, GpuSizing, engine_utilization, fixed_layout, sized_layout
 from pipeline.study.schema import error_block
 from pipeline.training.tracking import TrackingConfig, run_name
 
@@ -111,12 +115,14 @@ class MethodConfig:
 
 @dataclass(frozen=True)
 class EvaluationConfig:
-    """EVAL_SPEC for the evaluate stage, plus what to evaluate: checkpoints (labels) and the baseline."""
+    """EVAL_SPEC for the evaluate stage, plus what to evaluate: checkpoints (labels) and the baseline, and how many
+    GPUs each job asks for on the vllm backend (``gpu_sizing``)."""
 
     spec: dict[str, Any]
     checkpoints: tuple[str, ...]
     baseline: bool
     job_per: str  # checkpoint | benchmark: what one evaluate job covers
+    gpu_sizing: GpuSizing = field(default_factory=GpuSizing)
 
 
 @dataclass(frozen=True)
@@ -227,6 +233,7 @@ class Study:
         checkpoints = tuple(checkpoint_label(c) for c in evaluation.pop("checkpoints"))
         baseline = evaluation.pop("baseline")
         job_per = evaluation.pop("job_per")
+        gpu_sizing = GpuSizing(**evaluation.pop("gpu_sizing"))
         analysis = dict(config["token_analysis"])
         viewer = config["token_viewer"]
         truth = config["credit_truth"]
@@ -255,7 +262,7 @@ class Study:
             },
             seeds=tuple(config["seeds"]),
             training=config["training"],
-            evaluation=EvaluationConfig(evaluation, checkpoints, baseline, job_per),
+            evaluation=EvaluationConfig(evaluation, checkpoints, baseline, job_per, gpu_sizing),
             token_analysis=TokenAnalysisConfig(
                 enabled=analysis["enabled"],
                 benchmark=analysis.get("benchmark"),
@@ -458,17 +465,74 @@ class Study:
             return []
         return [run for run in self.runs() if self.methods[run["method"]].credit == "grail"]
 
+    # ----- evaluation jobs: what each generates, on how many GPUs
+
+    @cached_property
+    def benchmark_sizes(self) -> dict[str, int | None]:
+        """Items per benchmark (``benchmark_items``; None: unknown before the benchmark is prepared)."""
+        return {name: benchmark_items(name, spec) for name, spec in self.benchmarks.items()}
+
+    def evaluation_benchmarks(self, job: Mapping[str, Any]) -> list[str]:
+        """The benchmarks an evaluate job serves: those of ``evaluations()`` matching every wildcard the job has
+        (``job``: a mapping or Snakemake's wildcards). A job per benchmark serves its own; a job per (run,
+        checkpoint) every benchmark evaluated at that checkpoint."""
+        wanted = {key: str(value) for key, value in job.items()}
+        benchmarks = [
+            evaluation["benchmark"]
+            for evaluation in self.evaluations()
+            if all(str(evaluation.get(key)) == value for key, value in wanted.items())
+        ]
+        if not benchmarks:
+            raise InputError(f"no evaluation of the study matches the evaluate job {wanted}")
+        return list(dict.fromkeys(benchmarks))
+
+    def evaluation_sequences(self, job: Mapping[str, Any], generations: Mapping[str, int] | None = None) -> int | None:
+        """Sequences an evaluate job generates: the generations (items x n_samples) of its benchmarks, the study's
+        or ``generations`` (the planner's alternatives); None when a benchmark's size is unknown."""
+        if generations is None:
+            samples = self.evaluation.spec["n_samples"]
+            generations = {name: items and samples * items for name, items in self.benchmark_sizes.items()}
+        counts = [generations[name] for name in self.evaluation_benchmarks(job)]
+        return None if None in counts else sum(counts)
+
+    def evaluation_layout(self, job: Mapping[str, Any], generations: Mapping[str, int] | None = None) -> EngineLayout:
+        """The vLLM engines of an evaluate job and why (pipeline.study.gpu_sizing): ``evaluation.vllm``'s under the
+        fixed layout (and off the vllm backend); under the sized one, from its model's parameters and the sequences
+        it generates (with the study's generations per benchmark, or ``generations``)."""
+        vllm = self.evaluation.spec["vllm"]
+        if self.evaluation.spec["backend"] != "vllm" or self.evaluation.gpu_sizing.layout == "fixed":
+            return fixed_layout(vllm)
+        parameters = parameter_count(self.config["models"][str(job["model"])])
+        sequences = self.evaluation_sequences(job, generations)
+        return sized_layout(parameters, sequences, self.evaluation.gpu_sizing, engine_utilization(vllm))
+
+    def evaluation_spec(self, job: Mapping[str, Any]) -> dict[str, Any]:
+        """EVAL_SPEC of one evaluate job: ``evaluation.spec`` with the job's engine layout (the same spec for every
+        job unless the layout is sized on the vllm backend), so the engines it starts use the GPUs it asked for."""
+        layout, spec = self.evaluation_layout(job), self.evaluation.spec
+        sizes = {"tensor_parallel_size": layout.tensor_parallel_size, "data_parallel_size": layout.data_parallel_size}
+        return {**spec, "vllm": {**spec["vllm"], **sizes}}
+
+    def evaluation_gpus(self, model: str | None, job: Mapping[str, Any] | None) -> int:
+        """GPUs of an evaluate job on the vllm backend: its layout's; without a job, the most any evaluate job
+        (``evaluation_jobs``) of ``model`` (of any model: None) asks for."""
+        if job is not None:
+            return self.evaluation_layout(job).gpus
+        jobs = [wildcards for _, wildcards, _ in self.evaluation_jobs() if model in (None, wildcards["model"])]
+        return max(self.evaluation_layout(wildcards).gpus for wildcards in jobs)
+
     # ----- resources
 
-    def resources(self, rule: str, model: str | None = None) -> Resources:
+    def resources(self, rule: str, model: str | None = None, job: Mapping[str, Any] | None = None) -> Resources:
         """``resources.default`` < ``resources.<rule>`` < ``models.<model>.resources.<rule>``.
 
-        An evaluate job on the vllm backend asks for tensor x data parallel GPUs unless its GPUs are set.
+        An evaluate job on the vllm backend asks for its engine layout's GPUs (``evaluation_gpus``: of ``job``,
+        its wildcards) unless its GPUs are set.
         """
         merged = {**self.resource_table["default"], **self.resource_table.get(rule, {})}
         model_entry = self.models[model].resources.get(rule, {}) if model else {}
         merged.update(model_entry)
         explicit_gpus = "gpus" in self.resource_table.get(rule, {}) or "gpus" in model_entry
         if rule == "evaluate" and self.evaluation.spec["backend"] == "vllm" and not explicit_gpus:
-            merged["gpus"] = vllm_gpus(self.evaluation.spec)
+            merged["gpus"] = self.evaluation_gpus(model, job)
         return Resources(**{key: merged.get(key) for key in RESOURCE_KEYS})

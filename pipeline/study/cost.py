@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipeline.runtime.disk_space import checkpoint_bytes
@@ -56,12 +56,17 @@ def gpu_hours(job: PlannedJob) -> float:
 
 
 def rule_costs(jobs: Iterable[PlannedJob]) -> dict[str, dict[str, float | int]]:
-    """Per rule: jobs, GPUs per job (the largest), longest time limit (h), and the GPU-hour bound (sum)."""
+    """Per rule: jobs, GPUs per job (the largest, and the smallest: evaluation jobs sized to their work differ),
+    longest time limit (h), and the GPU-hour bound (sum)."""
     table: dict[str, dict[str, float | int]] = {}
     for job in jobs:
-        row = table.setdefault(job.rule, {"jobs": 0, "gpus_per_job": 0, "max_hours": 0.0, "gpu_hours": 0.0})
+        gpus = job.gpus * job.nodes
+        row = table.setdefault(
+            job.rule, {"jobs": 0, "gpus_per_job": 0, "min_gpus_per_job": gpus, "max_hours": 0.0, "gpu_hours": 0.0}
+        )
         row["jobs"] += 1
-        row["gpus_per_job"] = max(row["gpus_per_job"], job.gpus * job.nodes)
+        row["gpus_per_job"] = max(row["gpus_per_job"], gpus)
+        row["min_gpus_per_job"] = min(row["min_gpus_per_job"], gpus)
         row["max_hours"] = max(row["max_hours"], job.runtime / 60)
         row["gpu_hours"] += gpu_hours(job)
     return table
@@ -85,11 +90,14 @@ def wall_hours(jobs: list[PlannedJob], concurrent_gpus: int) -> float:
 
 
 def parameter_count(model: Mapping[str, Any]) -> int | None:
-    """A model's parameters: the tiny Qwen3 from its architecture, a hub model from the "NB" in its id.
+    """A model's parameters: its declared ``parameters``, else the tiny Qwen3 from its architecture, a hub model
+    from the "NB" in its id; None when none of these says it.
 
     Tiny (tied embeddings): V*h + L*(h*(q+2kv) + q*h + 3*h*i + 2*h) + h, with q = heads*head_dim, kv =
     kv_heads*head_dim and V about 100 (the character vocabulary); hub ids such as Qwen/Qwen3-8B: 8e9.
     """
+    if "parameters" in model:
+        return model["parameters"]
     if "path" in model:
         match = re.search(r"(\d+(?:\.\d+)?)B(?![a-z])", model["path"].rsplit("/", 1)[-1], flags=re.IGNORECASE)
         return round(float(match.group(1)) * 1e9) if match else None
@@ -128,6 +136,7 @@ def scaled_gpu_hours(
     generations: Mapping[str, int],
     configured_generations: Mapping[str, int],
     baseline: str,
+    evaluation_gpus: Callable[[PlannedJob], int] | None = None,
 ) -> float:
     """The GPU-hour bound of the planned study with ``seeds_factor`` times its training seeds and ``generations``
     (items x samples per item) per benchmark instead of ``configured_generations`` (the planner's alternatives).
@@ -136,12 +145,16 @@ def scaled_gpu_hours(
     analysis) counts seeds_factor times. Every evaluation job has the same time limit, sized for the largest
     configured evaluation job; a job's limit grows only when its generations (summed over its benchmarks B_j) pass
     that one's: hours x max(1, sum_{b in B_j} generations_b / max_j' sum_{b in B_j'} configured_generations_b).
+    ``evaluation_gpus``: the GPUs an evaluation job asks for under ``generations`` (a layout sized to the work grows
+    with them: ``pipeline.study.power_analysis.design_gpu_hours``); None: the planned ones.
     """
     evaluations = [job for job in jobs if job.rule in EVALUATE_RULES]
     largest = max((sum(configured_generations.get(b, 0) for b in job.benchmarks) for job in evaluations), default=0)
     total = 0.0
     for job in jobs:
         hours = gpu_hours(job)
+        if job.rule in EVALUATE_RULES and evaluation_gpus is not None:
+            hours = gpu_hours(replace(job, gpus=evaluation_gpus(job)))
         if job.rule in EVALUATE_RULES and largest:
             hours *= max(1.0, sum(generations.get(b, 0) for b in job.benchmarks) / largest)
         if "seed" in job.wildcards and job.wildcards.get("method") != baseline:

@@ -15,8 +15,9 @@ from pipeline.core.io import InputError
 from pipeline.core.repo import REPO_DIR
 from pipeline.study import calibration as calibrated
 from pipeline.study import cost
+from pipeline.study.benchmark_sizes import benchmark_items
 from pipeline.study.config import Study
-from pipeline.tasks.benchmarks import SOURCE_FORMATS, read_subset_ids
+from pipeline.study.gpu_sizing import sizing_summary
 
 DEEPMATH_DEFAULTS = {"hub_id": "trl-lib/DeepMath-103K", "revision": "main"}  # pipeline.prepare_data's defaults
 
@@ -64,23 +65,6 @@ def plan(profile: Path | None, configfile: Path, extra: list[str]) -> list[cost.
     if result.returncode != 0:
         raise InputError(f"the dry run of {configfile} failed:\n{(result.stdout + result.stderr)[-3000:]}")
     return parse_plan(result.stdout)
-
-
-def benchmark_items(name: str, spec: dict[str, Any]) -> int | None:
-    """Items a benchmark evaluates: generated count, subset ids, the source's subset size or its row count."""
-    if spec.get("kind") == "generated":
-        return int(spec["generated"]["count"])
-    ids_file = REPO_DIR / spec["subset_ids_file"] if spec.get("subset_ids_file") else None
-    if ids_file is not None and ids_file.is_file():
-        return len(read_subset_ids(ids_file))
-    local = REPO_DIR / "eval_data" / f"{name}.jsonl"
-    if local.exists():
-        return sum(1 for _ in local.open())
-    source = SOURCE_FORMATS.get(spec.get("kind", ""))
-    if source is None:
-        return None
-    size = spec.get("subset_size", source.subset_size)
-    return min(size, source.rows) if size and source.rows else size or source.rows
 
 
 def expected_cost(
@@ -158,6 +142,8 @@ def estimate(
         "disk_bytes": {"checkpoints": checkpoints, "samples": samples, "total": checkpoints + samples},
         "benchmark_items": items,
         "unknown_sizes": unknown,
+        "evaluation_sizing": sizing_summary(study.evaluation.gpu_sizing),
+        "evaluation_gpus": evaluation_gpus(study, jobs),
         "expected": {
             "source": calibrated.calibration_source(
                 calibration, calibration_path or Path(study.results_dir) / calibrated.CALIBRATION_FILE
@@ -165,6 +151,47 @@ def estimate(
             **expected_cost(study, jobs, calibration, items),
         },
     }
+
+
+def evaluation_gpus(study: Study, jobs: list[cost.PlannedJob]) -> dict[str, list[dict[str, Any]]]:
+    """Per model (in config order), its planned evaluate jobs on the vllm backend grouped by what they ask (most GPUs,
+    then most benchmarks first): jobs, GPUs (as planned), the benchmarks each serves and why (``Study.evaluation_layout`` of the job's
+    wildcards); empty on another backend."""
+    if study.evaluation.spec["backend"] != "vllm":
+        return {}
+    groups: dict[str, dict[tuple[int, str, tuple[str, ...]], int]] = {model: {} for model in study.models}
+    for job in jobs:
+        if job.rule in cost.EVALUATE_RULES:
+            benchmarks = tuple(study.evaluation_benchmarks(job.wildcards))
+            key = (job.gpus * job.nodes, study.evaluation_layout(job.wildcards).reason, benchmarks)
+            found = groups[job.wildcards["model"]]
+            found[key] = found.get(key, 0) + 1
+    order = {name: index for index, name in enumerate(study.benchmarks)}
+    return {
+        model: [
+            {"jobs": count, "gpus": gpus, "benchmarks": list(benchmarks), "reason": reason}
+            for (gpus, reason, benchmarks), count in sorted(
+                found.items(), key=lambda item: (-item[0][0], -len(item[0][2]), [order[name] for name in item[0][2]])
+            )
+        ]
+        for model, found in groups.items()
+        if found
+    }
+
+
+def evaluation_gpu_lines(estimate_: dict[str, Any]) -> list[str]:
+    """Under the cost table: per model, the GPUs of its evaluation jobs and why (none off the vllm backend)."""
+    if not estimate_["evaluation_gpus"]:
+        return []
+    lines = [f"GPUs per evaluation job ({estimate_['evaluation_sizing']}):"]
+    for model, groups in estimate_["evaluation_gpus"].items():
+        for group in groups:
+            every = group["benchmarks"] == list(estimate_["benchmark_items"])
+            served = "every benchmark" if every else "+".join(group["benchmarks"])
+            jobs = f"{group['jobs']} job{'s' if group['jobs'] > 1 else ''}"
+            gpus = f"{group['gpus']} GPU{'s' if group['gpus'] > 1 else ''}"
+            lines.append(f"  {model}: {gpus} a job, {jobs} on {served}; {group['reason']}")
+    return lines
 
 
 def _range(hours: dict[str, float]) -> str:
@@ -181,7 +208,12 @@ def cost_table(estimate_: dict[str, Any]) -> str:
         f"{'expected job-h':>24}{'expected GPU-h':>24}{'limit (min)':>13}  expected"
     ]
     for rule, row in estimate_["rules"].items():
-        line = f"{rule:<20}{row['jobs']:>6}{row['gpus_per_job']:>10}{row['max_hours']:>8.1f}{row['gpu_hours']:>13.0f}"
+        gpus = (
+            f"{row['min_gpus_per_job']}-{row['gpus_per_job']}"
+            if row["min_gpus_per_job"] < row["gpus_per_job"]
+            else row["gpus_per_job"]
+        )
+        line = f"{rule:<20}{row['jobs']:>6}{gpus:>10}{row['max_hours']:>8.1f}{row['gpu_hours']:>13.0f}"
         predicted = expected["rules"].get(rule)
         if predicted is not None and predicted["measured_jobs"]:
             limit = max(predicted["proposed_limit_min"].values())  # per model in the JSON
@@ -206,4 +238,4 @@ def cost_table(estimate_: dict[str, Any]) -> str:
     )
     if estimate_["unknown_sizes"]:
         lines.append(f"(sizes unknown, left out of the disk figure: {', '.join(estimate_['unknown_sizes'])})")
-    return "\n".join(lines)
+    return "\n".join(lines + evaluation_gpu_lines(estimate_))

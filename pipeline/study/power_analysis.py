@@ -82,8 +82,9 @@ from pipeline.stats.metrics import group_by_item, parse_samples_path
 from pipeline.stats.seed_aware import stratified_permutation_pvalues
 from pipeline.stats.variance import ItemCounts, run_item_variance, stack_seeds, variance_table
 from pipeline.study import cost
+from pipeline.study.benchmark_sizes import benchmark_items
+from pipeline.study.config import Study
 from pipeline.study.load import load_study
-from pipeline.study.plan import benchmark_items
 
 ALPHA = 0.05
 TARGET_POWER = 0.8
@@ -312,14 +313,23 @@ def alternatives(configured: Design) -> list[Design]:
     return designs
 
 
-def design_gpu_hours(jobs: list[cost.PlannedJob], configured: Design, design: Design) -> float:
-    """The GPU-hour bound of ``design`` from the configured study's plan (``cost.scaled_gpu_hours``)."""
+def design_gpu_hours(jobs: list[cost.PlannedJob], configured: Design, design: Design, study: Study) -> float:
+    """The GPU-hour bound of ``design`` from the configured study's plan (``cost.scaled_gpu_hours``). An evaluate job
+    that asks for its engine layout's GPUs asks for the layout of the design's generations (sized to the work, it
+    grows with them); one whose GPUs are set keeps them."""
+    generations = {name: design.items[name] * design.samples[name] for name in design.items}
+
+    def evaluation_gpus(job: cost.PlannedJob) -> int:
+        planned = study.evaluation_layout(job.wildcards).gpus
+        return study.evaluation_layout(job.wildcards, generations).gpus if job.gpus == planned else job.gpus
+
     return cost.scaled_gpu_hours(
         jobs,
         seeds_factor=design.seeds / configured.seeds,
-        generations={name: design.items[name] * design.samples[name] for name in design.items},
+        generations=generations,
         configured_generations={name: configured.items[name] * configured.samples[name] for name in configured.items},
         baseline=BASELINE_METHOD,
+        evaluation_gpus=evaluation_gpus,
     )
 
 

@@ -91,7 +91,13 @@ def test_cost_bounds_follow_their_formulas() -> None:
     trains = [job("train", gpus=4, runtime=600, wildcards={"model": "m"}) for _ in range(3)]
     evaluations = [job("evaluate", gpus=4, runtime=60) for _ in range(10)]
     rules = cost.rule_costs([*trains, *evaluations])
-    assert rules["train"] == {"jobs": 3, "gpus_per_job": 4, "max_hours": 10.0, "gpu_hours": 120.0}
+    assert rules["train"] == {
+        "jobs": 3,
+        "gpus_per_job": 4,
+        "min_gpus_per_job": 4,
+        "max_hours": 10.0,
+        "gpu_hours": 120.0,
+    }
     assert rules["evaluate"]["gpu_hours"] == 40.0
     # train: max(10 h, 120/8) = 15 h; evaluate: max(1 h, 40/8) = 5 h
     assert cost.wall_hours([*trains, *evaluations], concurrent_gpus=8) == 20.0
@@ -251,6 +257,12 @@ def test_paper_study_fails_naming_the_gpus_the_stack_and_the_hub(tmp_path: Path)
     assert estimate["gpu_hours"] == pytest.approx(sum(row["gpu_hours"] for row in estimate["rules"].values()))
     assert estimate["concurrent_gpus"] == 32
     assert "GPU-h bound" in result.stdout  # the table
+    # GPUs per evaluation job, per model, with the reason (pipeline.study.gpu_sizing)
+    assert "GPUs per evaluation job (layout sized" in result.stdout
+    assert "qwen3_8b: 4 GPUs a job, 4 jobs on every benchmark; 16.0 GB bf16 + 16 GB KV cache fit one 80 GB GPU" in (
+        result.stdout
+    )
+    assert estimate["evaluation_gpus"]["qwen3_8b"][1]["reason"].endswith("TP1 x DP4 for 1,500 sequences")
     # the planner's line: one seed, so the seed-aware test is the sign flip over 5 models (false positives <= 1/32)
     assert "power (documented defaults): for +3.6 points" in result.stdout
     assert report["power"]["size_seed_aware"] <= 0.05 and report["power"]["gpu_hours"] == estimate["gpu_hours"]

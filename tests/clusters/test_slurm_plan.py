@@ -82,13 +82,11 @@ def test_sbatch_lines_of_a_training_and_an_evaluation_job_carry_the_config_reque
     seed = paper.seeds[0]
     benchmark = next(iter(paper.benchmarks))
     workdir = tmp_path / "work"
-    # the upstream outputs exist, so only the two target jobs are ready to submit
-    for upstream in (
-        "results/data/train.jsonl",
-        "results/data/data_card.json",
-        f"eval_data/{benchmark}.jsonl",
-        f"results/audit/{benchmark}.json",
-    ):
+    # the upstream outputs exist, so only the two target jobs are ready to submit (the evaluation job samples every
+    # benchmark: evaluation.job_per checkpoint)
+    benchmark_files = [f"eval_data/{name}.jsonl" for name in paper.benchmarks]
+    audits = [f"results/audit/{name}.json" for name in paper.benchmarks]
+    for upstream in ("results/data/train.jsonl", "results/data/data_card.json", *benchmark_files, *audits):
         (workdir / upstream).parent.mkdir(parents=True, exist_ok=True)
         (workdir / upstream).touch()
     bin_dir = tmp_path / "bin"
@@ -111,7 +109,8 @@ def test_sbatch_lines_of_a_training_and_an_evaluation_job_carry_the_config_reque
     for rule in ("train", "evaluate"):
         attempts = [call for call in calls if call["--comment"].startswith(f"rule_{rule}_wildcards_")]
         assert len(attempts) == retries + 1, f"{rule}: {attempts}"
-        wanted = paper.resources(rule, model)
+        job = {"model": model, "method": "base", "seed": seed, "checkpoint": "start"}  # on every benchmark
+        wanted = paper.resources(rule, model, job if rule == "evaluate" else None)  # evaluate: its sized GPUs
         for attempt, call in enumerate(attempts, start=1):
             assert call["--gpus"] == str(wanted.gpus)
             assert call["--cpus-per-task"] == str(wanted.cpus)

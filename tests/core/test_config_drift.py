@@ -17,6 +17,7 @@ from pipeline.runtime.launching import TRAINING_ENGINES, TrainingEngine
 from pipeline.runtime.watchdog import WatchdogConfig
 from pipeline.study.checks import TRL_DEFAULTS
 from pipeline.study.config import TOKEN_ANALYSIS_PLAN_KEYS, CalibrationConfig, Study
+from pipeline.study.gpu_sizing import GpuSizing
 from pipeline.study.schema import load_schema
 from pipeline.tasks.prompts import PROMPT_TEMPLATES, PromptTemplate
 from pipeline.training.grpo_config import (
@@ -36,7 +37,7 @@ RANGE_KEYWORDS = {
     "exclusiveMaximum": "exclusive_maximum",
 }
 # Keys of `evaluation` that plan jobs (the Snakefile reads them) rather than configure pipeline.evaluate.
-EVALUATION_PLAN_KEYS = {"checkpoints", "baseline"}
+EVALUATION_PLAN_KEYS = {"checkpoints", "baseline", "job_per", "gpu_sizing"}
 
 
 def resolved(node: dict) -> dict:
@@ -114,6 +115,7 @@ def test_recorded_trl_defaults_are_grpo_configs(tmp_path):
     [
         (("evaluation",), EvalSpec, EVALUATION_PLAN_KEYS),
         (("evaluation", "vllm"), VllmSettings, set()),
+        (("evaluation", "gpu_sizing"), GpuSizing, set()),
         (("token_analysis",), TokenAnalysisSpec, set(TOKEN_ANALYSIS_PLAN_KEYS)),
         (("watchdog",), WatchdogConfig, set()),
         (("health",), HealthConfig, set()),
@@ -132,6 +134,7 @@ def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
     [
         (("evaluation",), EvalSpec),
         (("evaluation", "vllm"), VllmSettings),
+        (("evaluation", "gpu_sizing"), GpuSizing),
         (("watchdog",), WatchdogConfig),
         (("health",), HealthConfig),
         (("calibration",), CalibrationConfig),

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.study import plan
+from pipeline.study.load import load_study
+
 REPO = Path(__file__).resolve().parents[2]
 SNAKEFILE = REPO / "Snakefile"
 
@@ -84,6 +87,47 @@ def test_paper_config_plans_the_full_study(tmp_path: Path) -> None:
     train = next(line for line in result.stdout.splitlines() if "pipeline.train --model Qwen/Qwen3-8B" in line)
     assert "pipeline.launch --gpus 4 --nodes 1 --engine auto --" in train and "--model-revision main" in train
     assert "--export-steps 50 100 150" in train
+    # the GPUs each evaluate job asks for are its sized engine layout (pipeline.study.gpu_sizing), and the cost
+    # table the preflight prints lists them per model with the reason
+    study = load_study([REPO / "configs" / "paper.yaml"])
+    jobs = [job for job in plan.parse_plan(result.stdout) if job.rule in ("evaluate", "evaluate_analysed")]
+    assert [job.gpus for job in jobs] == [study.evaluation_layout(job.wildcards).gpus for job in jobs] == [4] * 35
+    # and the engines each job's command starts are the ones whose GPUs it asked for (TP1 x DP4)
+    specs = [
+        json.loads(spec)["vllm"] for spec in re.findall(r"pipeline\.evaluate .*? --spec '(\{.*?\})'", result.stdout)
+    ]
+    assert [(spec["tensor_parallel_size"], spec["data_parallel_size"]) for spec in specs] == [(1, 4)] * 35
+    table = plan.cost_table(plan.estimate(study, jobs, concurrent_gpus=16)).splitlines()
+    assert (
+        "GPUs per evaluation job (layout sized: 80 GB GPUs, one engine per 256 sequences, at most 4 GPUs a job):"
+        in table
+    )
+    assert (
+        "  qwen3_4b: 4 GPUs a job, 4 jobs on every benchmark; 8.0 GB bf16 + 16 GB KV cache fit one 80 GB GPU at 0.95 "
+        "utilization: TP1 x DP4 for 3,726 sequences"
+    ) in table
+    assert (
+        "  qwen3_8b: 4 GPUs a job, 3 jobs on math500; 16.0 GB bf16 + 16 GB KV cache fit one 80 GB GPU at 0.95 "
+        "utilization: TP1 x DP4 for 1,500 sequences"
+    ) in table
+
+
+def test_paper_evaluations_per_benchmark_ask_for_the_gpus_their_sequences_need(tmp_path: Path) -> None:
+    """`evaluation.job_per: benchmark` on the paper's study: AIME24's job (90 sequences) asks for one GPU, MATH-500's
+    (1,500) for four, as Study.evaluation_layout sizes them (three targets: a small dry run). Broken by planning
+    every job's resources without its wildcards: both asked for 4."""
+    targets = [f"results/eval/qwen3_4b/base/seed42/start/{name}.jsonl" for name in ("aime24", "math500", "amc23")]
+    per_benchmark = ["--config", "evaluation={job_per: benchmark}"]
+    result = snakemake(tmp_path, "-n", *targets, "--configfile", str(REPO / "configs" / "paper.yaml"), *per_benchmark)
+    assert result.returncode == 0, result.stderr[-3000:]
+    study = load_study([REPO / "configs" / "paper.yaml"], {"evaluation": {"job_per": "benchmark"}})
+    jobs = [job for job in plan.parse_plan(result.stdout) if job.rule == "evaluate"]
+    assert {job.wildcards["benchmark"]: job.gpus for job in jobs} == {"aime24": 1, "math500": 4, "amc23": 1}
+    assert all(job.gpus == study.evaluation_layout(job.wildcards).gpus for job in jobs)
+    (aime24,) = [job for job in jobs if job.wildcards["benchmark"] == "aime24"]
+    assert study.evaluation_layout(aime24.wildcards).reason == (
+        "8.0 GB bf16 + 16 GB KV cache fit one 80 GB GPU at 0.95 utilization: TP1 x DP1 for 90 sequences"
+    )
 
 
 def test_default_config_plans_every_rule(tmp_path: Path) -> None:

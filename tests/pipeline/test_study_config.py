@@ -273,7 +273,10 @@ def test_paper_study_plan() -> None:
     assert study.export_steps() == [50, 100, 150]
     train = study.resources("train", "qwen3_8b")
     assert (train.gpus, train.nodes, train.cpus, train.mem_mb, train.runtime) == (4, 1, 32, 384000, 960)
-    assert study.resources("evaluate", "qwen3_4b").gpus == 2 * 2  # tensor x data parallel
+    # sized evaluation layout (pipeline.study.gpu_sizing): every model fits one GPU; engines follow the sequences
+    aime24 = {"model": "qwen3_4b", "method": "grpo", "seed": "42", "checkpoint": "final", "benchmark": "aime24"}
+    assert study.resources("evaluate", "qwen3_4b", aime24).gpus == 1  # 30 items x 3 samples: one engine
+    assert study.resources("evaluate", "qwen3_4b").gpus == 4  # the most a job asks (every benchmark: 3,726 sequences)
     oar_g = study.effective_training("qwen3_4b", "oar_g")
     assert (oar_g["per_device_train_batch_size"], oar_g["gradient_accumulation_steps"]) == (2, 32)
     assert study.effective_training("qwen3_4b", "grail")["per_device_train_batch_size"] == 8
