@@ -476,12 +476,12 @@ for EVALUATE in STUDY.evaluate_rules():
         output:
             samples=expand(SAMPLES, benchmark=OUTPUT_BENCHMARKS, allow_missing=True),
             provenance=expand(SAMPLES_PROVENANCE, benchmark=OUTPUT_BENCHMARKS, allow_missing=True),
-        wildcard_constraints:
-            checkpoint=_names(EVALUATE.checkpoints) if EVALUATE.checkpoints else ".+",
         log:
             f"{R}/logs/evaluate/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}{PER_BENCHMARK}.log",
         benchmark:
             f"{R}/benchmarks/evaluate/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}{PER_BENCHMARK}.tsv"
+        wildcard_constraints:
+            checkpoint=_names(EVALUATE.checkpoints) if EVALUATE.checkpoints else ".+",
         threads: threads_of("evaluate", per_model=True)
         resources:
             **resources_of("evaluate", per_model=True),
