@@ -463,7 +463,7 @@ def evaluate_arguments(benchmarks_of):
 
 # One job per (run, checkpoint) on all its benchmarks, or one per benchmark (evaluation.job_per, docs/cluster.md).
 for EVALUATE in STUDY.evaluate_rules():
-    PER_BENCHMARK = "/{benchmark}" if EVALUATE.benchmarks is None else ""
+    JOB = "{checkpoint}/{benchmark}" if EVALUATE.benchmarks is None else "{checkpoint}"  # the log's, the benchmark's
     EVALUATED = evaluated_benchmarks(EVALUATE.benchmarks)
     OUTPUT_BENCHMARKS = ["{benchmark}"] if EVALUATE.benchmarks is None else EVALUATE.benchmarks
 
@@ -477,9 +477,9 @@ for EVALUATE in STUDY.evaluate_rules():
             samples=expand(SAMPLES, benchmark=OUTPUT_BENCHMARKS, allow_missing=True),
             provenance=expand(SAMPLES_PROVENANCE, benchmark=OUTPUT_BENCHMARKS, allow_missing=True),
         log:
-            f"{R}/logs/evaluate/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}{PER_BENCHMARK}.log",
+            f"{R}/logs/evaluate/{{model}}/{{method}}/seed{{seed}}/{JOB}.log",
         benchmark:
-            f"{R}/benchmarks/evaluate/{{model}}/{{method}}/seed{{seed}}/{{checkpoint}}{PER_BENCHMARK}.tsv"
+            f"{R}/benchmarks/evaluate/{{model}}/{{method}}/seed{{seed}}/{JOB}.tsv"
         wildcard_constraints:
             checkpoint=_names(EVALUATE.checkpoints) if EVALUATE.checkpoints else ".+",
         threads: threads_of("evaluate", per_model=True)
