@@ -469,7 +469,7 @@ for EVALUATE in STUDY.evaluate_rules():
 
     rule:
         name:
-            EVALUATE.name
+            EVALUATE.name  # evaluate, evaluate_analysed
         input:
             unpack(evaluate_inputs(EVALUATED)),
             repairs=force_damaged_outputs,

@@ -179,13 +179,16 @@ def changed_modules(before: dict[str, str], after: dict[str, str]) -> dict[str, 
 def rule_roots(snakefile: Path) -> dict[str, list[str]]:
     """``{rule: root modules}`` of every rule whose params carry ``source_digest("...", ...)`` in ``snakefile``
     (the quoted module names of the call, which may span lines; a root computed from the config, such as the
-    train rule's credit method, is not in the table)."""
+    train rule's credit method, is not in the table). A rule defined in a loop (``rule:`` with a computed
+    ``name:``) names the rules it defines in a comment after that name: ``EVALUATE.name  # evaluate, ...``."""
     roots: dict[str, list[str]] = {}
-    for block in re.split(r"^(?=rule \w+:)", snakefile.read_text(encoding="utf-8"), flags=re.MULTILINE):
-        rule = re.match(r"rule (\w+):", block)
+    for block in re.split(r"^(?=\s*rule(?: \w+)?:$)", snakefile.read_text(encoding="utf-8"), flags=re.MULTILINE):
+        named = re.match(r"rule (\w+):", block)
+        looped = re.match(r"\s*rule:\n\s*name:\n[^#\n]*#\s*([\w, ]+)$", block, flags=re.MULTILINE)
+        names = [named.group(1)] if named else looped.group(1).replace(",", " ").split() if looped else []
         call = re.search(r"source_digest\(([^)]*)\)", block)
-        if rule and call:
-            roots[rule.group(1)] = re.findall(r"\"([\w.]+)\"", call.group(1))
+        for name in names if call else []:
+            roots[name] = re.findall(r"\"([\w.]+)\"", call.group(1))
     return roots
 
 

@@ -153,6 +153,6 @@ def test_docs_list_the_modules_each_rule_covers() -> None:
     documented = page.split("<!-- coverage: begin -->\n", 1)[1].split("\n<!-- coverage: end -->", 1)[0]
     assert documented == coverage_table(REPO / "Snakefile", PACKAGE_DIR), "rerun: python -m pipeline.code_digest"
     rules = rule_roots(REPO / "Snakefile")
-    assert rules["train"] == ["pipeline.train", "pipeline.launch"] and len(rules) == 12
+    assert rules["train"] == ["pipeline.train", "pipeline.launch"] and len(rules) == 13
     assert "pipeline.tasks.grading" not in covered_modules(*rules["prepare_data"])
     assert "pipeline.tasks.grading" not in covered_modules(*rules["warmup"])

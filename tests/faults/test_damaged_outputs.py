@@ -62,12 +62,18 @@ def test_damaged_outputs_are_found_at_plan_time_and_written_again(ci_study_copy:
     assert plan.returncode == 0, plan.stderr[-3000:]
     for path in (LINE_CUT, MID_LINE_CUT):
         assert f"{path}: damaged: " in plan.stderr, plan.stderr[-3000:]
+    # two evaluate jobs (one per (run, checkpoint), each on both benchmarks): GRAIL's gives arith_add back as it was,
+    # but Snakemake reruns what reads any output of a job it runs, GRAIL's token analysis of arith_add among them
     assert planned_jobs(plan.stdout) == {
-        "all": 1, "evaluate": 2, "aggregate": 1, "significance": 1, "token_viewer": 1, "report": 1,
+        "all": 1, "evaluate": 2, "aggregate": 1, "significance": 1, "token_analysis": 1, "token_viewer": 1,
+        "report": 1,
     }  # fmt: skip
 
     rerun = snakemake(study)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
+    for log, kept in (("grpo", "arith_add_hard"), ("grail", "arith_add")):
+        text = (study / f"results/logs/evaluate/tiny/{log}/seed0/final.log").read_text()
+        assert f"evaluate: {kept}: the samples kept from an earlier run of this job" in text, text[-2000:]
     for path in (LINE_CUT, MID_LINE_CUT, SCORES):
         assert (study / path).read_bytes() == before[path], path
         assert seal_problem(study / path) is None
