@@ -4,6 +4,10 @@
     study = Study.from_config(config)                  # what the Snakefile plans jobs from
 
 Every error names the config key it is about (``models.tiny.warmup.steps``), and all errors are reported at once.
+
+One module: ``Study`` is the one typed view that the Snakefile, the preflight and the planner read, and its methods
+(runs, evaluation jobs and their engine layouts, resources) answer from the same fields; split up, one object's
+answers would be spread over modules that each need all of it.
 """
 
 from __future__ import annotations
