@@ -91,16 +91,17 @@ def wall_hours(jobs: list[PlannedJob], concurrent_gpus: int) -> float:
 
 def parameter_count(model: Mapping[str, Any]) -> int | None:
     """A model's parameters: its declared ``parameters``, else the tiny Qwen3 from its architecture, a hub model
-    from the "NB" in its id; None when none of these says it.
+    from the "NB" (or "NM") in its id; None when none of these says it.
 
     Tiny (tied embeddings): V*h + L*(h*(q+2kv) + q*h + 3*h*i + 2*h) + h, with q = heads*head_dim, kv =
-    kv_heads*head_dim and V about 100 (the character vocabulary); hub ids such as Qwen/Qwen3-8B: 8e9.
+    kv_heads*head_dim and V about 100 (the character vocabulary); hub ids such as Qwen/Qwen3-8B: 8e9, SmolLM2-135M-Instruct: 1.35e8.
     """
     if "parameters" in model:
         return model["parameters"]
     if "path" in model:
-        match = re.search(r"(\d+(?:\.\d+)?)B(?![a-z])", model["path"].rsplit("/", 1)[-1], flags=re.IGNORECASE)
-        return round(float(match.group(1)) * 1e9) if match else None
+        name = model["path"].rsplit("/", 1)[-1]
+        match = re.search(r"(\d+(?:\.\d+)?)([BM])(?![a-z])", name, flags=re.IGNORECASE)
+        return round(float(match.group(1)) * (1e9 if match.group(2) in "Bb" else 1e6)) if match else None
     warmup = model.get("warmup") or {}
     if "hidden_size" not in warmup:
         return None

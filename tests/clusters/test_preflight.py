@@ -253,7 +253,9 @@ def test_paper_study_fails_naming_the_gpus_the_stack_and_the_hub(tmp_path: Path)
     estimate = report["cost"]
     paper = study(PAPER)
     assert estimate["rules"]["train"]["jobs"] == len(paper.runs())
-    assert estimate["rules"]["evaluate"]["jobs"] == len(paper.evaluations())
+    rules = [rule for rule, _, _ in paper.evaluation_jobs()]  # one job per (run, checkpoint)
+    assert estimate["rules"]["evaluate"]["jobs"] == rules.count("evaluate") == 20
+    assert estimate["rules"]["evaluate_analysed"]["jobs"] == rules.count("evaluate_analysed") == 15
     assert estimate["gpu_hours"] == pytest.approx(sum(row["gpu_hours"] for row in estimate["rules"].values()))
     assert estimate["concurrent_gpus"] == 32
     assert "GPU-h bound" in result.stdout  # the table

@@ -99,13 +99,14 @@ def runs(slurm: Cluster, study_directory: Path) -> StudyRuns:
     """The study on Slurm, in a directory of its own."""
     cluster_dir = study_directory
     write_study_config(cluster_dir / "study.yaml")
-    evaluations = len(study(cluster_dir / "study.yaml").evaluations())
+    evaluations = len(study(cluster_dir / "study.yaml").evaluation_jobs())
     accounting = slurm.accounting and sacct_answers()
     on_slurm = ["snakemake", "--snakefile", str(REPO / "Snakefile"), "--configfile", "study.yaml"]
     on_slurm += ["--profile", str(PROFILE), "--slurm-no-account"]
     on_slurm += ["--slurm-status-command", "sacct" if accounting else "squeue"]
     on_slurm += ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2"]
-    on_slurm += ["--groups", f"evaluate={EVALUATION_GROUP}", "--group-components", f"{EVALUATION_GROUP}={evaluations}"]
+    groups = [f"evaluate={EVALUATION_GROUP}", f"evaluate_analysed={EVALUATION_GROUP}"]  # both evaluate rules
+    on_slurm += ["--groups", *groups, "--group-components", f"{EVALUATION_GROUP}={evaluations}"]
     on_slurm += ["--resources", "gpu=1"]  # the cluster's one (fake) GPU
     result = run_command(on_slurm, cwd=cluster_dir, timeout=900)
     slurm_jobs = {job_id: rule for job_id, rule in SUBMITTED.findall(result.stdout)}
@@ -137,7 +138,7 @@ def expected_requests(config_path: Path) -> dict[str, Request]:
     evaluate = plan.resources("evaluate", model)
     # stacked one after another: one evaluation wide, all of them long
     requests[GROUP_JOB] = Request(
-        evaluate.cpus, evaluate.mem_mb, evaluate.runtime * len(plan.evaluations()), evaluate.gpus
+        evaluate.cpus, evaluate.mem_mb, evaluate.runtime * len(plan.evaluation_jobs()), evaluate.gpus
     )
     return requests
 

@@ -44,7 +44,7 @@ def test_a_stalled_evaluation_batch_stops_the_stage_with_the_stall_code(tiny_mod
     )
     log = result.stderr
     assert result.returncode == STALL_EXIT_CODE, log[-3000:]
-    assert "stall watchdog: rank 0: no progress in evaluation batch 2 of 4 for " in log, log[-3000:]
+    assert "stall watchdog: rank 0: no progress in evaluation batch 2 of 4 of bench for " in log, log[-3000:]
     assert "(bound 5.0 s): thread stacks follow; exiting 79 (retryable)" in log
     assert "in hold_until" in log and "in generate_or_hold" in log and "in generate_rows" in log
     assert not out.exists()

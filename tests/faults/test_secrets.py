@@ -116,6 +116,7 @@ SHLEX_JOINED_PARAMS = {
     "code_changes",
     "credits",
     "state_flags",
+    "calibration",
 }  # built with shlex.join: every token already quoted
 
 
