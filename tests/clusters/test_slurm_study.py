@@ -49,7 +49,7 @@ RESOURCES = {  # distinct per rule, so that a request read from the wrong rule s
     "evaluate": {"mem_mb": 900, "runtime": 3, "gpus": 1},
 }
 EVALUATION_GROUP = "eval"
-GROUP_JOB = f"{EVALUATION_GROUP}_evaluate"  # Snakemake names a group job after its group and rules
+GROUP_JOB = f"{EVALUATION_GROUP}_evaluate_evaluate_analysed"  # Snakemake names a group job after its group and rules
 SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: \S*/slurm_logs/(?:rule|group)_(\w+)/")
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
