@@ -417,14 +417,21 @@ def test_a_signal_to_the_launcher_reaches_both_ranks_and_their_75_comes_back(tmp
     assert [record["threads"] for record in written] == ["1", "1"]  # the job's 2 threads, split
 
 
-def test_a_signal_before_the_ranks_register_reaches_them_through_the_launch_directory(tmp_path: Path) -> None:
-    """SIGTERM as soon as the launcher has started accelerate (seconds before the ranks run): nobody is registered to
-    forward it to, so each rank must find it in the launch directory's signal file when it registers."""
-    process = launch_two_ranks(tmp_path, "wait", "wait")
+def sigterm_once_started(tmp_path: Path, *statuses: str) -> str:
+    """SIGTERM to the launcher of two ranks as soon as it has started accelerate; asserts it exits 75, returns its
+    stderr."""
+    process = launch_two_ranks(tmp_path, *statuses)
     assert "mode cpu" in process.stderr.readline()
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == PREEMPTED_EXIT_CODE, stderr[-3000:]
+    return stderr
+
+
+def test_a_signal_before_the_ranks_register_reaches_them_through_the_launch_directory(tmp_path: Path) -> None:
+    """SIGTERM as soon as the launcher has started accelerate (seconds before the ranks run): nobody is registered to
+    forward it to, so each rank must find it in the launch directory's signal file when it registers."""
+    stderr = sigterm_once_started(tmp_path, "wait", "wait")
     assert "forwarding SIGTERM" in stderr
 
 
@@ -432,11 +439,7 @@ def test_a_rank_killed_unrecorded_after_the_others_preemption_still_gives_75(tmp
     """Rank 1 finds the signal and exits 75 while rank 0 is still importing; the elastic agent then kills rank 0 before
     it records anything. The job was preempted, so the launcher must still ask for a requeue. (A CI run met this race
     in the test above; checked by breaking it: without ``forwarded_preemption`` the launcher exits 1.)"""
-    process = launch_two_ranks(tmp_path, "late", "wait")
-    assert "mode cpu" in process.stderr.readline()
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == PREEMPTED_EXIT_CODE, stderr[-3000:]
+    stderr = sigterm_once_started(tmp_path, "late", "wait")
     assert "statuses by local rank: [None, 75]" in stderr
     assert not (tmp_path / "rank0.json").exists()  # rank 0 never got as far as registering
 
