@@ -41,7 +41,13 @@ import torch
 from pipeline.core.io import InputError, atomic_save_figure, atomic_write_json, load_spec, read_jsonl, run_cli
 from pipeline.core.progress import progress
 from pipeline.core.specs import dataclass_from_mapping
-from pipeline.evaluation.token_weights import Rollout, TokenAnalysisSpec, prompt_ids, rollout_batch
+from pipeline.evaluation.token_weights import (
+    Rollout,
+    TokenAnalysisSpec,
+    grouped_samples,
+    prompt_ids,
+    rollout_batch,
+)
 from pipeline.models.loading import load_model, load_tokenizer
 from pipeline.stats.credit_truth import gap_share, placement
 from pipeline.tasks.decisive import is_decisive_problem, token_truth
@@ -69,16 +75,6 @@ class ScoredRollout:
     decisive: list[bool]
     in_answer: list[bool]  # the answer's box: GRAIL's answer override (and grail_shuffled's) weights it apart
     weights: dict[str, list[float]] = dataclasses.field(default_factory=dict)
-
-
-def grouped_samples(samples: list[dict[str, Any]], problems: dict[str, str], where: Path) -> dict[str, list[dict]]:
-    """The samples by item, in benchmark order; an id not in the benchmark is refused with its line."""
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for number, sample in enumerate(samples, start=1):
-        if sample.get("id") not in problems:
-            raise InputError(f"{where}:{number}: id {sample.get('id')!r} is not in the benchmark")
-        groups[sample["id"]].append(sample)
-    return {item: groups[item] for item in problems if item in groups}
 
 
 def informative_rollouts(

@@ -29,7 +29,6 @@ import html
 import json
 import math
 import random
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from pipeline.evaluation.token_weights import (
     Rollout,
     TokenAnalysisSpec,
     add_checkpoint_arguments,
+    grouped_samples,
     prompt_ids,
     rollout_batch,
 )
@@ -86,13 +86,8 @@ def choose_rollouts(
 ) -> list[ViewedRollout]:
     """``per_outcome`` correct and ``per_outcome`` wrong non-empty rollouts, those with a non-zero advantage first,
     each group drawn by ``rng``; fewer when the samples hold fewer."""
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for number, sample in enumerate(samples, start=1):
-        if sample.get("id") not in problems:
-            raise InputError(f"{where}:{number}: id {sample.get('id')!r} is not in the benchmark")
-        groups[sample["id"]].append(sample)
     candidates = []
-    for item, group in groups.items():
+    for item, group in grouped_samples(samples, problems, where).items():
         advantages = group_advantages([float(sample["correct"]) for sample in group])
         candidates += [
             ViewedRollout(item, s["sample"], problems[item], s["completion"], bool(s["correct"]), advantage)

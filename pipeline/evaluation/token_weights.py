@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -71,6 +72,16 @@ def prompt_ids(tokenizer: Any, problem: str, spec: TokenAnalysisSpec) -> list[in
         messages, tokenize=False, add_generation_prompt=True, enable_thinking=spec.enable_thinking
     )
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def grouped_samples(samples: list[dict[str, Any]], problems: dict[str, str], where: Path) -> dict[str, list[dict]]:
+    """The samples by item, in benchmark order; an id not in the benchmark is refused with its line."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for number, sample in enumerate(samples, start=1):
+        if sample.get("id") not in problems:
+            raise InputError(f"{where}:{number}: id {sample.get('id')!r} is not in the benchmark")
+        groups[sample["id"]].append(sample)
+    return {item: groups[item] for item in problems if item in groups}
 
 
 def load_rollouts(tokenizer: Any, samples_path: Path, benchmark_path: Path, spec: TokenAnalysisSpec) -> list[Rollout]:
