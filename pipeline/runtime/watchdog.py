@@ -7,9 +7,11 @@ never reaches. The watchdog is a daemon thread that checks a heartbeat: the stag
 of work (a training step, an evaluation batch) starts and ``end(after)`` when it is done; the time since the last of
 these calls is compared with ``stall_bound`` of the durations of the units completed so far. On a stall the thread
 records the status for a supervising ``pipeline.launch`` (pipeline.core.launch_dir), writes one line naming the rank,
-the unit, the seconds without progress and the bound, dumps the stacks (``faulthandler``: it needs neither the
-stuck main thread nor the GIL for long) and ends the process with ``os._exit`` (the main thread is stuck: an
-exception or ``sys.exit`` would never be seen). Every rank runs its own watchdog, so the ranks that wait for the
+the unit, the seconds without progress and the bound, then the stacks (``faulthandler``: it needs neither the
+stuck main thread nor the GIL for long), and ends the process with ``os._exit`` (the main thread is stuck: an
+exception or ``sys.exit`` would never be seen). The line and the stacks go out in one write: faulthandler writes a
+frame in several pieces, and ranks that stall together share one log, where their dumps would interleave piece by
+piece. Every rank runs its own watchdog, so the ranks that wait for the
 stalled one in a collective stop with the same status and their own stacks; the launcher passes the status on
 (pipeline.launch). It watches stages that import torch, transformers or vLLM and imports none of them.
 """
@@ -20,6 +22,7 @@ import faulthandler
 import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -87,10 +90,28 @@ def stop_process(message: str, stream: TextIO = sys.stderr) -> None:
     """Record ``STALL_EXIT_CODE`` for a supervising launcher, write ``message`` and every thread's stack to
     ``stream`` and end the process at once (its main thread is stuck)."""
     record_exit_status(STALL_EXIT_CODE)
-    print(message, file=stream, flush=True)
-    faulthandler.dump_traceback(file=stream, all_threads=True)
     stream.flush()
+    try:
+        write_whole(stream.fileno(), stall_report(message))
+    except OSError:  # no room for the dump's file: the stacks unbuffered, rather than a thread dead and a run hung
+        print(message, file=stream, flush=True)
+        faulthandler.dump_traceback(file=stream, all_threads=True)
     os._exit(STALL_EXIT_CODE)
+
+
+def stall_report(message: str) -> bytes:
+    """``message`` and every thread's stack, as one block (faulthandler dumps into a temporary file first)."""
+    with tempfile.TemporaryFile() as dump:
+        faulthandler.dump_traceback(file=dump, all_threads=True)
+        dump.seek(0)
+        return f"{message}\n".encode() + dump.read()
+
+
+def write_whole(descriptor: int, data: bytes) -> None:
+    """All of ``data`` to ``descriptor`` in as few ``write`` calls as the kernel takes."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view) :]
 
 
 class StallWatchdog:

@@ -4,12 +4,19 @@ and tests/evaluate/test_evaluate_stall.py.
 
 Checked by breaking it: with the median replaced by the mean, the slow-outlier property fails; with ``first_step_s``
 ignored (the floor used before any step), the first-step test fails; with ``check`` comparing against the bound
-with ``>=`` of the durations' minimum, the heartbeat test fails."""
+with ``>=`` of the durations' minimum, the heartbeat test fails; with ``stop_process`` printing the line and letting
+faulthandler write the stacks straight to stderr, the two processes' reports interleave and the last test fails."""
 
 from __future__ import annotations
 
+import os
+import re
 import statistics
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -19,6 +26,8 @@ from pipeline.core.exit_codes import STALL_EXIT_CODE
 from pipeline.core.io import InputError
 from pipeline.runtime.settings import RUNTIME_VARIABLE, RuntimeSettings
 from pipeline.runtime.watchdog import StallWatchdog, WatchdogConfig, stall_bound
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 CONFIG = WatchdogConfig(stall_multiple=5, stall_floor_s=10, first_step_s=100)
 durations = st.lists(st.floats(min_value=0.001, max_value=1e5), min_size=1, max_size=50)
@@ -121,3 +130,55 @@ def test_settings_are_checked_by_name():
     with pytest.raises(InputError, match=r"stall_floor_s: invalid value 0\.0"):
         watchdog_from_environment('{"stall_floor_s": 0}')
     assert RuntimeSettings.current({}).watchdog == WatchdogConfig()  # a stage run on its own: the defaults
+
+
+# A process with three threads 40 frames deep whose watchdog thread stops it at the wall-clock time argv[1]
+STALLING_PROCESS = """
+import sys, threading, time
+from pipeline.runtime.watchdog import stop_process
+
+release = threading.Event()
+
+
+def nest(depth):
+    return nest(depth - 1) if depth else release.wait()
+
+
+for _ in range(3):
+    threading.Thread(target=nest, args=(40,), daemon=True).start()
+start = float(sys.argv[1])
+while time.time() < start:
+    pass
+stop_process(f"stall watchdog: {__file__}: thread stacks follow")
+"""
+FAULTHANDLER_LINE = re.compile(
+    r'(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):|  File ".+", line \d+ in \S+|  \.\.\.|'
+)
+
+
+def test_ranks_that_stall_at_once_write_whole_reports_to_their_shared_log(tmp_path):
+    """Two processes stop at the same instant with their stderr on one pipe (the ranks of a run in one job log):
+    each report comes out in one piece, its line and then its own frames only."""
+    scripts = [tmp_path / f"rank_{rank}.py" for rank in (0, 1)]
+    for script in scripts:
+        script.write_text(STALLING_PROCESS)
+    start = time.time() + 3
+    log_read, log_write = os.pipe()
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    processes = [
+        subprocess.Popen([sys.executable, str(script), str(start)], stderr=log_write, env=environment)
+        for script in scripts
+    ]
+    os.close(log_write)
+    with os.fdopen(log_read) as log_stream:
+        log = log_stream.read()
+    assert [process.wait(timeout=60) for process in processes] == [STALL_EXIT_CODE, STALL_EXIT_CODE]
+    reports = re.split(r"^(?=stall watchdog: )", log, flags=re.MULTILINE)[1:]
+    assert len(reports) == 2 and "".join(reports) == log, log
+    for report in reports:
+        heading, *lines = report.splitlines()
+        own = next(script for script in scripts if str(script) in heading)
+        other = next(script for script in scripts if script != own)
+        assert [line for line in lines if not FAULTHANDLER_LINE.fullmatch(line)] == [], report
+        assert sum(f'File "{own}"' in line and line.endswith(" in nest") for line in lines) >= 3 * 40
+        assert str(other) not in report
