@@ -6,8 +6,8 @@
 
 A recorded summary (``docs/numbers/<study>.json``) keeps what a finished study's tables, significance tests,
 training logs and provenance say, and what made them: the commit, the date, the kernel path and CPU of every run
-and evaluation, the library versions, and the digest of the reference guard's file (``REFERENCE``, the CI study's
-numbers). A test holds both ends: every generated block equals what this module renders from the summaries, and
+and evaluation, the library versions, and the digest of the reference guard's numbers (``REFERENCE``, the CI
+study's numbers; its header, which says where it was made, is left out). A test holds both ends: every generated block equals what this module renders from the summaries, and
 every summary was recorded under the reference file as it is now. When a change moves the numbers, the reference is
 regenerated, that test fails, and the studies are run and recorded again (docs/contributing.md, "Numbers").
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.core.io import InputError, atomic_write_json, atomic_write_text, read_jsonl, run_cli
+from pipeline.core.io import InputError, atomic_write_json, atomic_write_text, canonical_json, read_jsonl, run_cli
 from pipeline.core.layout import (
     BASELINE_METHOD,
     CREDIT_PLACEMENT,
@@ -144,7 +144,7 @@ def record(study: str, results_dir: Path, config: str, same_as: list[Path], comm
         "config": config,
         "recorded": datetime.date.today().isoformat(),
         "commit": commit,
-        "reference_sha256": file_sha256(REFERENCE),
+        "reference_numbers_sha256": reference_numbers_sha256(REFERENCE),
         **run_environment(results_dir),
         "reproduced_by": reproductions(results_dir, same_as),
         "scores": scores[wanted].to_dict(orient="records"),
@@ -515,10 +515,17 @@ def stale_pages(studies: dict[str, dict[str, Any]], root: Path = REPO_DIR) -> li
     return [page for page in PAGES if (text := (root / page).read_text()) != render_page(text, studies, page)]
 
 
+def reference_numbers_sha256(reference: Path) -> str:
+    """SHA-256 of the reference guard's numbers in canonical JSON: every section but the header, whose provenance
+    (commit, CPU model, versions) can change while no number does."""
+    numbers = {section: value for section, value in json.loads(reference.read_text()).items() if section != "header"}
+    return hashlib.sha256(canonical_json(numbers).encode()).hexdigest()
+
+
 def stale_summaries(studies: dict[str, dict[str, Any]], reference: Path = REFERENCE) -> list[str]:
-    """The summaries recorded under another reference file than the current one: the code's numbers moved since."""
-    current = file_sha256(reference)
-    return [study for study, summary in studies.items() if summary["reference_sha256"] != current]
+    """The summaries recorded under other reference numbers than the current ones: the code's numbers moved since."""
+    current = reference_numbers_sha256(reference)
+    return [study for study, summary in studies.items() if summary["reference_numbers_sha256"] != current]
 
 
 def main(argv: list[str] | None = None) -> None:

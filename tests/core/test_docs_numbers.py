@@ -1,5 +1,5 @@
 """The study numbers in the README and the docs come from recorded runs (pipeline.docs_numbers), and the recorded
-runs from the current code (tied to the reference guard's file)."""
+runs from the current code (tied to the reference guard's numbers)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,22 @@ def test_every_recorded_study_was_recorded_under_the_current_reference_numbers()
         "`python -m pipeline.docs_numbers --record STUDY results` and `python -m pipeline.docs_numbers`, and say so "
         "in CHANGELOG under 'Changed results'"
     )
+
+
+def test_a_reference_header_change_keeps_the_summaries_and_a_moved_number_makes_them_stale(tmp_path: Path) -> None:
+    """The summaries are tied to the reference's numbers, not its header: naming the CPU model it was made on (as
+    bb4f8cd did) changes no number; a moved loss does. Checked by breaking it: with the whole file digested, the
+    header change makes every summary stale."""
+    reference = json.loads(docs_numbers.REFERENCE.read_text())
+    reference["header"]["cpu"] = "another CPU model"
+    header_changed = tmp_path / "header_changed.json"
+    header_changed.write_text(json.dumps(reference, indent=2))
+    assert docs_numbers.stale_summaries(STUDIES, header_changed) == []
+    run = next(iter(reference["training"].values()))
+    run["steps"][0]["loss"] += 1e-9
+    number_moved = tmp_path / "number_moved.json"
+    number_moved.write_text(json.dumps(reference))
+    assert sorted(docs_numbers.stale_summaries(STUDIES, number_moved)) == sorted(STUDIES)
 
 
 def test_the_default_study_is_recorded_as_reproduced_across_kernel_environments() -> None:
