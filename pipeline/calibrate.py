@@ -18,6 +18,11 @@ Snakemake with ``--cores``), then, with the study's settings and on the jobs' ke
   batch of every benchmark. Its start-up is the time from the child's launch to a ready backend; each batch gives
   seconds per generated token and tokens per sequence.
 
+Each measurement also records ``other_cores``: how many of this process's CPUs other processes kept busy meanwhile
+(``cpu_competition``). A measurement is one job's worth of work, timed once; a batch that shares its CPUs with
+something else runs slow, and the prediction with it (a SmolLM2 evaluation probe ran 47 s on a busy machine, 36-39 s
+on an idle one), so ``calibrate`` says which measurements had company.
+
 It writes the calibration (``{results_dir}/calibration.json``, or ``--out``) atomically: the measurements with the
 settings each was made with, the hardware, the time, the code (commit) and config files. The prediction from it is
 ``pipeline.study.calibration``'s (docs/cluster.md, "Calibrating the cost").
@@ -29,15 +34,21 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from pipeline.core import kernels, layout
 from pipeline.core.io import InputError, atomic_write_json, canonical_json, read_jsonl, run_cli
@@ -48,6 +59,8 @@ from pipeline.study.config import Study
 from pipeline.study.load import load_study
 
 TRAIN_TIMEOUT_S = 6 * 3600
+# Other processes' share of the measurement's CPUs above which calibrate warns (an idle machine: about 0.01)
+COMPETITION_WARNING_CORES = 0.25
 
 
 def start_model(study: Study, model: str) -> list[str]:
@@ -222,6 +235,53 @@ def code_version() -> dict[str, Any]:
     return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
 
 
+@dataclass(frozen=True)
+class CpuCounters:
+    """CPU time counters at one moment: the busy seconds of the CPUs this process may run on (every CPU state but
+    idle, iowait and steal), and this process's own seconds with those of its waited-for children."""
+
+    busy_s: float
+    own_s: float
+    at_s: float
+
+    @classmethod
+    def read(cls, cpus: frozenset[int]) -> CpuCounters:
+        per_cpu = psutil.cpu_times(percpu=True)
+        busy = sum(t.user + t.nice + t.system + t.irq + t.softirq for cpu, t in enumerate(per_cpu) if cpu in cpus)
+        own = sum(
+            usage.ru_utime + usage.ru_stime
+            for usage in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+        )
+        return cls(busy, own, time.monotonic())
+
+
+def other_cores(before: CpuCounters, after: CpuCounters) -> float:
+    """Cores other processes kept busy between two readings: (busy seconds - own seconds) / wall seconds, at least 0.
+    Own seconds count a child once it has been waited for, as every measurement's child has by its end."""
+    wall = after.at_s - before.at_s
+    foreign = (after.busy_s - before.busy_s) - (after.own_s - before.own_s)
+    return max(0.0, foreign / wall) if wall > 0 else 0.0
+
+
+@contextmanager
+def cpu_competition(found: dict[str, float]) -> Iterator[None]:
+    """Sets ``found["other_cores"]`` to ``other_cores`` over the block, on the CPUs this process may run on."""
+    cpus = frozenset(os.sched_getaffinity(0))
+    before = CpuCounters.read(cpus)
+    yield
+    found["other_cores"] = round(other_cores(before, CpuCounters.read(cpus)), 3)
+
+
+def competition_warning(name: str, cores: float, cpus: int) -> str | None:
+    """The warning for a measurement that shared its CPUs (``COMPETITION_WARNING_CORES``), else None."""
+    if cores <= COMPETITION_WARNING_CORES:
+        return None
+    return (
+        f"calibrate: while measuring {name}, other processes kept {cores:.2f} of its {cpus} CPUs busy: that "
+        "measurement may run slow and the prediction high; calibrate again on an otherwise idle machine or allocation"
+    )
+
+
 def training_groups(study: Study) -> dict[str, list[tuple[str, str]]]:
     """(model, method) pairs grouped by what a step costs (``train_settings``): one measurement per group."""
     groups: dict[str, list[tuple[str, str]]] = {}
@@ -248,17 +308,23 @@ def calibrate(study: Study, configfiles: list[Path], steps: int, out: Path) -> d
     try:
         with progress(desc="calibrate", unit="measurement", total=len(work)) as bar:
             for kind, what in work:
+                name = f"train {'/'.join(what[0])}" if kind == "train" else f"evaluate {what}"
+                bar.set_postfix_str(name)
+                competition: dict[str, float] = {}
+                with cpu_competition(competition):
+                    if kind == "train":
+                        measured = measure_training(study, *what[0], steps, scratch)
+                    else:
+                        measured = measure_evaluation(study, what, scratch)
+                measured = {**measured, **competition}
                 if kind == "train":
-                    model, method = what[0]
-                    bar.set_postfix_str(f"train {model}/{method}")
-                    measured = measure_training(study, model, method, steps, scratch)
                     for model, method in what:
                         settings = train_settings(study, model, method)
                         record["train"][f"{model}/{method}"] = {**measured, "settings": settings}
                 else:
-                    bar.set_postfix_str(f"evaluate {what}")
-                    measured = measure_evaluation(study, what, scratch)
                     record["evaluate"][what] = {**measured, "settings": evaluate_settings(study, what)}
+                if warning := competition_warning(name, competition["other_cores"], len(os.sched_getaffinity(0))):
+                    bar.write(warning, file=sys.stderr)
                 bar.update(1)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -271,14 +337,18 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
     for key, row in record["train"].items():
         lines.append(
             f"train {key}: {row['step_s']:.3f} s a step (sd {row['step_sd_s']:.3f}, {row['steps'] - 1} steps after "
-            f"the first), fixed {row['startup_s']:.1f} s, completions {row['completion_tokens']:.1f} tokens"
+            f"the first), fixed {row['startup_s']:.1f} s, completions {row['completion_tokens']:.1f} tokens; "
+            f"other processes {row['other_cores']:.2f} cores"
         )
     for model, row in record["evaluate"].items():
         rates = ", ".join(
             f"{name} {1000 * batch['seconds_per_token']:.2f} ms/token x {batch['tokens_per_sequence']:.1f} tokens"
             for name, batch in row["benchmarks"].items()
         )
-        lines.append(f"evaluate {model} ({row['backend']}): start-up {row['startup_s']:.1f} s; {rates}")
+        lines.append(
+            f"evaluate {model} ({row['backend']}): start-up {row['startup_s']:.1f} s; {rates}; "
+            f"other processes {row['other_cores']:.2f} cores"
+        )
     return lines
 
 

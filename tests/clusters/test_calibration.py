@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pipeline import power
+from pipeline import calibrate, power
 from pipeline.report import cost_section
 from pipeline.study import calibration, cost, plan
 from pipeline.study.calibration import BENCHMARKS_DIR, CALIBRATION_FILE
@@ -48,6 +50,39 @@ def test_the_prediction_formulas_give_their_known_answers() -> None:
     assert calibration.warning_lead_s(None) == 0
     assert calibration.spread([1.0, 2.0, 3.0]) == (2.0, 1.0)
     assert calibration.spread([4.0]) == (4.0, 0.0)
+
+
+def test_other_processes_share_of_a_measurements_cpus_has_its_known_answers() -> None:
+    before = calibrate.CpuCounters(busy_s=100.0, own_s=10.0, at_s=0.0)
+    # 10 s of wall time: the CPUs were busy 17 s, 12 of them this process and its children: 0.5 cores of others
+    assert calibrate.other_cores(before, calibrate.CpuCounters(117.0, 22.0, 10.0)) == 0.5
+    assert calibrate.other_cores(before, calibrate.CpuCounters(105.0, 16.0, 10.0)) == 0.0  # never below 0
+    assert calibrate.competition_warning("evaluate smol", 0.25, 2) is None
+    warning = calibrate.competition_warning("evaluate smol", 0.9, 2)
+    assert warning is not None and "while measuring evaluate smol, other processes kept 0.90 of its 2 CPUs" in warning
+
+
+def test_a_process_competing_for_the_cpus_is_counted_and_the_measurements_own_child_is_not() -> None:
+    """On the real counters: a spinning process that is not waited for within the block counts as competition;
+    a child that is waited for counts as the measurement's own CPU time (a lower bound on CPU seconds, which other
+    tests' load can only raise, so the assertions hold on a busy CI machine)."""
+    cpus = frozenset(os.sched_getaffinity(0))
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        found: dict[str, float] = {}
+        with calibrate.cpu_competition(found):
+            time.sleep(3)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert found["other_cores"] >= 0.3
+    before = calibrate.CpuCounters.read(cpus)
+    subprocess.run(
+        [sys.executable, "-c", "import time\nend = time.process_time() + 1.5\nwhile time.process_time() < end: pass"],
+        check=True,
+    )
+    after = calibrate.CpuCounters.read(cpus)
+    assert after.own_s - before.own_s >= 1.5
 
 
 def test_benchmark_files_match_jobs_by_their_wildcard_values_in_either_evaluation_layout() -> None:
@@ -216,6 +251,7 @@ def test_calibrate_measures_training_steps_and_evaluation_batches_of_the_study(c
     # one batch of the study's batch size: 32 (item, sample) units
     assert all(batch["sequences"] == 24 for batch in evaluation["benchmarks"].values())  # 12 items x 2 samples
     assert record["hardware"]["cpus"] and record["code"]["commit"]
+    assert grpo["other_cores"] >= 0 and evaluation["other_cores"] >= 0
     assert not list((calibrated_study / "results").glob("calibration-*"))  # the scratch runs are gone
 
 
