@@ -305,6 +305,7 @@ def calibrate(study: Study, configfiles: list[Path], steps: int, out: Path) -> d
     }
     work = [("train", members) for members in groups.values()] + [("evaluate", model) for model in study.models]
     scratch = Path(tempfile.mkdtemp(prefix="calibration-", dir=study.results_dir))
+    cpu_count = len(os.sched_getaffinity(0))
     try:
         with progress(desc="calibrate", unit="measurement", total=len(work)) as bar:
             for kind, what in work:
@@ -323,7 +324,7 @@ def calibrate(study: Study, configfiles: list[Path], steps: int, out: Path) -> d
                         record["train"][f"{model}/{method}"] = {**measured, "settings": settings}
                 else:
                     record["evaluate"][what] = {**measured, "settings": evaluate_settings(study, what)}
-                if warning := competition_warning(name, competition["other_cores"], len(os.sched_getaffinity(0))):
+                if warning := competition_warning(name, competition["other_cores"], cpu_count):
                     bar.write(warning, file=sys.stderr)
                 bar.update(1)
     finally:

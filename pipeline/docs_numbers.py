@@ -7,9 +7,10 @@
 A recorded summary (``docs/numbers/<study>.json``) keeps what a finished study's tables, significance tests,
 training logs and provenance say, and what made them: the commit, the date, the kernel path and CPU of every run
 and evaluation, the library versions, and the digest of the reference guard's numbers (``REFERENCE``, the CI
-study's numbers; its header, which says where it was made, is left out). A test holds both ends: every generated block equals what this module renders from the summaries, and
-every summary was recorded under the reference file as it is now. When a change moves the numbers, the reference is
-regenerated, that test fails, and the studies are run and recorded again (docs/contributing.md, "Numbers").
+study's numbers; its header, which says where it was made, is left out). A test holds both ends: every generated
+block equals what this module renders from the summaries, and every summary was recorded under the reference's
+numbers as they are now. When a change moves the numbers, the reference is regenerated, that test fails, and the
+studies are run and recorded again (docs/contributing.md, "Numbers").
 
 Generated blocks sit between ``<!-- numbers: NAME -->`` and ``<!-- /numbers -->`` in ``PAGES``; NAME is a key of
 ``RENDERERS``. Accuracies are acc@k at the study's final checkpoint, mean over seeds (± sample sd), in points.

@@ -11,9 +11,8 @@ the unit, the seconds without progress and the bound, then the stacks (``faultha
 stuck main thread nor the GIL for long), and ends the process with ``os._exit`` (the main thread is stuck: an
 exception or ``sys.exit`` would never be seen). The line and the stacks go out in one write: faulthandler writes a
 frame in several pieces, and ranks that stall together share one log, where their dumps would interleave piece by
-piece. Every rank runs its own watchdog, so the ranks that wait for the
-stalled one in a collective stop with the same status and their own stacks; the launcher passes the status on
-(pipeline.launch). It watches stages that import torch, transformers or vLLM and imports none of them.
+piece. Every rank runs its own watchdog, so the ranks that wait for the stalled one in a collective stop with the
+same status and their own stacks; the launcher passes the status on (pipeline.launch). It watches stages that import torch, transformers or vLLM and imports none of them.
 """
 
 from __future__ import annotations

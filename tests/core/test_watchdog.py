@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -24,10 +23,9 @@ from hypothesis import strategies as st
 
 from pipeline.core.exit_codes import STALL_EXIT_CODE
 from pipeline.core.io import InputError
+from pipeline.core.repo import REPO_DIR
 from pipeline.runtime.settings import RUNTIME_VARIABLE, RuntimeSettings
 from pipeline.runtime.watchdog import StallWatchdog, WatchdogConfig, stall_bound
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 CONFIG = WatchdogConfig(stall_multiple=5, stall_floor_s=10, first_step_s=100)
 durations = st.lists(st.floats(min_value=0.001, max_value=1e5), min_size=1, max_size=50)
@@ -132,7 +130,7 @@ def test_settings_are_checked_by_name():
     assert RuntimeSettings.current({}).watchdog == WatchdogConfig()  # a stage run on its own: the defaults
 
 
-# A process with three threads 40 frames deep whose watchdog thread stops it at the wall-clock time argv[1]
+# A process with three threads 40 frames deep that stops itself as its watchdog would, at the wall-clock time argv[1]
 STALLING_PROCESS = """
 import sys, threading, time
 from pipeline.runtime.watchdog import stop_process
@@ -164,7 +162,7 @@ def test_ranks_that_stall_at_once_write_whole_reports_to_their_shared_log(tmp_pa
         script.write_text(STALLING_PROCESS)
     start = time.time() + 3
     log_read, log_write = os.pipe()
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    environment = {**os.environ, "PYTHONPATH": str(REPO_DIR)}
     processes = [
         subprocess.Popen([sys.executable, str(script), str(start)], stderr=log_write, env=environment)
         for script in scripts
