@@ -35,10 +35,11 @@ if threading.current_thread() is threading.main_thread():  # (a Snakefile parsed
 from pipeline.core import exit_codes, kernels, layout
 from pipeline.core.io import InputError, canonical_json
 from pipeline.core.provenance import library_versions
+from pipeline.core.rerun_key import rerun_key_param
 from pipeline.core.source_digest import source_digest
 from pipeline.runtime import cluster
 from pipeline.study.calibration import BENCHMARKS_DIR, CALIBRATION_FILE
-from pipeline.study.integrity import damaged_outputs
+from pipeline.study.integrity import damaged_outputs, missing_outputs, sealed_outputs
 from pipeline.study.load import load_study
 from pipeline.study.writers import refuse_busy_runs
 
@@ -247,6 +248,39 @@ def model_argument(model):
     return shlex.join(argument)
 
 
+# What the report reads, each a published output of the study
+REPORTED = {
+    "tables": TABLES,
+    "figures": FIGURES,
+    "significance": SIGNIFICANCE,
+    "data_card": DATA_CARD,
+    "audits": expand(AUDIT, benchmark=STUDY.benchmarks),
+    "token_analysis": [f"{TOKEN_ANALYSIS}/summary.json".format(**run) for run in STUDY.grail_runs()],
+    "token_viewer": [TOKEN_VIEWER] if STUDY.token_viewer.enabled else [],
+    "credit_placement": [f"{CREDIT_PLACEMENT}/placement.json".format(model=m) for m in STUDY.placement_models()],
+    "provenance": [RUN_PROVENANCE.format(**run) for run in STUDY.runs()]
+    + [SAMPLES_PROVENANCE.format(**job) for job in STUDY.evaluations()],
+    # the training health check, again under the study's thresholds (pipeline.runtime.health)
+    "train_metrics": [RUN_METRICS.format(**run) for run in STUDY.runs()],
+}
+
+
+def published_outputs(wildcards):
+    """Every output a finished study holds: the sealed ones (data, models, samples: pipeline.study.integrity), what
+    the report reads, and the figures and pages beside them. Snakemake does not make again an output that is missing
+    while what was made from it is up to date (a deleted model under its samples: "Nothing to be done"), so rule
+    `all` asks for each of them: the job that writes a lost one runs, with every job after it. The controller names
+    each one a finished study (its report written) lost."""
+    figures = [f"{TOKEN_ANALYSIS}/GRAIL_positional.png".format(**run) for run in STUDY.grail_runs()]
+    figures += [f"{CREDIT_PLACEMENT}/placement.png".format(model=m) for m in STUDY.placement_models()]
+    reported = [path for paths in REPORTED.values() for path in ([paths] if isinstance(paths, str) else paths)]
+    outputs = list(dict.fromkeys([*sealed_outputs(STUDY), *reported, SIGNIFICANCE_MD, *figures]))
+    if workflow.exec_mode == ExecMode.DEFAULT and os.path.isfile(REPORT):
+        for lost in missing_outputs(outputs):
+            print(f"{lost}: missing from the finished study: made again, with everything made from it", file=sys.stderr)
+    return outputs
+
+
 localrules:
     all,
 
@@ -254,6 +288,8 @@ localrules:
 rule all:
     input:
         REPORT,
+        # every output a finished study holds, so that one it lost is made again (below)
+        published=published_outputs,
         repairs=force_damaged_outputs,
 
 
@@ -461,6 +497,16 @@ def evaluate_arguments(benchmarks_of):
     return arguments
 
 
+# The params that rerun an evaluate job (each reruns it when it changes), declared once: Snakemake's params, and the
+# key of the samples a rerun of the job gives back without generating them (pipeline.core.rerun_key).
+EVALUATE_RERUN_PARAMS = {
+    "spec": lambda wildcards: canonical_json(STUDY.evaluation_spec(wildcards)),
+    "libraries": LIBRARIES,
+    "kernels": KERNEL_PIN,
+    "code": source_digest("pipeline.evaluate"),
+}
+
+
 # One job per (run, checkpoint) on all its benchmarks, or one per benchmark (evaluation.job_per, docs/cluster.md).
 for EVALUATE in STUDY.evaluate_rules():
     JOB = "{checkpoint}/{benchmark}" if EVALUATE.benchmarks is None else "{checkpoint}"  # the log's, the benchmark's
@@ -486,14 +532,12 @@ for EVALUATE in STUDY.evaluate_rules():
         resources:
             **resources_of("evaluate", per_model=True),
         params:
+            **EVALUATE_RERUN_PARAMS,
             arguments=evaluate_arguments(EVALUATED),
-            spec=lambda wildcards: canonical_json(STUDY.evaluation_spec(wildcards)),
-            libraries=LIBRARIES,
-            kernels=KERNEL_PIN,
-            code=source_digest("pipeline.evaluate"),
+            rerun_key=rerun_key_param(EVALUATE_RERUN_PARAMS),
         shell:
             "python -m pipeline.evaluate {params.arguments} --spec {params.spec:q} --seed {wildcards.seed}"
-            " > {log:q} 2>&1"
+            " --rerun-key {params.rerun_key:q} > {log:q} 2>&1"
 
 
 rule aggregate:
@@ -517,11 +561,12 @@ rule aggregate:
         tables_dir=lambda wildcards, output: os.path.dirname(output.tables[0]),
         figures_dir=lambda wildcards, output: os.path.dirname(output.figures[0]),
         credits=shlex.join(STUDY.credits()),
+        samples_per_item=STUDY.evaluation.spec["n_samples"],
         # the credit methods' modules declare the headline statistics the training curves lead with
         code=source_digest("pipeline.aggregate", *STUDY.credit_modules()),
     shell:
         "python -m pipeline.aggregate --samples {input.samples:q} --train-metrics {input.metrics:q}"
-        " --benchmarks {input.benchmarks:q}"
+        " --benchmarks {input.benchmarks:q} --samples-per-item {params.samples_per_item}"
         " --out-dir {params.tables_dir:q} --figures-dir {params.figures_dir:q} --credit-methods {params.credits}"
         " > {log:q} 2>&1"
 
@@ -735,18 +780,7 @@ def calibration_argument(wildcards, input):
 
 rule report:
     input:
-        tables=TABLES,
-        figures=FIGURES,
-        significance=SIGNIFICANCE,
-        data_card=DATA_CARD,
-        audits=expand(AUDIT, benchmark=STUDY.benchmarks),
-        token_analysis=[f"{TOKEN_ANALYSIS}/summary.json".format(**run) for run in STUDY.grail_runs()],
-        token_viewer=[TOKEN_VIEWER] if STUDY.token_viewer.enabled else [],
-        credit_placement=[f"{CREDIT_PLACEMENT}/placement.json".format(model=m) for m in STUDY.placement_models()],
-        provenance=[RUN_PROVENANCE.format(**run) for run in STUDY.runs()]
-        + [SAMPLES_PROVENANCE.format(**job) for job in STUDY.evaluations()],
-        # the training health check, again under the study's thresholds (pipeline.runtime.health)
-        train_metrics=[RUN_METRICS.format(**run) for run in STUDY.runs()],
+        **REPORTED,
         code_changes=[CODE_CHANGES] if os.path.isfile(CODE_CHANGES) else [],
         # the predicted cost (python -m pipeline.calibrate), beside the actual one (the benchmark files, below)
         calibration=[f"{R}/{CALIBRATION_FILE}"] if os.path.isfile(f"{R}/{CALIBRATION_FILE}") else [],

@@ -1,12 +1,13 @@
 """Stage `aggregate`: per-sample evaluation files -> scores.csv, summary tables (CSV/MD/XLSX) and figures.
 
     python -m pipeline.aggregate --samples FILE... --train-metrics FILE... --out-dir DIR --figures-dir DIR
-        [--benchmarks FILE...] [--credit-methods CREDIT...]
+        [--benchmarks FILE...] [--samples-per-item N] [--credit-methods CREDIT...]
 
 Keys come from paths: samples files are ``.../<model>/<method>/seed<seed>/<checkpoint>/<benchmark>.jsonl`` and
 training metrics ``.../<model>/<method>/seed<seed>/metrics.jsonl``. A samples file whose items are not those of its
-benchmark (``--benchmarks``: the file ``<benchmark>.jsonl``) is refused, naming how many are missing; every file
-read must match its seal (``pipeline.core.seal``).
+benchmark (``--benchmarks``: the file ``<benchmark>.jsonl``) is refused, naming how many are missing, and so is one
+whose items do not each hold ``--samples-per-item`` samples (the study's ``n_samples``), naming the counts; every
+file read must match its seal (``pipeline.core.seal``).
 
 Outputs (each written atomically):
 - ``scores.csv``: long format (model, method, seed, checkpoint, benchmark, metric, value), values as fractions;
@@ -281,8 +282,14 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="the benchmark JSONL files (<name>.jsonl): a samples file of benchmark <name> must cover its items",
     )
+    parser.add_argument(
+        "--samples-per-item",
+        type=int,
+        help="the study's n_samples: every item of every samples file must hold this many (default: as many as the "
+        "file's fullest item)",
+    )
     args = parser.parse_args(argv)
-    scores, counts = score_files(args.samples, benchmark_item_ids(args.benchmarks))
+    scores, counts = score_files(args.samples, benchmark_item_ids(args.benchmarks), args.samples_per_item)
     curves = load_training_curves(args.train_metrics)
     write_outputs(
         add_averages(scores), variance_table(counts), curves, args.out_dir, args.figures_dir, args.credit_methods

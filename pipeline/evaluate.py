@@ -43,6 +43,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--audit", action="append", help="the benchmark's gold audit (prepare_benchmarks): warn about refused golds"
     )
+    parser.add_argument(
+        "--rerun-key",
+        help="the digest of the evaluate rule's rerun params (the Snakefile passes it, pipeline.core.rerun_key): "
+        "samples are kept for a rerun of the job under this key and given back only under it; without it nothing "
+        "is kept or given back",
+    )
     args = parser.parse_args(argv)
     if len(args.out) != len(args.benchmark) or (args.audit and len(args.audit) != len(args.benchmark)):
         parser.error(
@@ -60,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     model = resolve_model(args.model, args.model_revision)
     hub = model_hub_records(args.model, args.model_revision)
     outputs = [BenchmarkOutput(Path(b), Path(o)) for b, o in zip(args.benchmark, args.out, strict=True)]
-    evaluate_benchmarks(model, outputs, spec, args.seed, hub=hub)
+    evaluate_benchmarks(model, outputs, spec, args.seed, hub=hub, rerun_key=args.rerun_key)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from typing import Any
 from pipeline.core.io import append_jsonl_durably, run_cli
 from pipeline.core.layout import CODE_CHANGES
 from pipeline.core.repo import REPO_DIR
+from pipeline.core.rerun_key import is_rerun_key
 from pipeline.core.source_digest import changed_modules, parse_source_digest
 
 
@@ -120,9 +121,10 @@ def command_change(before: str, after: str) -> str:
 
 
 def explain_params(plan: Plan, job: Any, change: Any) -> None:
-    """Name the changed params; a changed code digest down to its modules."""
-    old = [_literal(value) for value in change.only_old]
-    new = [_literal(value) for value in change.only_new]
+    """Name the changed params; a changed code digest down to its modules. A rerun key (pipeline.core.rerun_key)
+    changes exactly when another param does: it is left out."""
+    old = [value for value in map(_literal, change.only_old) if not is_rerun_key(value)]
+    new = [value for value in map(_literal, change.only_new) if not is_rerun_key(value)]
     old_code = [digests for value in old if (digests := parse_source_digest(value)) is not None]
     new_code = [digests for value in new if (digests := parse_source_digest(value)) is not None]
     if old_code and new_code:
@@ -139,7 +141,7 @@ def explain_params(plan: Plan, job: Any, change: Any) -> None:
     settings = [
         name
         for name, value in job.params.items()
-        if parse_source_digest(value) is None and repr(value) in change.only_new
+        if parse_source_digest(value) is None and not is_rerun_key(value) and repr(value) in change.only_new
     ]
     if settings or len(old) > len(old_code) + len(legacy) or len(new) > len(new_code):
         plan.other_reasons = True

@@ -139,14 +139,17 @@ def grade(completion: str, gold: str, spec: EvalSpec) -> tuple[str | None, bool]
     return extracted, is_correct(extracted, gold, spec.grading_timeout_seconds, spec.grading)
 
 
-def fingerprint(model: str, benchmark: str | Path, spec: EvalSpec, seed: int) -> str:
+def fingerprint(model: str, benchmark: str | Path, spec: EvalSpec, seed: int, rerun_key: str | None = None) -> str:
     """Hash of everything that decides a sample's distribution and grade (not batching, backend or n_samples): the
-    model by content (a retrained model at the same path is another model), the benchmark, the seed, the settings."""
+    model by content (a retrained model at the same path is another model), the benchmark, the seed, the settings,
+    and, when the job has one, its rule's ``rerun_key`` (pipeline.core.rerun_key: the code that samples and grades,
+    the library versions, the kernel path)."""
     settings = dataclasses.asdict(spec)
     for key in ("backend", "batch_size", "n_samples", "vllm"):
         settings.pop(key)
     benchmark_hash = hashlib.sha256(Path(benchmark).read_bytes()).hexdigest()
-    return stable_hash((model_identity(model), benchmark_hash, seed, sorted(settings.items())))
+    identity = (model_identity(model), benchmark_hash, seed, sorted(settings.items()))
+    return stable_hash(identity if rerun_key is None else (*identity, rerun_key))
 
 
 # The line that ends each batch in the partial file: {"batch_rows": k} after the batch's k rows.
@@ -285,8 +288,8 @@ def kept_paths(out: Path) -> tuple[Path, Path]:
 
 
 def kept_key(stamp: str, spec: EvalSpec, backend_name: str) -> str:
-    """What a kept samples file must match to be published again as it is: the fingerprint, and every setting
-    that decides which rows it holds (``n_samples``, and on vLLM the batches and engines)."""
+    """What a kept samples file must match to be published again as it is: the fingerprint (with the job's rerun
+    key), and every setting that decides which rows it holds (``n_samples``, and on vLLM the batches and engines)."""
     return stable_hash((stamp, backend_name, sorted(dataclasses.asdict(spec).items())))
 
 
@@ -335,10 +338,11 @@ def evaluate(
     backend_factory: Callable[[str, str, Any, EvalSpec, int], Backend] = make_backend,
     runtime: RuntimeSettings | None = None,
     hub: list[dict[str, Any]] | None = None,
+    rerun_key: str | None = None,
 ) -> list[dict[str, Any]]:
     """``evaluate_benchmarks`` for one benchmark; returns its rows."""
     outputs = [BenchmarkOutput(Path(benchmark), Path(out))]
-    return evaluate_benchmarks(model, outputs, spec, seed, backend_factory, runtime, hub)[0]
+    return evaluate_benchmarks(model, outputs, spec, seed, backend_factory, runtime, hub, rerun_key)[0]
 
 
 def evaluate_benchmarks(
@@ -349,18 +353,22 @@ def evaluate_benchmarks(
     backend_factory: Callable[[str, str, Any, EvalSpec, int], Backend] = make_backend,
     runtime: RuntimeSettings | None = None,
     hub: list[dict[str, Any]] | None = None,
+    rerun_key: str | None = None,
 ) -> list[list[dict[str, Any]]]:
     """Evaluate ``model`` on each benchmark into its samples file, in order, with one backend for all of them
     (``SharedBackend``); each generation batch runs under the stall watchdog of the ``runtime`` settings (default:
     this process's, pipeline.runtime.settings), which the provenance records with the ``hub`` commits the model was
-    loaded at. A benchmark whose samples were kept from an earlier run of the job with the same key is published
-    from them (``restore_kept``); another resumes from its partial file. Returns each benchmark's rows."""
+    loaded at. With a ``rerun_key`` (the digest of the job's rerun params, pipeline.core.rerun_key), each published
+    file is kept, and a benchmark whose samples were kept from an earlier run under the same fingerprint and key is
+    published from them (``restore_kept``); without one (a stage run by hand) nothing is kept or given back. Any
+    other benchmark resumes from its partial file, whose fingerprint holds the key too. Returns each benchmark's
+    rows."""
     runtime = RuntimeSettings.current() if runtime is None else runtime
     shared = SharedBackend(model, spec, seed, backend_factory)
     results = []
     try:
         for output in outputs:
-            results.append(_evaluate_one(shared, output, runtime, hub))
+            results.append(_evaluate_one(shared, output, runtime, hub, rerun_key))
     finally:
         shared.close()
     if len(outputs) > 1:
@@ -372,16 +380,20 @@ def evaluate_benchmarks(
 
 
 def _evaluate_one(
-    shared: SharedBackend, output: BenchmarkOutput, runtime: RuntimeSettings, hub: list[dict[str, Any]] | None
+    shared: SharedBackend,
+    output: BenchmarkOutput,
+    runtime: RuntimeSettings,
+    hub: list[dict[str, Any]] | None,
+    rerun_key: str | None,
 ) -> list[dict[str, Any]]:
     """One benchmark of ``evaluate_benchmarks``: kept, else resumed and generated, then published and kept."""
     model, spec, seed, out = shared.model, shared.spec, shared.seed, output.out
     items = load_benchmark(output.benchmark)
     units = plan_units(items, spec.n_samples, seed)
     expected = {u.key for u in units}
-    stamp = fingerprint(model, output.benchmark, spec, seed)
-    key = kept_key(stamp, spec, shared.name)
-    if restore_kept(out, key):
+    stamp = fingerprint(model, output.benchmark, spec, seed, rerun_key)
+    key = None if rerun_key is None else kept_key(stamp, spec, shared.name)
+    if key is not None and restore_kept(out, key):
         rows = read_jsonl(out)
         print(
             f"evaluate: {output.benchmark.stem}: the samples kept from an earlier run of this job -> {out}",
@@ -402,7 +414,8 @@ def _evaluate_one(
         write_provenance(samples_provenance(out), "evaluate", runtime=runtime.record(), hub=hub)
         publish_jsonl(out, rows)
     partial.unlink(missing_ok=True)
-    keep_published(out, key)
+    if key is not None:
+        keep_published(out, key)
     correct = sum(row["correct"] for row in rows)
     no_answer = sum(row["extracted"] is None for row in rows)
     print(f"evaluate: {correct}/{len(rows)} correct, {no_answer} without a boxed answer -> {out}", file=sys.stderr)

@@ -61,12 +61,30 @@ def missing_items_problem(path: str, items: Mapping[str, Any], benchmark: str, b
     return f"{path}: {'; '.join(problems)}: the file is incomplete or from another benchmark"
 
 
+def samples_per_item_problem(path: str, items: Mapping[str, list[Any]], samples_per_item: int | None) -> str | None:
+    """Why the items of a samples file do not each hold ``samples_per_item`` samples (default: as many as its
+    fullest item), naming the counts; None if they do. A file cut short (a lost last row) or padded is refused rather
+    than summarized: its pass@k would stop at the smallest count and its method drop out of the tables."""
+    counts = {item: len(rows) for item, rows in items.items()}
+    expected = max(counts.values()) if samples_per_item is None else samples_per_item
+    off = {item: count for item, count in counts.items() if count != expected}
+    if not off:
+        return None
+    shown = ", ".join(f"{item!r} has {count}" for item, count in sorted(off.items())[:3])
+    more = f" and {len(off) - 3} more" if len(off) > 3 else ""
+    return (
+        f"{path}: {len(off)} of its {len(counts)} items do not hold {expected} samples ({shown}{more}): the file is"
+        " incomplete or from other settings; a plain `snakemake` run samples it again"
+    )
+
+
 def score_files(
-    paths: list[str], benchmark_ids: Mapping[str, list[str]] | None = None
+    paths: list[str], benchmark_ids: Mapping[str, list[str]] | None = None, samples_per_item: int | None = None
 ) -> tuple[pd.DataFrame, list[tuple[SamplesKey, ItemCounts]]]:
     """Long-format scores (SCORE_COLUMNS) of every samples file, and each file's per-item counts (the variance
     table's input); a repeated key is refused, and so is a file whose items are not those of its benchmark, when
-    ``benchmark_ids`` (benchmark name -> item ids) has it."""
+    ``benchmark_ids`` (benchmark name -> item ids) has it, or whose items do not each hold ``samples_per_item``
+    samples (default: as many as its fullest item)."""
     rows: list[dict[str, Any]] = []
     counts: list[tuple[SamplesKey, ItemCounts]] = []
     seen: dict[SamplesKey, str] = {}
@@ -79,19 +97,12 @@ def score_files(
         expected = (benchmark_ids or {}).get(key.benchmark)
         if expected is not None and (problem := missing_items_problem(path, items, key.benchmark, expected)):
             raise InputError(problem)
+        if problem := samples_per_item_problem(path, items, samples_per_item):
+            raise InputError(problem)
         scores = score_items(items)
         counts.append((key, ItemCounts.from_items(items)))
-        if scores["samples"] != scores["items"] * _label_n(scores):
-            print(
-                f"warning: {path}: items have different sample counts; pass@k only up to the smallest", file=sys.stderr
-            )
         rows.extend({**key._asdict(), "metric": metric, "value": float(value)} for metric, value in scores.items())
     return pd.DataFrame(rows, columns=SCORE_COLUMNS), counts
-
-
-def _label_n(scores: dict[str, float | int]) -> int:
-    """The n of a score dict's acc@n metric."""
-    return next(int(name.split("@")[1]) for name in scores if name.startswith("acc@"))
 
 
 def _metric_average(metric: str, values: pd.Series, items: pd.Series, weighted: bool) -> float:

@@ -21,11 +21,16 @@ REPO = Path(__file__).resolve().parents[2]
 FIRST_ITEMS, SECOND_ITEMS = 5, 6  # x 2 samples, batches of 4: 10 rows (4, 4, 2), then 12 (4, 4, 4)
 
 
-def stage_command(model: Path, pairs: list[tuple[Path, Path]], spec: dict) -> list[str]:
+RERUN_KEY = "the digest of the rule's rerun params"  # what the Snakefile passes (pipeline.core.rerun_key)
+
+
+def stage_command(
+    model: Path, pairs: list[tuple[Path, Path]], spec: dict, rerun_key: str | None = RERUN_KEY
+) -> list[str]:
     command = [sys.executable, "-m", "pipeline.evaluate", "--model", str(model), "--spec", json.dumps(spec)]
     for benchmark, out in pairs:
         command += ["--benchmark", str(benchmark), "--out", str(out)]
-    return [*command, "--seed", "3"]
+    return [*command, "--seed", "3", *(["--rerun-key", rerun_key] if rerun_key is not None else [])]
 
 
 def delete_outputs(outs: list[Path]) -> None:
@@ -73,6 +78,28 @@ def test_one_job_on_two_benchmarks_starts_one_backend_and_equals_a_job_each(tiny
     assert len(read_jsonl(pairs[0][1])) == 3 * FIRST_ITEMS
 
 
+def test_kept_samples_are_given_back_only_under_the_rerun_key_they_were_kept_with(tiny_model_dir: Path, tmp_path: Path):
+    """A rerun of the job whose rerun params changed (its code, libraries, kernel path or settings: another
+    ``--rerun-key``) generates its samples again instead of giving back those of the earlier code; a stage run by
+    hand (no key) keeps nothing and gives nothing back. (Checked by breaking it: with the key left out of the
+    fingerprint, the second run gave back the first run's samples.)"""
+    bench = write_jsonl(tmp_path / "bench.jsonl", benchmark_rows(FIRST_ITEMS, seed=1))
+    pairs = [(bench, tmp_path / "eval" / "bench.jsonl")]
+    runs = {}
+    for name, key in [("first", "old code"), ("changed", "new code"), ("same", "new code"), ("by hand", None)]:
+        delete_outputs([pairs[0][1]])
+        job = subprocess.run(
+            stage_command(tiny_model_dir, pairs, FAST_SPEC, key), cwd=REPO, capture_output=True, text=True
+        )
+        assert job.returncode == 0, job.stderr[-3000:]
+        runs[name] = job.stderr
+    assert "kept from an earlier run" not in runs["changed"]
+    assert "no partial results; 10 samples to generate" in runs["changed"]
+    assert "evaluate: bench: the samples kept from an earlier run of this job" in runs["same"]
+    assert "kept from an earlier run" not in runs["by hand"]
+    assert "no partial results; 10 samples to generate" in runs["by hand"]
+
+
 def test_a_kill_in_the_second_benchmark_keeps_the_first_and_resumes_the_second_exactly(
     tiny_model_dir: Path, tmp_path: Path
 ):
@@ -105,11 +132,11 @@ def test_kept_samples_that_no_longer_match_their_seal_are_not_given_back(tiny_mo
     bench = write_jsonl(tmp_path / "bench.jsonl", benchmark_rows(FIRST_ITEMS, seed=1))
     out = tmp_path / "eval" / "bench.jsonl"
     spec = eval_spec.parse_eval_spec(FAST_SPEC)
-    rows = sampling.evaluate(str(tiny_model_dir), bench, spec, 3, out)
+    rows = sampling.evaluate(str(tiny_model_dir), bench, spec, 3, out, rerun_key=RERUN_KEY)
     with open(out, "r+b") as handle:  # cut in place: the same inode as the kept link
         handle.truncate(out.stat().st_size // 2)
-    key = sampling.kept_key(sampling.fingerprint(str(tiny_model_dir), bench, spec, 3), spec, "hf")
+    key = sampling.kept_key(sampling.fingerprint(str(tiny_model_dir), bench, spec, 3, RERUN_KEY), spec, "hf")
     assert not sampling.restore_kept(out, key)
     out.unlink()
-    assert sampling.evaluate(str(tiny_model_dir), bench, spec, 3, out) == rows
+    assert sampling.evaluate(str(tiny_model_dir), bench, spec, 3, out, rerun_key=RERUN_KEY) == rows
     assert sampling.restore_kept(out, key)  # the new samples are kept in turn

@@ -12,22 +12,24 @@ weights. Each reference runs beside its Snakemake rerun (one core each).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
 
-from pipeline.core.io import canonical_json
-from pipeline.core.seal import write_seal
+from pipeline.core.io import canonical_json, read_jsonl
+from pipeline.core.seal import file_seal_path, seal_problem, write_seal
 from pipeline.study.load import load_study
 from pipeline.training.run_state import SET_ASIDE_DIR, WHY_FILE
 from tests.hold_stage import pseudo_random_reward_env
 from tests.pipeline.test_workflow_e2e import code_copy
-from tests.shared_studies import CI_CONFIG, EXAMPLES_DIR, PLUGIN_CONFIG, REPO, with_examples
+from tests.shared_studies import CI_CONFIG, CI_CONFIG_FILES, EXAMPLES_DIR, PLUGIN_CONFIG, REPO, with_examples
 
 pytestmark = pytest.mark.slow
 
@@ -214,3 +216,73 @@ def test_changed_benchmark_regenerates_only_its_samples(
         reference, cwd=REPO, check=True, capture_output=True, timeout=600, env={**with_examples(), **threads}
     )
     assert (eval_dir / "arith_add_hard.jsonl").read_bytes() == alone.read_bytes()
+
+
+def test_grader_change_regrades_instead_of_giving_back_the_kept_samples(ci_study_copy: Path, tmp_path: Path) -> None:
+    """The grader changed in a copy of the code (every boxed answer accepted: the CI study's samples all box one
+    and none is right): the evaluate job reruns for its code, and must sample and grade again rather than give
+    back the samples it kept from the earlier code (before the kept samples were keyed by the rule's rerun params,
+    it gave them back, rc 0, and the tables did not move)."""
+    code = code_copy(tmp_path)
+    sampling = code / "pipeline/evaluation/sampling.py"
+    graded = "return extracted, is_correct(extracted, gold, spec.grading_timeout_seconds, spec.grading)"
+    assert graded in sampling.read_text()
+    sampling.write_text(sampling.read_text().replace(graded, "return extracted, extracted is not None"))
+    eval_dir = ci_study_copy / "results/eval/tiny/grpo/seed0/final"
+    before = read_jsonl(eval_dir / "arith_add.jsonl")
+    assert not any(row["correct"] for row in before) and all(row["extracted"] is not None for row in before)
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(code / "Snakefile"), "--directory"]
+    command += [str(ci_study_copy), str(eval_dir.relative_to(ci_study_copy) / "arith_add.jsonl"), "--cores", "1"]
+    command += ["--allowed-rules", "evaluate", *CI_CONFIG_FILES]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=with_examples(code))
+    assert run.returncode == 0, run.stderr[-3000:]
+    log = (ci_study_copy / "results/logs/evaluate/tiny/grpo/seed0/final.log").read_text()
+    assert "kept from an earlier run" not in log
+    assert "evaluate: arith_add: no partial results; 24 samples to generate" in log
+    after = read_jsonl(eval_dir / "arith_add.jsonl")
+    assert [row["extracted"] for row in after] == [row["extracted"] for row in before]
+    assert all(row["correct"] for row in after), "the samples were not graded by the changed code"
+
+
+def test_lost_and_cut_outputs_of_a_finished_study_are_named_and_made_again(ci_study_copy: Path) -> None:
+    """A finished study loses a published model (GRPO's final, deleted), a table (summary.csv, deleted) and the seal
+    and last row of a samples file (OAR-G's): a plain run names each, makes them again and what was made from them,
+    and leaves the rest as it was. (Before: "Nothing to be done" with the model and the table missing, and the cut
+    samples summarized, OAR-G gone from the summary table.)"""
+    results = ci_study_copy / "results"
+    final = results / "runs/tiny/grpo/seed0/final"
+    cut = results / "eval/tiny/oar_g/seed0/final/arith_add.jsonl"
+    summary = results / "tables/summary.csv"
+    untouched = results / "eval/tiny/grail/seed0/final/arith_add.jsonl"
+    old_weights, old_rows, untouched_since = weights(final), cut.read_text(), untouched.stat().st_mtime_ns
+    shutil.rmtree(final)
+    summary.unlink()
+    file_seal_path(cut).unlink()
+    cut.unlink()  # rewritten without its last row (a new file: the kept hard link keeps the whole one)
+    cut.write_text("".join(old_rows.splitlines(keepends=True)[:-1]))
+    base = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(ci_study_copy),
+    ]
+    run = subprocess.run(
+        [*base, "--cores", "2", *CI_CONFIG_FILES], capture_output=True, text=True, timeout=1200, env=with_examples()
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "results/runs/tiny/grpo/seed0/final: missing from the finished study" in run.stderr
+    assert "results/tables/summary.csv: missing from the finished study" in run.stderr
+    assert (
+        f"{cut.relative_to(ci_study_copy)}: damaged: 23 samples, where eval_data/arith_add.jsonl has 12 items"
+        in run.stderr
+    )
+    assert seal_problem(final) is None and same(weights(final), old_weights)
+    assert cut.read_text() == old_rows and seal_problem(cut) is None
+    methods = set(pd.read_csv(summary)["method"])
+    assert {"grpo", "oar_g", "grail"} <= methods
+    assert untouched.stat().st_mtime_ns == untouched_since
+    train_log = (results / "logs/train/tiny/grpo/seed0.log").read_text()
+    assert "training finished at" in train_log  # published again from its last checkpoint, not trained again

@@ -163,12 +163,21 @@ def test_a_metrics_record_without_step_is_refused(tmp_path: Path, study) -> None
         run(tmp_path, samples, metrics)
 
 
-def test_unequal_sample_counts_are_reported(tmp_path: Path, write_samples, capsys) -> None:
+def test_a_file_whose_items_hold_unequal_sample_counts_is_refused_naming_them(tmp_path: Path, write_samples) -> None:
+    """A samples file that lost its last row (its seal too) is refused, not summarized: its pass@k stopped at the
+    smaller count and its method dropped out of the summary table (it was only a warning)."""
     samples = [write_samples("m", "grpo", 0, "final", "b1", {"x": [True, False, True], "y": [True, False]})]
-    out, _ = run(tmp_path, samples, [])
-    assert "items have different sample counts" in capsys.readouterr().err
-    scores = pd.read_csv(out / "scores.csv")
-    assert set(scores["metric"]) >= {"acc@2", "pass@2"} and "pass@3" not in set(scores["metric"])
+    with pytest.raises(InputError, match=r"b1.jsonl: 1 of its 2 items do not hold 3 samples \('y' has 2\)"):
+        run(tmp_path, samples, [])
+    assert not (tmp_path / "tables").exists()
+
+
+def test_a_file_whose_items_do_not_hold_the_study_n_samples_is_refused(tmp_path: Path, write_samples) -> None:
+    """Every item with the same count, but not the study's n_samples (--samples-per-item): refused as well."""
+    samples = [write_samples("m", "grpo", 0, "final", "b1", {"x": [True, False], "y": [True, False]})]
+    with pytest.raises(InputError, match=r"2 of its 2 items do not hold 3 samples \('x' has 2, 'y' has 2\)"):
+        run(tmp_path, samples, [], "--samples-per-item", "3")
+    run(tmp_path, samples, [], "--samples-per-item", "2")
 
 
 def test_seed_bands_smooth_each_seed_then_take_mean_and_range() -> None:
