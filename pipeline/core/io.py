@@ -25,6 +25,7 @@ from pipeline.core.exit_codes import (
     repeat_final_exit,
 )
 from pipeline.core.launch_dir import record_exit_status
+from pipeline.core.locks import controller_problem
 from pipeline.core.seal import DIRECTORY_SEAL, damage_message, seal_problem, write_seal
 
 # Checkpoint content that is training state, not part of an exported model.
@@ -294,7 +295,8 @@ def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = N
     The exit status is also recorded for a supervising ``pipeline.launch`` (``pipeline.runtime.preemption``), which passes
     it on where ``accelerate launch`` would report any failure as 1. A final status (``pipeline.core.exit_codes``) leaves
     a marker next to the job's log, and a retry of the job in the same Snakemake invocation repeats that status
-    before ``main`` runs.
+    before ``main`` runs. In a Snakemake job the stage refuses to run when the controller that started it no longer
+    holds the study (``pipeline.core.locks``).
     """
     spec = getattr(sys.modules["__main__"], "__spec__", None)  # python -m pipeline.<stage>: its module
     repeated = repeat_final_exit(spec.name if spec else "stage")
@@ -303,6 +305,8 @@ def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = N
         raise SystemExit(repeated)
     status = 1  # an uncaught exception
     try:
+        if problem := controller_problem():
+            raise InputError(problem)
         main(argv)
         status = 0
     except InputError as error:
