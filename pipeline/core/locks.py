@@ -12,9 +12,9 @@ Snakemake 9 removes the whole ``.snakemake/locks`` directory when any controller
 (``persistence._delete_locks``), the locks of other studies in that checkout included. So the controller takes the
 study lock in its ``onstart`` hook (after the plan, before any job; never in a dry run), puts its path in the
 environment (``STUDY_LOCK_VARIABLE``: local jobs inherit it, Slurm jobs through ``--export=ALL``) and gives it back
-when it ends. A job runs only while the controller that started it holds the study (``controller_problem``): a
-stage refuses before it reads anything (``pipeline.core.io.run_cli``, ``pipeline.launch``) when its controller ended
-or was killed (its lock names a dead pid, or another controller broke it and holds the study), as a Slurm job queued
+when it ends. A job runs and publishes only while the controller that started it holds the study
+(``controller_problem``): a stage refuses before it reads anything (``pipeline.core.io.run_cli``,
+``pipeline.launch``), and before each publish (``pipeline.core.orphans``), when its controller ended or was killed (its lock names a dead pid, or another controller broke it and holds the study), as a Slurm job queued
 by a killed controller would. A stage run by hand, outside Snakemake, checks nothing.
 
 No third-party imports.

@@ -4,8 +4,8 @@ checkpoint by ``tests.hold_stage`` so that every step lands at a known point.
 
 - SIGKILL of the controller alone (its job lives on, as after a lost terminal): a plain rerun is refused for the
   lock, then (after `--unlock`) for the training job that still runs, naming its pid, once the dead controller's
-  study lock is broken with a log line; once that job is stopped, `--rerun-incomplete` resumes the run from its
-  checkpoint and ends it.
+  study lock is broken with a log line; the orphaned job, stopped, publishes nothing, not even its checkpoint
+  (pipeline.core.orphans); `--rerun-incomplete` then resumes the run from its checkpoint and ends it.
 - A second controller under `--nolock` while the first trains: it stops before its first job, refused by the study
   lock (RESULTS_DIR/.study.lock, pipeline.core.locks), so the first's log and checkpoints are untouched (before, its
   job's preparation deleted the first's log and its failure deleted what the first had published).
@@ -80,8 +80,17 @@ def test_killed_controller_recovers_with_unlock_then_rerun_incomplete(study: Pat
         assert broken in busy.stderr and f"pid {controller.pid} is not running" in busy.stderr, busy.stderr[-3000:]
         assert (study / TRAIN_LOG).read_text(encoding="utf-8").startswith(log_before)  # the job's log, untouched
         assert EXPORT_STEP in checkpoint_steps(study / RUN)
+        # the orphaned stage, stopped, publishes nothing (its checkpoint included): its controller is gone
+        os.kill(stage, signal.SIGTERM)
+        wait_until(lambda: not Path(f"/proc/{stage}").exists(), "the end of the orphaned stage", timeout=120)
+        log = (study / TRAIN_LOG).read_text(encoding="utf-8")
+        assert "not published: " in log and "this job's Snakemake controller no longer holds the study" in log, log[
+            -3000:
+        ]
+        assert checkpoint_steps(study / RUN)[-1] == EXPORT_STEP
     finally:
-        os.kill(stage, signal.SIGKILL)  # stop the killed controller's job, as the refusal says
+        if Path(f"/proc/{stage}").exists():
+            os.kill(stage, signal.SIGKILL)
     wait_until(lambda: not Path(f"/proc/{stage}").exists(), "the end of the held stage", timeout=60)
     resumed = snakemake(study, "--rerun-incomplete")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
