@@ -155,6 +155,6 @@ def controller_problem(env: Mapping[str, str] = os.environ) -> str | None:
         return None
     return (
         f"{lock}: this job's Snakemake controller no longer holds the study: {why}. Nothing is written: the"
-        " controller that holds the study, or the next one, runs this job again (docs/troubleshooting.md, 'After a"
-        " killed controller')"
+        " controller that holds the study, or the next one, runs this job again (docs/usage.md, 'When Snakemake"
+        " itself was killed')"
     )
