@@ -41,7 +41,7 @@ from pipeline.runtime import cluster
 from pipeline.study.calibration import BENCHMARKS_DIR, CALIBRATION_FILE
 from pipeline.study.integrity import damaged_outputs, missing_outputs, sealed_outputs
 from pipeline.study.load import load_study
-from pipeline.study.writers import refuse_busy_runs
+from pipeline.study.writers import hold_study, refuse_busy_runs, release_study
 
 # A --configfile on the command line (or a profile's) replaces the default study instead of extending it.
 DEFAULT_CONFIG = os.path.join(workflow.basedir, "configs", "default.yaml")
@@ -455,13 +455,24 @@ rule train:
         " > {log:q} 2>&1"
 
 
-# Before the first job (never in a dry run), the controller refuses to train a run that another writer is training:
-# Snakemake would delete that writer's log and published outputs (pipeline.study.writers, docs/usage.md).
+# Before the first job (never in a dry run), the controller takes the study lock (RESULTS_DIR/.study.lock, held until
+# it ends: Snakemake's own lock goes when any controller of this directory ends) and refuses to train a run that
+# another writer is training: Snakemake would delete that writer's log and published outputs (pipeline.study.writers,
+# docs/usage.md).
 onstart:
     if workflow.exec_mode == ExecMode.DEFAULT:
+        hold_study(R)
         refuse_busy_runs(
             RUN_DIR.format(**job.wildcards_dict) for job in workflow.dag.needrun_jobs() if job.rule.name == "train"
         )
+
+
+onsuccess:
+    release_study()
+
+
+onerror:
+    release_study()
 
 
 def evaluated_benchmarks(benchmarks):

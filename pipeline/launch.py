@@ -23,6 +23,8 @@ from pipeline.core.exit_codes import (
     repeat_final_exit,
 )
 from pipeline.core.io import InputError
+from pipeline.core.locks import controller_problem
+from pipeline.core.orphans import die_with_parent
 from pipeline.runtime.launching import TRAINING_ENGINES, plan_launch, run_child, supervise, visible_cuda_devices
 from pipeline.runtime.preemption import PreemptionSignals
 from pipeline.runtime.time_windows import close_window, may_requeue
@@ -64,10 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     signals = PreemptionSignals().install()
+    die_with_parent()  # (its SIGTERM is recorded: passed on to the stage processes, as any other)
     repeated = repeat_final_exit("pipeline.launch")
     if repeated is not None:
         sys.exit(repeated)
     try:
+        if problem := controller_problem():
+            raise InputError(problem)
         options, module, module_args = split_command_line(sys.argv[1:] if argv is None else argv)
         args = build_parser().parse_args(options)
         needs_devices = args.gpus > 1 or args.nodes > 1

@@ -25,6 +25,8 @@ from pipeline.core.exit_codes import (
     repeat_final_exit,
 )
 from pipeline.core.launch_dir import record_exit_status
+from pipeline.core.locks import controller_problem
+from pipeline.core.orphans import die_with_parent, refuse_orphan_publish
 from pipeline.core.seal import DIRECTORY_SEAL, damage_message, seal_problem, write_seal
 
 # Checkpoint content that is training state, not part of an exported model.
@@ -58,7 +60,8 @@ def _remove(path: Path) -> None:
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary sibling of ``path``; on success rename it onto ``path``, on error delete it.
 
-    Works for files and directories alike: whatever the caller creates at the yielded path replaces ``path``.
+    Works for files and directories alike: whatever the caller creates at the yielded path replaces ``path``. A stage
+    whose Snakemake job's wrapper or controller is gone renames nothing (``pipeline.core.orphans``).
     """
     target = Path(path)
     temporary = _temporary_sibling(target)
@@ -66,6 +69,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield temporary
         if not temporary.exists():
             raise FileNotFoundError(f"nothing was written to the temporary output for {target}")
+        refuse_orphan_publish(target)
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)
         os.replace(temporary, target)
@@ -181,9 +185,11 @@ def fsync_directory(directory: Path) -> None:
 
 def publish_directory(staging: Path, target: Path) -> None:
     """Seal the complete directory ``staging`` (``pipeline.core.seal``), make it durable and rename it onto
-    ``target`` (replacing it)."""
+    ``target`` (replacing it); a stage whose Snakemake job's wrapper or controller is gone publishes nothing
+    (``pipeline.core.orphans``)."""
     write_seal(staging)
     fsync_tree(staging)
+    refuse_orphan_publish(target)
     if target.exists():
         shutil.rmtree(target)
     os.replace(staging, target)
@@ -294,8 +300,10 @@ def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = N
     The exit status is also recorded for a supervising ``pipeline.launch`` (``pipeline.runtime.preemption``), which passes
     it on where ``accelerate launch`` would report any failure as 1. A final status (``pipeline.core.exit_codes``) leaves
     a marker next to the job's log, and a retry of the job in the same Snakemake invocation repeats that status
-    before ``main`` runs.
+    before ``main`` runs. In a Snakemake job the stage ends with its parent (``pipeline.core.orphans``), and refuses
+    to run when the controller that started it no longer holds the study (``pipeline.core.locks``).
     """
+    die_with_parent()
     spec = getattr(sys.modules["__main__"], "__spec__", None)  # python -m pipeline.<stage>: its module
     repeated = repeat_final_exit(spec.name if spec else "stage")
     if repeated is not None:
@@ -303,6 +311,8 @@ def run_cli(main: Callable[[list[str] | None], None], argv: list[str] | None = N
         raise SystemExit(repeated)
     status = 1  # an uncaught exception
     try:
+        if problem := controller_problem():
+            raise InputError(problem)
         main(argv)
         status = 0
     except InputError as error:

@@ -23,9 +23,8 @@ moved aside whole, to ``RUN_DIR/set_aside/<UTC time>/`` with a ``why.json`` nami
 (or deleted, ``--stale-checkpoints delete``), and the run starts from scratch.
 
 Lock: ``RUN_DIR/train.lock`` (host, pid, Slurm job id, start time) is created exclusively while the run trains. A
-second writer is refused, naming the holder; a lock whose holder is gone (a dead pid on this host, a Slurm job on
-another host that Slurm no longer runs, or an earlier run of this very Slurm job, requeued) is broken with a log line.
-A holder on another host outside Slurm cannot be checked: its lock stays until it is removed by hand.
+second writer is refused, naming the holder; a lock whose holder is gone is broken with a log line (the lock files
+and when their holder counts as gone: pipeline.core.locks).
 No third-party imports.
 """
 
@@ -38,15 +37,13 @@ import json
 import logging
 import os
 import shutil
-import socket
-import subprocess
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pipeline.core.io import InputError
 from pipeline.core.layout import EXPORTS_DIR, METRICS_FILE
+from pipeline.core.locks import Holder, release_lock, take_lock
 
 logger = logging.getLogger(__name__)
 
@@ -293,93 +290,17 @@ def set_aside_bytes(results_dir: Path) -> int:
 # ----------------------------------------------------------------------------------------------- the run lock
 
 
-@dataclass(frozen=True)
-class Holder:
-    """Who holds a run lock: where it was taken and by what."""
-
-    host: str
-    pid: int
-    slurm_job_id: str | None
-    started: str
-
-    @classmethod
-    def this_process(cls) -> Holder:
-        started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        return cls(socket.gethostname(), os.getpid(), os.environ.get("SLURM_JOB_ID") or None, started)
-
-    def describe(self) -> str:
-        job = f", Slurm job {self.slurm_job_id}" if self.slurm_job_id else ""
-        return f"pid {self.pid} on {self.host}{job}, since {self.started}"
-
-
-def read_holder(lock: Path) -> Holder | None:
-    """The holder a lock file names; None when it is unreadable (a writer killed while writing it)."""
-    try:
-        record = json.loads(lock.read_text(encoding="utf-8"))
-        return Holder(str(record["host"]), int(record["pid"]), record.get("slurm_job_id"), str(record["started"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def slurm_job_running(job_id: str) -> bool | None:
-    """Whether Slurm still runs (or is about to run) ``job_id``; None when Slurm cannot be asked."""
-    try:
-        result = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if result.returncode != 0:
-        return False if "invalid job id" in result.stderr.lower() else None
-    return result.stdout.strip() in {"RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED"}
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def why_stale(holder: Holder | None, me: Holder) -> str | None:
-    """Why the lock of ``holder`` may be broken by ``me``; None when its holder may still be writing."""
-    if holder is None:
-        return "its lock file is unreadable"
-    if holder.slurm_job_id and holder.slurm_job_id == me.slurm_job_id:
-        return f"it is an earlier run of this Slurm job {me.slurm_job_id} (requeued)"
-    if holder.host == me.host:  # the process table says more than the scheduler
-        return None if pid_alive(holder.pid) else f"pid {holder.pid} is not running on {holder.host}"
-    if holder.slurm_job_id and slurm_job_running(holder.slurm_job_id) is False:
-        return f"Slurm job {holder.slurm_job_id} is no longer running"
-    return None
-
-
 @contextlib.contextmanager
 def run_lock(run_dir: Path) -> Iterator[Holder]:
     """Hold ``RUN_DIR/train.lock`` while the block runs; InputError naming the holder when another writer has it."""
     lock = run_dir / LOCK_FILE
     me = Holder.this_process()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    while True:
-        try:
-            descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = read_holder(lock)
-            reason = why_stale(holder, me)
-            if reason is None:
-                raise InputError(
-                    f"{lock}: another writer is training this run ({holder.describe()}); "
-                    "wait for it, or stop it, before starting this one"
-                ) from None
-            logger.warning("breaking the stale lock %s (%s): %s", lock, holder.describe() if holder else "?", reason)
-            lock.unlink(missing_ok=True)
-            continue
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump(me.__dict__, handle)
-        break
+    if (holder := take_lock(lock, me)) is not None:
+        raise InputError(
+            f"{lock}: another writer is training this run ({holder.describe()}); "
+            "wait for it, or stop it, before starting this one"
+        )
     try:
         yield me
     finally:
-        if read_holder(lock) == me:
-            lock.unlink(missing_ok=True)
+        release_lock(lock, me)
