@@ -35,7 +35,7 @@ if threading.current_thread() is threading.main_thread():  # (a Snakefile parsed
 from pipeline.core import exit_codes, kernels, layout
 from pipeline.core.io import InputError, canonical_json
 from pipeline.core.provenance import library_versions
-from pipeline.core.rerun_key import rerun_key_param
+from pipeline.core.rerun_key import with_rerun_key
 from pipeline.core.source_digest import source_digest
 from pipeline.runtime import cluster
 from pipeline.study.calibration import BENCHMARKS_DIR, CALIBRATION_FILE
@@ -508,16 +508,6 @@ def evaluate_arguments(benchmarks_of):
     return arguments
 
 
-# The params that rerun an evaluate job (each reruns it when it changes), declared once: Snakemake's params, and the
-# key of the samples a rerun of the job gives back without generating them (pipeline.core.rerun_key).
-EVALUATE_RERUN_PARAMS = {
-    "spec": lambda wildcards: canonical_json(STUDY.evaluation_spec(wildcards)),
-    "libraries": LIBRARIES,
-    "kernels": KERNEL_PIN,
-    "code": source_digest("pipeline.evaluate"),
-}
-
-
 # One job per (run, checkpoint) on all its benchmarks, or one per benchmark (evaluation.job_per, docs/cluster.md).
 for EVALUATE in STUDY.evaluate_rules():
     JOB = "{checkpoint}/{benchmark}" if EVALUATE.benchmarks is None else "{checkpoint}"  # the log's, the benchmark's
@@ -543,9 +533,17 @@ for EVALUATE in STUDY.evaluate_rules():
         resources:
             **resources_of("evaluate", per_model=True),
         params:
-            **EVALUATE_RERUN_PARAMS,
+            # the params that rerun the job, declared once: Snakemake's, and the key of the samples a rerun gives
+            # back without generating them (pipeline.core.rerun_key)
+            **with_rerun_key(
+                {
+                    "spec": lambda wildcards: canonical_json(STUDY.evaluation_spec(wildcards)),
+                    "libraries": LIBRARIES,
+                    "kernels": KERNEL_PIN,
+                    "code": source_digest("pipeline.evaluate"),
+                }
+            ),
             arguments=evaluate_arguments(EVALUATED),
-            rerun_key=rerun_key_param(EVALUATE_RERUN_PARAMS),
         shell:
             "python -m pipeline.evaluate {params.arguments} --spec {params.spec:q} --seed {wildcards.seed}"
             " --rerun-key {params.rerun_key:q} > {log:q} 2>&1"

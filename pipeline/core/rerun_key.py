@@ -4,8 +4,8 @@ Snakemake reruns a job when one of its params changes (the code digest, the libr
 the settings: ``--rerun-triggers params``), and deletes the job's outputs before it runs it. A stage that keeps
 an output to give it back on such a rerun (the evaluate rules' kept samples, pipeline.evaluation.sampling) must
 not give it back across a change of any of those params: that is an output made by other code or settings. So a
-rule declares its rerun params once, as a mapping; the Snakefile hands the mapping to Snakemake as params and
-passes ``rerun_key_param(mapping)`` to the stage, which keys what it keeps with it. The two come from one list and
+rule declares its rerun params once, as a mapping; the Snakefile hands the mapping to Snakemake as params, with
+their key beside them (``with_rerun_key``), and passes the key to the stage, which keys what it keeps with it. The two come from one list and
 cannot drift: a param that reruns the job changes the key.
 
     key = RERUN_KEY_TAG + SHA-256 of the canonical JSON of {name: value}, each value as Snakemake evaluates it
@@ -37,6 +37,11 @@ def rerun_key(values: Mapping[str, Any]) -> str:
 def is_rerun_key(value: Any) -> bool:
     """Whether a recorded param value is a rerun key (derived from the job's other params)."""
     return isinstance(value, str) and value.startswith(RERUN_KEY_TAG)
+
+
+def with_rerun_key(params: Mapping[str, RerunParam]) -> dict[str, RerunParam]:
+    """A rule's rerun ``params`` and, beside them, ``rerun_key``: their key (``rerun_key_param``)."""
+    return {**params, "rerun_key": rerun_key_param(params)}
 
 
 def rerun_key_param(params: Mapping[str, RerunParam]) -> Callable[[Any], str]:

@@ -35,6 +35,7 @@ NOT_RUNNABLE = {
     ("tensorboard",): "needs a finished run with tracking.report_to: tensorboard",
     ("wandb", "sync"): "needs an offline W&B run and the network",
     ("export",): "sets credentials for the Kubernetes run",
+    ("pgrep",): "lists a killed controller's jobs (tests/faults/test_controller.py finds them by their parent)",
     ("bash", "scripts/gpu_smoke.sh"): "the GPU smoke run (tests/benchmarks/test_gpu_smoke.py runs its CPU fallback)",
 }
 # Dry runs that cannot run here, by a part of the command, with the reason.

@@ -1,5 +1,5 @@
 """A killed or a second Snakemake controller on a study whose run is training, recovered with the commands of
-docs/usage.md ("Resume a killed run"): the real `snakemake` on the small fault study, its training job held at a
+docs/troubleshooting.md ("After a killed controller", run as written there): the real `snakemake` on the small fault study, its training job held at a
 checkpoint by ``tests.hold_stage`` so that every step lands at a known point.
 
 - SIGKILL of the controller alone (its job lives on, as after a lost terminal): a plain rerun is refused for the
@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,9 +39,11 @@ from fault_support import (
 )
 
 from tests.hold_stage import hold_training_env
+from tests.shared_studies import REPO
 
 pytestmark = pytest.mark.slow
 
+TROUBLESHOOTING = REPO / "docs" / "troubleshooting.md"
 TARGET = f"{RUN}/metrics.jsonl"
 TRAIN_LOG = "results/logs/train/tiny/grpo/seed0.log"
 BUSY = "another writer is training run(s) this Snakemake would train: results/runs/tiny/grpo/seed0 (pid {pid} on"
@@ -63,7 +67,32 @@ def held_training(workdir: Path, step: int) -> tuple[subprocess.Popen, int]:
     return controller, pid
 
 
-def test_killed_controller_recovers_with_unlock_then_rerun_incomplete(study: Path) -> None:
+def recovery_commands() -> list[list[str]]:
+    """The `snakemake` commands of docs/troubleshooting.md's "After a killed controller", word for word."""
+    text = TROUBLESHOOTING.read_text(encoding="utf-8")
+    section = text.split("## After a killed controller", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line, comments=True) for line in block.splitlines()]
+    return [words for words in commands if words and words[0] == "snakemake"]
+
+
+def documented(workdir: Path, words: list[str]) -> subprocess.CompletedProcess[str]:
+    """A documented command run as typed in the study's directory (``python -m`` for the `snakemake` on PATH), on
+    ``TARGET`` only: the rest of the study is not what the test is about."""
+    command = [sys.executable, "-m", *words, TARGET]
+    return subprocess.run(command, cwd=workdir, env=stage_env(), capture_output=True, text=True, timeout=600)
+
+
+def test_killed_controller_recovers_with_the_documented_commands(study: Path) -> None:
+    """The commands of docs/troubleshooting.md, which name the study's config (configs/quick.yaml there: here the
+    small study's config is put at that path, and the Snakefile beside it, as in a checkout)."""
+    unlock, rerun = recovery_commands()
+    assert unlock[-1] == "--unlock" and rerun[-1] == "--rerun-incomplete"
+    assert all(words[words.index("--configfile") + 1] == "configs/quick.yaml" for words in (unlock, rerun))
+    (study / "configs").mkdir(exist_ok=True)
+    shutil.copyfile(study / "config.yaml", study / "configs" / "quick.yaml")
+    (study / "Snakefile").unlink(missing_ok=True)
+    (study / "Snakefile").symlink_to(REPO / "Snakefile")
     controller, stage = held_training(study, EXPORT_STEP)
     os.kill(controller.pid, signal.SIGKILL)  # the controller alone: its job's shell and stage live on
     controller.wait(timeout=60)
@@ -71,9 +100,10 @@ def test_killed_controller_recovers_with_unlock_then_rerun_incomplete(study: Pat
         locked = snakemake(study)
         assert locked.returncode != 0 and "Directory cannot be locked" in locked.stderr, locked.stderr[-3000:]
         assert "--unlock" in locked.stderr
-        assert snakemake(study, "--unlock").returncode == 0
+        unlocked = documented(study, unlock)
+        assert unlocked.returncode == 0 and "Unlocked working directory." in unlocked.stdout + unlocked.stderr
         log_before = (study / TRAIN_LOG).read_text(encoding="utf-8")
-        busy = snakemake(study, "--rerun-incomplete")
+        busy = documented(study, rerun)
         assert busy.returncode != 0 and BUSY.format(pid=stage) in busy.stderr, busy.stderr[-3000:]
         # the dead controller's study lock, broken by name before the busy run was refused
         broken = f"breaking the stale lock {study / STUDY_LOCK} (pid {controller.pid} on"
@@ -92,7 +122,7 @@ def test_killed_controller_recovers_with_unlock_then_rerun_incomplete(study: Pat
         if Path(f"/proc/{stage}").exists():
             os.kill(stage, signal.SIGKILL)
     wait_until(lambda: not Path(f"/proc/{stage}").exists(), "the end of the held stage", timeout=60)
-    resumed = snakemake(study, "--rerun-incomplete")
+    resumed = documented(study, rerun)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     log = (study / TRAIN_LOG).read_text(encoding="utf-8")
     assert f"resuming from {RUN}/checkpoints/checkpoint-{EXPORT_STEP} (step {EXPORT_STEP})" in log, log[-3000:]
