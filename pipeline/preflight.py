@@ -7,7 +7,7 @@ submitted, and what the study will cost.
 
 Each check prints pass / fail / skipped with a one-line fix; the exit status is 1 when any check fails. The plan
 is Snakemake's own (`snakemake -n --profile P --configfile C` in an empty directory: every job of the study, with
-the profile's site settings applied). Slurm: the scheduler answers; every partition, GRES type, GPU count, CPU
+the profile's site settings applied, read from Snakemake's job records: pipeline.study.dry_run). Slurm: the scheduler answers; every partition, GRES type, GPU count, CPU
 count and memory a job asks for exists on one node, and each time limit fits its partition's; a tiny job on a
 compute node writes a token into the results directory that this side reads back; the software GPU rules need
 (vLLM's CUDA build, DeepSpeed, flash-attn) is in the image (`--sdm apptainer`) or in this environment, and a study
@@ -173,7 +173,7 @@ def resource_checks(jobs: list[cost.PlannedJob], nodes: list[Node], retries: int
                     f"or lower resources.{rule} in the study config"
                 )
             limit = members[0].time_limit
-            longest = job.runtime * (retries + 1)  # a retry asks for attempt x the time limit
+            longest = cluster.attempt_runtime(rule, job.runtime, retries + 1)
             if limit is not None and job.runtime > limit:
                 problems.append(f"time limit {job.runtime} min exceeds partition {partition}'s {limit} min")
                 fixes.append(f"lower resources.{rule}.runtime to at most {limit} (training resumes after a requeue)")
