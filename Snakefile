@@ -192,7 +192,8 @@ SLURM_EXTRA = {}  # rule -> its slurm_extra: the study's flags, then the site's 
 def resources_of(stage, per_model=False):
     """A rule's Snakemake resources (mem_mb, runtime, gpu, nodes, gpu_model, slurm_extra) from the config.
 
-    `runtime` grows with the attempt (a retried job asks for attempt x the time limit); a name set for only
+    `runtime` grows with the attempt (a retried job asks for attempt x the time limit), except a resuming rule's
+    (training: cluster.attempt_runtime), whose retry resumes and never asks past a site's wall; a name set for only
     some models (gpu_model) is empty, i.e. unset, for the others. `slurm_extra` is the study's flags followed
     by the site's (profiles/slurm SITE SETTINGS), so a site flag never drops training's `--signal=USR1@600`.
     """
@@ -207,7 +208,7 @@ def resources_of(stage, per_model=False):
     def value(name):
         def resolve(wildcards, attempt):
             if name == "runtime":
-                return request_of(wildcards).runtime * attempt
+                return cluster.attempt_runtime(stage, request_of(wildcards).runtime, attempt)
             return request_of(wildcards).snakemake_resources().get(name, 0 if name == "gpu" else "")
 
         return resolve

@@ -7,7 +7,7 @@ submitted, and what the study will cost.
 
 Each check prints pass / fail / skipped with a one-line fix; the exit status is 1 when any check fails. The plan
 is Snakemake's own (`snakemake -n --profile P --configfile C` in an empty directory: every job of the study, with
-the profile's site settings applied). Slurm: the scheduler answers; every partition, GRES type, GPU count, CPU
+the profile's site settings applied, read from Snakemake's job records: pipeline.study.dry_run). Slurm: the scheduler answers; every partition, GRES type, GPU count, CPU
 count and memory a job asks for exists on one node, and each time limit fits its partition's; a tiny job on a
 compute node writes a token into the results directory that this side reads back; the software GPU rules need
 (vLLM's CUDA build, DeepSpeed, flash-attn) is in the image (`--sdm apptainer`) or in this environment, and a study
@@ -34,6 +34,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import yaml
@@ -173,7 +175,7 @@ def resource_checks(jobs: list[cost.PlannedJob], nodes: list[Node], retries: int
                     f"or lower resources.{rule} in the study config"
                 )
             limit = members[0].time_limit
-            longest = job.runtime * (retries + 1)  # a retry asks for attempt x the time limit
+            longest = cluster.attempt_runtime(rule, job.runtime, retries + 1)
             if limit is not None and job.runtime > limit:
                 problems.append(f"time limit {job.runtime} min exceeds partition {partition}'s {limit} min")
                 fixes.append(f"lower resources.{rule}.runtime to at most {limit} (training resumes after a requeue)")
@@ -185,6 +187,157 @@ def resource_checks(jobs: list[cost.PlannedJob], nodes: list[Node], retries: int
             checks.append(Check(f"resources: {rule}", "fail", "; ".join(unique), next(iter(dict.fromkeys(fixes)))))
         else:
             checks.append(Check(f"resources: {rule}", "pass", "every job fits a node of its partition"))
+    return checks
+
+
+class PluginResources(dict):
+    """A planned job's resources as the executor plugin reads a job's: by attribute and with ``get``."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+# The executor plugin's names of the flags it refuses in slurm_extra (its get_forbidden_slurm_options) -> the key
+# that sets them instead. The plugin's own message names neither.
+SLURM_EXTRA_FIXES = {
+    "node constraints": "the `constraint` resource (set-resources: RULE: constraint: FEATURES): sbatch -C",
+    "quality of service": "slurm-qos in the profile's SITE SETTINGS",
+    "account": "slurm_account in the profile's default-resources",
+    "partition": "slurm_partition in the profile's default-resources (or set-resources: RULE)",
+    "runtime/time limit": "resources.RULE.runtime in the study config",
+    "generic resources (GRES)": "resources.RULE.gpus in the study config and gpu_model (set-resources: RULE)",
+    "GPU allocation": "resources.RULE.gpus in the study config and gpu_model (set-resources: RULE)",
+    "memory": "resources.RULE.mem_mb in the study config",
+    "CPUs per task": "resources.RULE.cpus in the study config",
+    "number of nodes": "resources.RULE.nodes in the study config",
+}
+# Slurm's refusal (sbatch --test-only's message) -> the key to change.
+SLURM_REFUSAL_FIXES = (
+    (
+        "QOSMaxWall",
+        "lower resources.RULE.runtime in the study config to the QoS's MaxWall (time windows carry the run)",
+    ),
+    ("time limit", "lower resources.RULE.runtime in the study config to the smaller wall (time windows carry the run)"),
+    ("QOSMaxGRESPerUser", "lower resources.RULE.gpus in the study config, or use a QoS that allows more GPUs"),
+    ("QOSMax", "ask less of the QoS (resources.RULE in the study config), or set another slurm-qos"),
+    ("Invalid feature", "set the `constraint` resource to features the partition's nodes have (sinfo -o '%P %f')"),
+    (
+        "Invalid account",
+        "set slurm_account in the profile's default-resources to an account of yours (sacctmgr show assoc user=$USER)",
+    ),
+    ("Invalid partition", "set slurm_partition in the profile's default-resources (sinfo -s lists the partitions)"),
+    (
+        "Invalid qos",
+        "set slurm-qos in the profile to a QoS of your association (sacctmgr show assoc user=$USER format=qos)",
+    ),
+    ("reservation", "set slurm-reservation in the profile to a reservation you may use (scontrol show reservation)"),
+    ("generic resource", "set gpu_model (set-resources: RULE) to a GRES type of the partition (sinfo -o '%P %G')"),
+    (
+        "node configuration is not available",
+        "lower resources.RULE (cpus, mem_mb, gpus) in the study config, or point RULE at a partition with such nodes (slurm_partition, gpu_model)",
+    ),
+    ("Memory required", "lower resources.RULE.mem_mb in the study config"),
+)
+
+
+def sbatch_test_command(job: cost.PlannedJob, profile: dict[str, Any]) -> str:
+    """The sbatch call the executor plugin (snakemake-executor-plugin-slurm) would make for ``job``, built by the
+    plugin's own ``get_submit_command`` and ``set_gres_string`` under the profile's settings, as ``sbatch
+    --test-only ... --wrap true``: Slurm answers whether and where it would run it, and submits nothing. Raises the
+    plugin's WorkflowError for a slurm_extra it refuses (``validate_slurm_extra``)."""
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+    from snakemake_executor_plugin_slurm.validation import validate_slurm_extra
+
+    resources = PluginResources({name: value for name, value in job.resources.items() if value is not None})
+    planned = SimpleNamespace(name=job.rule, threads=job.threads, resources=resources)
+    validate_slurm_extra(planned)
+    settings = SimpleNamespace(
+        requeue=bool(profile.get("slurm-requeue")),
+        no_requeue=bool(profile.get("slurm-no-requeue")),
+        qos=profile.get("slurm-qos"),
+        reservation=profile.get("slurm-reservation"),
+    )
+    account, partition = resources.get("slurm_account"), resources.get("slurm_partition")
+    params = {
+        "run_uuid": "grail-preflight",
+        "slurm_logfile": "/dev/null",
+        "comment_str": f"rule_{job.rule}",
+        "account": f" -A {shlex.quote(str(account))}" if account else "",  # unset: Slurm's default account
+        "partition": f" -p {shlex.quote(str(partition))}" if partition else "",  # unset: the default partition
+        "workdir": None,
+    }
+    call = get_submit_command(planned, params, settings=settings) + set_gres_string(planned)
+    return call.replace("sbatch --parsable", "sbatch --test-only", 1) + " --wrap true"
+
+
+def slurm_extra_problem(rule: str, error: Exception, slurm_extra: str) -> tuple[str, str]:
+    """The plugin's refusal of a slurm_extra as (detail, fix): the flag by its name and the key that sets it."""
+    from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
+
+    names = [name for pattern, name in get_forbidden_slurm_options().items() if re.search(pattern, slurm_extra)]
+    fix = SLURM_EXTRA_FIXES.get(names[0], "the matching Snakemake resource") if names else "see the message"
+    flag = f" ({names[0]})" if names else ""
+    detail = f"slurm_extra {slurm_extra!r}: the executor plugin refuses it{flag}: {str(error).split('. ')[0]}"
+    return detail, f"drop it from slurm_extra and use {fix.replace('RULE', rule)}"
+
+
+def refusal_fix(rule: str, message: str) -> str:
+    """The key to change for Slurm's refusal ``message`` (sbatch --test-only's stderr)."""
+    fix = next((fix for needle, fix in SLURM_REFUSAL_FIXES if needle.lower() in message.lower()), None)
+    return (fix or "see Slurm's message: the rule's resources or the profile's SITE SETTINGS").replace("RULE", rule)
+
+
+def wall_limits(job: cost.PlannedJob, profile: dict[str, Any]) -> str:
+    """The walls a job's time limit meets, as Slurm states them: its partition's MaxTime (scontrol) and its QoS's
+    MaxWall (sacctmgr), each where it can be read; Slurm's own refusal names neither."""
+    walls = []
+    partition = job.resources.get("slurm_partition")
+    if partition and shutil.which("scontrol"):
+        shown = subprocess.run(["scontrol", "-o", "show", "partition", str(partition)], capture_output=True, text=True)
+        if match := re.search(r"\bMaxTime=(\S+)", shown.stdout):
+            walls.append(f"partition {partition} MaxTime {match.group(1)}")
+    qos = job.resources.get("qos") or profile.get("slurm-qos")
+    if qos and shutil.which("sacctmgr"):
+        shown = subprocess.run(
+            ["sacctmgr", "-n", "-P", "show", "qos", str(qos), "format=MaxWall"], capture_output=True, text=True
+        )
+        if shown.stdout.strip():
+            walls.append(f"QoS {qos} MaxWall {shown.stdout.strip()}")
+    return "; ".join(walls) or "the partition's and QoS's limits could not be read"
+
+
+def scheduler_verdicts(jobs: list[cost.PlannedJob], profile: dict[str, Any]) -> list[Check]:
+    """Per rule, Slurm's own verdict on every distinct request (``sbatch_test_command``): pass with where the first
+    would start, or fail with Slurm's reason and the key to change; a slurm_extra the plugin refuses fails first."""
+    checks = []
+    for rule in dict.fromkeys(job.rule for job in jobs):
+        commands: dict[str, cost.PlannedJob] = {}
+        refusals: list[tuple[str, str]] = []
+        for job in (job for job in jobs if job.rule == rule):
+            try:
+                commands.setdefault(sbatch_test_command(job, profile), job)
+            except Exception as error:  # the plugin's WorkflowError: what it would raise at submission
+                refusals.append(slurm_extra_problem(rule, error, str(job.resources.get("slurm_extra") or "")))
+        answers = []
+        for command in commands:
+            answer = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=30)
+            message = " ".join(answer.stderr.split())
+            if answer.returncode != 0:
+                if "time limit" in message.lower() or "MaxWall" in message:
+                    message += f" (asked {commands[command].runtime} min; {wall_limits(commands[command], profile)})"
+                refusals.append((f"Slurm refuses `{command}`: {message}", refusal_fix(rule, message)))
+            else:
+                answers.append(message.removeprefix("sbatch: "))
+        name = f"Slurm's verdict: {rule}"
+        if refusals:
+            unique = list(dict.fromkeys(refusals))
+            checks.append(Check(name, "fail", "; ".join(detail for detail, _ in unique), unique[0][1]))
+        else:
+            checks.append(Check(name, "pass", f"fits ({len(commands)} distinct requests): {answers[0]}"))
     return checks
 
 
@@ -232,17 +385,38 @@ def compute_job_check(results_dir: Path, site: dict[str, Any]) -> Check:
     )
 
 
+def skipped_per_rule(jobs: list[cost.PlannedJob], prefix: str, reason: str) -> list[Check]:
+    """One SKIPPED check a rule: a check that could not run is shown, with the reason, never left out."""
+    return [Check(f"{prefix}: {rule}", "skipped", reason) for rule in dict.fromkeys(job.rule for job in jobs)]
+
+
 def slurm_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any], study: Study, compute_job: bool) -> list[Check]:
+    """The scheduler answers; per rule the preflight's own resource check (sinfo) and Slurm's verdict (sbatch
+    --test-only); the test job on a compute node. Where the scheduler cannot answer, those show as skipped."""
+    unanswered = None
     if shutil.which("sinfo") is None:
-        return [Check("scheduler", "fail", "sinfo is not on PATH", "run on the login node (or `module load slurm`)")]
-    try:
-        listed = subprocess.run(
-            ["sinfo", "-h", "-N", "-o", "%N|%P|%G|%c|%m|%l"], capture_output=True, text=True, timeout=20
+        unanswered = Check(
+            "scheduler", "fail", "sinfo is not on PATH", "run on the login node (or `module load slurm`)"
         )
-    except subprocess.TimeoutExpired:
-        return [Check("scheduler", "fail", "sinfo did not answer within 20 s", "check slurmctld (scontrol ping)")]
-    if listed.returncode != 0 or not listed.stdout.strip():
-        return [Check("scheduler", "fail", f"sinfo failed: {listed.stderr.strip()}", "check slurmctld (scontrol ping)")]
+    else:
+        try:
+            listed = subprocess.run(
+                ["sinfo", "-h", "-N", "-o", "%N|%P|%G|%c|%m|%l"], capture_output=True, text=True, timeout=20
+            )
+            if listed.returncode != 0 or not listed.stdout.strip():
+                detail = f"sinfo failed: {listed.stderr.strip()}"
+                unanswered = Check("scheduler", "fail", detail, "check slurmctld (scontrol ping)")
+        except subprocess.TimeoutExpired:
+            detail = "sinfo did not answer within 20 s"
+            unanswered = Check("scheduler", "fail", detail, "check slurmctld (scontrol ping)")
+    if unanswered is not None:
+        reason = f"the scheduler did not answer ({unanswered.detail})"
+        return [
+            unanswered,
+            *skipped_per_rule(jobs, "resources", reason),
+            *skipped_per_rule(jobs, "Slurm's verdict", reason),
+            Check("results directory from a compute node", "skipped", reason),
+        ]
     nodes = parse_sinfo(listed.stdout)
     checks = [
         Check(
@@ -250,6 +424,10 @@ def slurm_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any], study: St
         )
     ]
     checks += resource_checks(jobs, nodes, int(profile.get("retries", 0)))
+    if shutil.which("sbatch") is None:
+        checks += skipped_per_rule(jobs, "Slurm's verdict", "sbatch is not on PATH")
+    else:
+        checks += scheduler_verdicts(jobs, profile)
     if compute_job:
         checks.append(compute_job_check(Path(study.results_dir), profile.get("default-resources") or {}))
     else:

@@ -4,13 +4,25 @@
 #
 # Usage:  bash scripts/slurm-single-node.sh            # munge + slurmctld + slurmd, no accounting
 #         WITH_DBD=1 bash scripts/slurm-single-node.sh # + MariaDB + slurmdbd, so sacct/sacctmgr work
+#         SITE=1 bash scripts/slurm-single-node.sh     # + the site shape below (implies WITH_DBD=1)
 #         bash scripts/slurm-single-node.sh stop       # stop the daemons this script started
 # Env:    FAKE_GPUS=1 (default) declares one fake GPU (gres gpu:1 backed by /dev/null) so GPU requests schedule;
 #         MEM_MB (default: 8000, capped by `slurmd -C`) is the node's schedulable memory;
 #         SKIP_INSTALL=1 skips apt-get (the default when the daemons are already installed).
 # The accounting account is `ciacct`; jobs submitted by root charge it by default.
+#
+# SITE=1 shapes the cluster like a university GPU cluster, for the preflight's questions to Slurm
+# (tests/clusters/test_site_slurm.py): accounts, limits and QoS enforced (AccountingStorageEnforce); account
+# `grail-lab` beside `ciacct` for root; QoS `grail-gpu` (MaxWall 24 h, at most 8 GPUs a user, over-limit jobs refused:
+# DenyOnLimit); partitions `gpu` (MaxTime 24 h) and `cpu` (MaxTime 3 days) beside the default `debug`; the node
+# declared as a GPU node (64 CPUs, 512 GB, GRES gpu:a100:4 on dummy device files, features a100,gpu80gb), more than
+# the machine has (SlurmdParameters=config_overrides: nothing runs on what is not there, sbatch --test-only asks);
+# reservation `grail-resv` of 8 cores for root (FLEX: its jobs start now and may use the rest); a job above its partition's
+# limits is refused at submission (EnforcePartLimits=ALL). Jobs that name none of these run as before.
 set -euo pipefail
+SITE=${SITE:-0}
 WITH_DBD=${WITH_DBD:-0}
+[ "$SITE" = 1 ] && WITH_DBD=1
 FAKE_GPUS=${FAKE_GPUS:-1}
 
 if [ "${1:-}" = stop ]; then
@@ -52,6 +64,7 @@ if [ "$WITH_DBD" = 1 ]; then
 AccountingStorageHost=localhost
 AccountingStoragePort=6819
 AccountingStorageTRES=gres/gpu
+$([ "$SITE" = 1 ] && echo "AccountingStorageEnforce=associations,limits,qos")
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30"
 else
@@ -60,10 +73,26 @@ JobAcctGatherType=jobacct_gather/none"
 fi
 gres_node=""
 gres_types=""
-if [ "$FAKE_GPUS" = 1 ]; then
+if [ "$SITE" = 1 ]; then
+  for index in 0 1 2 3; do  # a device file per GPU: the character device of /dev/null under another name
+    [ -e "/dev/grail-fake-gpu$index" ] || mknod -m 666 "/dev/grail-fake-gpu$index" c 1 3
+  done
+  gres_node="Gres=gpu:a100:4 Features=a100,gpu80gb"
+  gres_types="GresTypes=gpu"
+  echo 'NodeName=localhost Name=gpu Type=a100 File=/dev/grail-fake-gpu[0-3]' >/etc/slurm/gres.conf
+elif [ "$FAKE_GPUS" = 1 ]; then
   gres_node="Gres=gpu:1"
   gres_types="GresTypes=gpu"
   echo 'NodeName=localhost Name=gpu File=/dev/null' >/etc/slurm/gres.conf
+fi
+node="CPUs=$(nproc) RealMemory=$MEM_MB"
+site_partitions=""
+if [ "$SITE" = 1 ]; then
+  node="CPUs=64 Sockets=2 CoresPerSocket=32 ThreadsPerCore=1 RealMemory=512000"
+  site_partitions="SlurmdParameters=config_overrides
+EnforcePartLimits=ALL
+PartitionName=gpu Nodes=localhost MaxTime=1-00:00:00 State=UP
+PartitionName=cpu Nodes=localhost MaxTime=3-00:00:00 State=UP"
 fi
 cat >/etc/slurm/slurm.conf <<EOF
 ClusterName=ci
@@ -96,8 +125,9 @@ InactiveLimit=0
 MinJobAge=300
 KillWait=5
 Waittime=0
-NodeName=localhost NodeHostname=localhost CPUs=$(nproc) RealMemory=$MEM_MB $gres_node State=UNKNOWN
+NodeName=localhost NodeHostname=localhost $node $gres_node State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+$site_partitions
 EOF
 
 # --- optional accounting -------------------------------------------------
@@ -126,6 +156,12 @@ EOF
   sacctmgr -i add cluster ci >/dev/null || true
   sacctmgr -i add account ciacct Description=ci Organization=ci >/dev/null || true
   sacctmgr -i add user root DefaultAccount=ciacct >/dev/null || true
+  if [ "$SITE" = 1 ]; then
+    sacctmgr -i add qos grail-gpu MaxWall=1-00:00:00 MaxTRESPerUser=gres/gpu=8 Flags=DenyOnLimit >/dev/null || true
+    sacctmgr -i add account grail-lab Description=site Organization=site >/dev/null || true
+    sacctmgr -i add user root Account=grail-lab >/dev/null || true
+    sacctmgr -i modify user root set QOS=normal,grail-gpu DefaultQOS=normal >/dev/null || true
+  fi
 fi
 
 # --- daemons -------------------------------------------------------------
@@ -133,6 +169,11 @@ pgrep -x slurmctld >/dev/null || /usr/sbin/slurmctld
 for _ in $(seq 40); do scontrol ping >/dev/null 2>&1 && break; sleep 0.5; done
 pgrep -x slurmd >/dev/null || /usr/sbin/slurmd -N localhost
 for _ in $(seq 60); do [ "$(sinfo -h -n localhost -o %T 2>/dev/null)" = idle ] && break; sleep 0.5; done
+if [ "$SITE" = 1 ] && ! scontrol show reservation grail-resv >/dev/null 2>&1; then
+  # it starts in a year, so the node stays idle for the jobs that name no reservation; FLEX lets its jobs start now
+  scontrol create reservation ReservationName=grail-resv Users=root StartTime=now+365days Duration=1-00:00:00 \
+    Nodes=localhost CoreCnt=8 Flags=FLEX >/dev/null
+fi
 sinfo
 [ "$(sinfo -h -n localhost -o %T)" = idle ] || { echo "slurm node not idle" >&2; exit 1; }
 echo "slurm ready in $(($(date +%s) - t0)) s"

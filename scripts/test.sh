@@ -15,7 +15,7 @@ if [ "${1:-}" = --quick ]; then
 fi
 slurm_setup=""
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  WITH_DBD=1 bash scripts/slurm-single-node.sh >/tmp/grail-slurm-setup.log 2>&1 &
+  SITE=1 WITH_DBD=1 bash scripts/slurm-single-node.sh >/tmp/grail-slurm-setup.log 2>&1 &
   slurm_setup=$!
 fi
 # The suite writes about 13 GB at its peak (the reduced SmolLM2 study 8.6 GiB, the CPU image 2.4 GB): say so up front

@@ -26,6 +26,15 @@ SIF_BUILD_COMMAND = "containers/build.sh gpu && containers/build.sh apptainer"
 PLANNED_CONFIG_VARIABLE = "GRAIL_PLANNED_CONFIG"
 # Apptainer's flag that binds the host's NVIDIA driver and devices into the container.
 APPTAINER_GPU_FLAG = "--nv"
+# Rules whose retry resumes from the last checkpoint (pipeline.training.run_state): their time limit stays the one
+# configured, and time windows (pipeline.runtime.time_windows) carry a run longer than one limit.
+RESUMING_RULES = ("train",)
+
+
+def attempt_runtime(rule: str, runtime: int, attempt: int) -> int:
+    """The time limit (minutes) of a rule's ``attempt``: ``attempt x runtime``, a resuming rule's ``runtime``
+    whatever the attempt, so that a retry never asks past a site's wall (partition MaxTime, QoS MaxWall)."""
+    return runtime if rule in RESUMING_RULES else runtime * attempt
 
 
 def join_flags(*parts: str | None) -> str:

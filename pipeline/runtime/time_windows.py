@@ -11,7 +11,7 @@ executor counts a requeued job (REQUEUED, PENDING, RUNNING) as still active, so 
 The bound: the study's ``time_windows`` (a run-time setting: pipeline.runtime.settings, read by the launcher)
 is the most windows one Slurm job may use, the first included; Slurm counts the job's restarts (``Restarts`` of
 ``scontrol show job``; a requeue after a preemption or node failure counts too). The warning that ends the last
-window is passed up as exit 75: Snakemake's retry (a new Slurm job, attempt x the time limit) gets the same number
+window is passed up as exit 75: Snakemake's retry (a new Slurm job, the same time limit) gets the same number
 of windows again, so a run gets at most ``time_windows x (retries + 1)`` windows in all. 1 turns requeueing off.
 
 Inside any Slurm job: a study whose controller runs with local jobs inside one Slurm allocation requeues that

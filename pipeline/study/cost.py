@@ -48,6 +48,8 @@ class PlannedJob:
     gpu_model: str | None = None
     partition: str | None = None
     benchmarks: tuple[str, ...] = ()  # an evaluate job's: one samples file each
+    # every resource as Snakemake evaluated it (None: not known before the run), for the scheduler's own verdict
+    resources: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 
 def gpu_hours(job: PlannedJob) -> float:

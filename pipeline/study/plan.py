@@ -5,8 +5,9 @@ study will cost (GPU-hours, wall time, disk) before it runs. The preflight print
 
 from __future__ import annotations
 
-import re
+import json
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,30 +23,27 @@ from pipeline.study.gpu_sizing import sizing_summary
 DEEPMATH_DEFAULTS = {"hub_id": "trl-lib/DeepMath-103K", "revision": "main"}  # pipeline.prepare_data's defaults
 
 
-def parse_plan(dry_run: str) -> list[cost.PlannedJob]:
-    """The jobs of `snakemake -n` output: rule, wildcards, threads and resources of each `rule NAME:` block."""
-    jobs = []
-    for block in re.split(r"^(?=(?:local)?rule \w+:$)", dry_run, flags=re.MULTILINE)[1:]:
-        rule = re.match(r"(?:local)?rule (\w+):", block).group(1)
-        fields = dict(re.findall(r"^\s{4}(\w+): (.*)$", block, flags=re.MULTILINE))
-        wildcards = dict(item.split("=", 1) for item in fields.get("wildcards", "").split(", ") if "=" in item)
-        resources = dict(re.findall(r"(?:^|, )(\w+)=([^,]*)", fields.get("resources", "")))
-        outputs = fields.get("output", "").split(", ")
-        jobs.append(
-            cost.PlannedJob(
-                rule=rule,
-                wildcards=wildcards,
-                threads=int(fields.get("threads", 1)),
-                gpus=int(resources.get("gpu", 0) or 0),
-                runtime=int(resources.get("runtime", 0) or 0),
-                mem_mb=int(resources.get("mem_mb", 0) or 0),
-                nodes=int(resources.get("nodes", 1) or 1),
-                gpu_model=resources.get("gpu_model") or None,
-                partition=resources.get("slurm_partition") or None,
-                benchmarks=tuple(evaluated_benchmarks(rule, outputs)),
-            )
-        )
-    return [job for job in jobs if job.rule != "all"]
+def planned_job(record: dict[str, Any]) -> cost.PlannedJob:
+    """One job of ``pipeline.study.dry_run``'s records; a resource not known before the run (None) counts as unset."""
+    resources = record["resources"]
+
+    def number(name: str, default: int) -> int:
+        value = resources.get(name)
+        return int(value) if isinstance(value, int | float) else default
+
+    return cost.PlannedJob(
+        rule=record["rule"],
+        wildcards=record["wildcards"],
+        threads=int(record["threads"]),
+        gpus=number("gpu", 0),
+        runtime=number("runtime", 0),
+        mem_mb=number("mem_mb", 0),
+        nodes=number("nodes", 1),
+        gpu_model=resources.get("gpu_model") or None,
+        partition=resources.get("slurm_partition") or None,
+        benchmarks=tuple(evaluated_benchmarks(record["rule"], record["output"])),
+        resources=resources,
+    )
 
 
 def evaluated_benchmarks(rule: str, outputs: list[str]) -> list[str]:
@@ -56,15 +54,19 @@ def evaluated_benchmarks(rule: str, outputs: list[str]) -> list[str]:
 
 
 def plan(profile: Path | None, configfile: Path, extra: list[str]) -> list[cost.PlannedJob]:
-    """Every job of the study with the profile applied, if any (a dry run in an empty directory)."""
+    """Every job of the study with the profile applied, if any (a dry run in an empty directory, read from
+    Snakemake's own job records: ``pipeline.study.dry_run``); rule ``all`` left out."""
     with tempfile.TemporaryDirectory(prefix="grail-preflight-") as empty:
-        command = ["snakemake", "-n", "--configfile", str(configfile.resolve())]
+        records = Path(empty) / "jobs.json"
+        command = [sys.executable, "-m", "pipeline.study.dry_run", str(records), "-n"]
+        command += ["--configfile", str(configfile.resolve())]
         command += ["--profile", str(profile.resolve())] if profile else []
         command += ["--snakefile", str(REPO_DIR / "Snakefile"), "--directory", empty, *extra]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO_DIR)
-    if result.returncode != 0:
-        raise InputError(f"the dry run of {configfile} failed:\n{(result.stdout + result.stderr)[-3000:]}")
-    return parse_plan(result.stdout)
+        if result.returncode != 0 or not records.exists():
+            raise InputError(f"the dry run of {configfile} failed:\n{(result.stdout + result.stderr)[-3000:]}")
+        jobs = [planned_job(record) for record in json.loads(records.read_text())]
+    return [job for job in jobs if job.rule != "all"]
 
 
 def expected_cost(

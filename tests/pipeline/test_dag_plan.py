@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.study import plan
+from pipeline.study import cost, plan
 from pipeline.study.load import load_study
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,7 +90,7 @@ def test_paper_config_plans_the_full_study(tmp_path: Path) -> None:
     # the GPUs each evaluate job asks for are its sized engine layout (pipeline.study.gpu_sizing), and the cost
     # table the preflight prints lists them per model with the reason
     study = load_study([REPO / "configs" / "paper.yaml"])
-    jobs = [job for job in plan.parse_plan(result.stdout) if job.rule in ("evaluate", "evaluate_analysed")]
+    jobs = [job for job in plan.plan(None, REPO / "configs" / "paper.yaml", []) if job.rule in cost.EVALUATE_RULES]
     assert [job.gpus for job in jobs] == [study.evaluation_layout(job.wildcards).gpus for job in jobs] == [4] * 35
     # and the engines each job's command starts are the ones whose GPUs it asked for (TP1 x DP4)
     specs = [
@@ -112,16 +112,15 @@ def test_paper_config_plans_the_full_study(tmp_path: Path) -> None:
     ) in table
 
 
-def test_paper_evaluations_per_benchmark_ask_for_the_gpus_their_sequences_need(tmp_path: Path) -> None:
+def test_paper_evaluations_per_benchmark_ask_for_the_gpus_their_sequences_need() -> None:
     """`evaluation.job_per: benchmark` on the paper's study: AIME24's job (90 sequences) asks for one GPU, MATH-500's
     (1,500) for four, as Study.evaluation_layout sizes them (three targets: a small dry run). Broken by planning
     every job's resources without its wildcards: both asked for 4."""
     targets = [f"results/eval/qwen3_4b/base/seed42/start/{name}.jsonl" for name in ("aime24", "math500", "amc23")]
     per_benchmark = ["--config", "evaluation={job_per: benchmark}"]
-    result = snakemake(tmp_path, "-n", *targets, "--configfile", str(REPO / "configs" / "paper.yaml"), *per_benchmark)
-    assert result.returncode == 0, result.stderr[-3000:]
     study = load_study([REPO / "configs" / "paper.yaml"], {"evaluation": {"job_per": "benchmark"}})
-    jobs = [job for job in plan.parse_plan(result.stdout) if job.rule == "evaluate"]
+    planned = plan.plan(None, REPO / "configs" / "paper.yaml", [*targets, *per_benchmark])
+    jobs = [job for job in planned if job.rule == "evaluate"]
     assert {job.wildcards["benchmark"]: job.gpus for job in jobs} == {"aime24": 1, "math500": 4, "amc23": 1}
     assert all(job.gpus == study.evaluation_layout(job.wildcards).gpus for job in jobs)
     (aime24,) = [job for job in jobs if job.wildcards["benchmark"] == "aime24"]
