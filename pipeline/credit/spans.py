@@ -30,11 +30,15 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import Literal, NamedTuple, get_args
+from typing import TYPE_CHECKING, Literal, NamedTuple, get_args
 
-import torch
-
+from pipeline.core.deferred import DeferredModule
 from pipeline.tasks.boxed import BOX_MARKER, boxed_contents
+
+if TYPE_CHECKING:
+    import torch
+else:  # torch at first use: planning loads the credit methods without it (pipeline.core.deferred)
+    torch = DeferredModule("torch")
 
 AnswerSpan = Literal["first", "last"]  # which complete box is the answer
 ANSWER_SPANS: tuple[str, ...] = get_args(AnswerSpan)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+from pipeline.core.deferred import DeferredModule
+
+if TYPE_CHECKING:
+    import torch
+else:  # torch at first use: planning loads the credit methods without it (pipeline.core.deferred)
+    torch = DeferredModule("torch")
 
 
 def fraction(flags: torch.Tensor) -> float:

@@ -9,10 +9,12 @@ before the first, the preflight's estimate for the model's parameter count (``fi
 from __future__ import annotations
 
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from pipeline.core.disk_full import OutputSpaceError
+
+if TYPE_CHECKING:  # the preflight and planning use this module on a login node without torch
+    import torch
 
 
 class CheckpointSaveError(OutputSpaceError):

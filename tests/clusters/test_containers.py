@@ -140,10 +140,11 @@ def test_flash_attn_is_a_build_argument_the_image_and_preflight_report() -> None
 
 @pytest.mark.parametrize(("variant", "extra"), [("cpu", None), ("gpu", "gpu")])
 def test_image_requirements_pin_versions_the_project_accepts(variant: str, extra: str | None) -> None:
-    """Each dependency of pyproject.toml (and of the variant's extra) is pinned, within its declared range."""
+    """Each dependency of pyproject.toml, of the `jobs` extra (the stages' stack) and of the variant's extra is pinned,
+    within its declared range."""
     pins = pinned(CONTAINERS / f"requirements-{variant}.txt")
     pins["flash-attn"] = Requirement(f"flash-attn=={dockerfile_arg('FLASH_ATTN_VERSION')}")
-    wanted = project_requirements() + (project_requirements(extra) if extra else [])
+    wanted = project_requirements() + project_requirements("jobs") + (project_requirements(extra) if extra else [])
     for requirement in wanted:
         name = canonicalize_name(requirement.name)
         assert name in pins, f"requirements-{variant}.txt does not pin {requirement}"

@@ -10,12 +10,17 @@ If GRAIL's gain is the up-weighted answer, this control keeps it at no model cos
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
-
+from pipeline.core.deferred import DeferredModule
 from pipeline.credit.method import CreditInputs, CreditMethod, CreditResult, Range, scaled
 from pipeline.credit.spans import span_masks
 from pipeline.credit.stats import fraction, weight_stats
+
+if TYPE_CHECKING:
+    import torch
+else:  # torch at first use: planning loads the credit methods without it (pipeline.core.deferred)
+    torch = DeferredModule("torch")
 
 
 @dataclass

@@ -12,10 +12,9 @@ advantage keep the completion mask as weights (they carry no loss). ARCHITECTURE
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-import torch
-
+from pipeline.core.deferred import DeferredModule
 from pipeline.core.io import InputError
 from pipeline.credit.grail import SYMMETRIES, Symmetry, grail_weights_with_stats, symmetry_fallback
 from pipeline.credit.method import (
@@ -38,6 +37,11 @@ from pipeline.credit.saliency import (
 )
 from pipeline.credit.spans import answer_mask_from_spans
 from pipeline.credit.stats import fraction
+
+if TYPE_CHECKING:
+    import torch
+else:  # torch at first use: planning loads the credit methods without it (pipeline.core.deferred)
+    torch = DeferredModule("torch")
 
 Implementation = Literal["fast", "reference"]
 

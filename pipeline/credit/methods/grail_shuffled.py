@@ -11,11 +11,17 @@ If GRAIL's gain comes from that placement, this control loses it. Options: GRAIL
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
+from pipeline.core.deferred import DeferredModule
 from pipeline.credit.method import CreditInputs, CreditResult, scaled
 from pipeline.credit.methods.grail import Grail
 from pipeline.credit.spans import span_masks
+
+if TYPE_CHECKING:
+    import torch
+else:  # torch at first use: planning loads the credit methods without it (pipeline.core.deferred)
+    torch = DeferredModule("torch")
 
 
 def reasoning_mask(completion_mask: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:

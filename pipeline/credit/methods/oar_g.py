@@ -8,9 +8,9 @@ advantage, in micro-batch chunks, with noise from the run's seeded generator; ot
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
-
+from pipeline.core.deferred import DeferredModule
 from pipeline.credit import OAR_G_VARIANTS
 from pipeline.credit.method import (
     CreditInputs,
@@ -26,6 +26,11 @@ from pipeline.credit.oar_g import oar_g_stats
 from pipeline.credit.oar_g_official import OarGVariant
 from pipeline.credit.spans import answer_mask_from_spans
 from pipeline.credit.stats import fraction
+
+if TYPE_CHECKING:
+    import torch
+else:  # torch at first use: planning loads the credit methods without it (pipeline.core.deferred)
+    torch = DeferredModule("torch")
 
 
 @dataclass

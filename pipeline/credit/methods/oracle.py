@@ -19,13 +19,18 @@ holds no decisive-step problem is refused, naming the row.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
-
+from pipeline.core.deferred import DeferredModule
 from pipeline.core.io import InputError
 from pipeline.credit.method import CreditInputs, CreditMethod, CreditResult, Range, scaled
 from pipeline.credit.stats import fraction, weight_stats
 from pipeline.tasks.decisive import decisive_tokens
+
+if TYPE_CHECKING:
+    import torch
+else:  # torch at first use: planning loads the credit methods without it (pipeline.core.deferred)
+    torch = DeferredModule("torch")
 
 
 @dataclass
