@@ -71,7 +71,7 @@ PREFLIGHT_REPLICATIONS = 1000  # simulated studies for the power summary line (p
 
 @dataclass(frozen=True)
 class Check:
-    """One preflight check: its outcome (pass, fail, skipped), what was found, and the one-line fix."""
+    """One preflight check: its outcome (pass, warn, fail, skipped), what was found, and the one-line fix."""
 
     name: str
     status: str
@@ -655,11 +655,19 @@ def disk_check(results_dir: Path, needed: int) -> Check:
     detail = f"{free / cost.GIB:.1f} GiB free at {existing}; the study writes up to {needed / cost.GIB:.1f} GiB"
     if kept:
         detail += f"; {kept / cost.GIB:.1f} GiB are checkpoints set aside by reruns (runs/*/*/*/{SET_ASIDE_DIR})"
+    home = Path.home().resolve()
+    under_home = existing == home or home in existing.parents
+    if under_home:
+        # a site's home directories are small, quota-limited and often backed up: no place for TBs of checkpoints
+        detail += f"; results_dir is under $HOME ({home})"
+    scratch = "point results_dir at the site's scratch or project storage"
     if free < needed:
-        fix = "point results_dir at a larger filesystem or lower save_total_limit"
+        fix = f"{scratch} (a larger filesystem) or lower save_total_limit"
         if kept:
             fix = f"delete the set-aside checkpoints you do not need (rm -r {results_dir}/runs/*/*/*/{SET_ASIDE_DIR}), {fix}"
         return Check("disk", "fail", detail, fix)
+    if under_home:
+        return Check("disk", "warn", detail, f"{scratch}: home directories have small quotas and are often backed up")
     return Check("disk", "pass", detail)
 
 

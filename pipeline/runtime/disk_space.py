@@ -39,6 +39,9 @@ def model_bytes(model: torch.nn.Module) -> int:
 
 
 def checkpoint_bytes(parameters: int, bf16: bool) -> int:
-    """One resumable checkpoint: weights (2 bytes a parameter in bf16, else 4) + AdamW's two fp32 moments (8)
-    + the fp32 master copy that bf16 training keeps (4, DeepSpeed ZeRO-2 / mixed precision)."""
-    return parameters * ((2 + 4) if bf16 else 4) + parameters * 8
+    """One resumable checkpoint. In bf16 (DeepSpeed ZeRO-2, the paper's engine) 16 bytes a parameter: the weights
+    twice, in ``model.safetensors`` (2) and in DeepSpeed's ``mp_rank_00_model_states.pt`` (2), the fp32 master copy
+    (4) and AdamW's two fp32 moments (8) in the ``*_optim_states.pt`` partitions. Measured: a ZeRO-2 checkpoint of
+    two CPU processes held both weight files (docs/cluster.md, "What the study costs"). Else 12: fp32 weights (4)
+    and the two moments (8)."""
+    return parameters * ((2 + 2 + 4) if bf16 else 4) + parameters * 8

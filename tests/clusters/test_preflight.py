@@ -109,9 +109,9 @@ def test_cost_bounds_follow_their_formulas() -> None:
     assert cost.wall_hours([*trains, *evaluations], concurrent_gpus=1000) == 11.0  # the longest jobs bound it
     assert cost.parameter_count({"path": "Qwen/Qwen3-8B"}) == 8_000_000_000
     assert cost.parameter_count({"path": "OctoThinker/OctoThinker-3B-Short-Base"}) == 3_000_000_000
-    assert disk_space.checkpoint_bytes(10, bf16=True) == 140  # 2 weights + 4 master + 8 Adam moments a parameter
+    assert disk_space.checkpoint_bytes(10, bf16=True) == 160  # weights twice (2 + 2) + 4 master + 8 Adam moments
     # two kept of four saves plus the one being written before the oldest is rotated away, three exports, the final model
-    assert cost.run_disk_bytes(10, bf16=True, save_total_limit=2, checkpoints=4, exports=3) == 3 * 140 + 4 * 20
+    assert cost.run_disk_bytes(10, bf16=True, save_total_limit=2, checkpoints=4, exports=3) == 3 * 160 + 4 * 20
     assert cost.samples_bytes(items=10, samples=3, max_tokens=100) == 30 * (100 * cost.BYTES_PER_TOKEN + 300)
 
 
@@ -130,6 +130,17 @@ def test_paper_estimate_counts_every_planned_job() -> None:
     }
     assert estimate["unknown_sizes"] == []
     assert estimate["disk_bytes"]["checkpoints"] > 1000 * cost.GIB  # 15 runs of 3-8 B parameters
+
+
+def test_the_docs_disk_figures_are_the_estimate() -> None:
+    """README's and docs/cluster.md's checkpoint figures for the paper are the preflight's estimate (16 bytes a
+    parameter in bf16: README's old 3.1 TB and cluster.md's 4,331 GiB (14 bytes) fail)."""
+    paper = study(PAPER)
+    estimate = plan.estimate(paper, [job("train", wildcards=run) for run in paper.runs()], concurrent_gpus=16)
+    checkpoints = estimate["disk_bytes"]["checkpoints"]
+    readme = (REPO / "README.md").read_text()
+    assert f"writes {checkpoints / cost.GIB:,.0f} GiB ({checkpoints / 1e12:.1f} TB) of checkpoints" in readme
+    assert f"Disk: {checkpoints / cost.GIB:,.0f} GiB of checkpoints" in (REPO / "docs" / "cluster.md").read_text()
 
 
 def test_the_engine_check_reports_each_training_job_and_refuses_a_deepspeed_precision_conflict() -> None:
@@ -296,6 +307,14 @@ def test_disk_check_names_the_checkpoints_reruns_set_aside(tmp_path: Path) -> No
     assert passing.status == "pass" and "0.1 GiB are checkpoints set aside by reruns" in passing.detail
     failing = preflight.disk_check(tmp_path / "results", needed=1 << 62)
     assert failing.status == "fail" and "rm -r" in failing.fix and "set_aside" in failing.fix
+
+
+def test_disk_check_warns_about_results_under_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    check = preflight.disk_check(tmp_path / "home" / "grail" / "results", needed=0)
+    assert check.status == "warn" and "results_dir is under $HOME" in check.detail and "scratch" in check.fix
+    assert preflight.disk_check(tmp_path / "scratch" / "results", needed=0).status == "pass"
 
 
 # The preflight run as `python -m pipeline.preflight`, in a process where the named modules cannot be imported (a
