@@ -53,6 +53,11 @@ def environment(code: Path) -> dict[str, str]:
     return {**with_examples(*paths), **hook}
 
 
+def snakemake_in(study_dir: Path, code: Path = REPO) -> list[str]:
+    """``snakemake`` with ``code``'s Snakefile, working in ``study_dir``."""
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(code / "Snakefile"), "--directory", str(study_dir)]
+
+
 def changed_config(tmp_path: Path, edit: dict[str, dict[str, object]]) -> Path:
     """ci.yaml with ``edit`` ({section: {key: value}}, one level deep) applied, as a file."""
     config = yaml.safe_load(CI_CONFIG.read_text())
@@ -99,7 +104,7 @@ def rerun_beside_reference(
         stderr=subprocess.PIPE,
         text=True,
     )
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(code / "Snakefile"), "--directory", str(study_dir)]
+    command = snakemake_in(study_dir, code)
     # the target first: --configfile takes every argument after it
     command += [
         str(FINAL),
@@ -187,7 +192,7 @@ def test_changed_benchmark_regenerates_only_its_samples(
     study_dir = ci_study_copy
     eval_dir = study_dir / "results/eval/tiny/grpo/seed0/final"
     kept_before = (eval_dir / "arith_add.jsonl").read_bytes()
-    base = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(study_dir)]
+    base = snakemake_in(study_dir)
     settings = ["--cores", "1", "--configfile", str(config), str(PLUGIN_CONFIG)]
     plan = subprocess.run([*base, "-n", *settings], capture_output=True, text=True, timeout=600, env=with_examples())
     assert plan.returncode == 0, plan.stderr[-3000:]
@@ -231,8 +236,8 @@ def test_grader_change_regrades_instead_of_giving_back_the_kept_samples(ci_study
     eval_dir = ci_study_copy / "results/eval/tiny/grpo/seed0/final"
     before = read_jsonl(eval_dir / "arith_add.jsonl")
     assert not any(row["correct"] for row in before) and all(row["extracted"] is not None for row in before)
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(code / "Snakefile"), "--directory"]
-    command += [str(ci_study_copy), str(eval_dir.relative_to(ci_study_copy) / "arith_add.jsonl"), "--cores", "1"]
+    command = [*snakemake_in(ci_study_copy, code), str(eval_dir.relative_to(ci_study_copy) / "arith_add.jsonl")]
+    command += ["--cores", "1"]
     command += ["--allowed-rules", "evaluate", *CI_CONFIG_FILES]
     run = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=with_examples(code))
     assert run.returncode == 0, run.stderr[-3000:]
@@ -260,18 +265,8 @@ def test_lost_and_cut_outputs_of_a_finished_study_are_named_and_made_again(ci_st
     file_seal_path(cut).unlink()
     cut.unlink()  # rewritten without its last row (a new file: the kept hard link keeps the whole one)
     cut.write_text("".join(old_rows.splitlines(keepends=True)[:-1]))
-    base = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "--snakefile",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(ci_study_copy),
-    ]
-    run = subprocess.run(
-        [*base, "--cores", "2", *CI_CONFIG_FILES], capture_output=True, text=True, timeout=1200, env=with_examples()
-    )
+    command = [*snakemake_in(ci_study_copy), "--cores", "2", *CI_CONFIG_FILES]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=with_examples())
     assert run.returncode == 0, run.stderr[-3000:]
     assert "results/runs/tiny/grpo/seed0/final: missing from the finished study" in run.stderr
     assert "results/tables/summary.csv: missing from the finished study" in run.stderr
