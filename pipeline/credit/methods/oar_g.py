@@ -72,7 +72,7 @@ class OarG(CreditMethod):
         has_answer = spans[:, 0] >= 0
         needs = loss_rows & has_answer
         weights = completion_mask.to(at_least_float32(inputs.unwrapped.dtype))
-        weights[needs] = self._weights(inputs, needs)
+        weights[needs] = self._weights(inputs, needs).to(weights.dtype)
         rows = loss_rows.nonzero().squeeze(-1)
         stats = oar_g_stats(weights[rows], completion_mask[rows], ~has_answer[rows], has_answer[rows])
         return CreditResult(
