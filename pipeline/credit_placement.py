@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from pipeline.core.io import InputError, atomic_save_figure, atomic_write_json, load_spec, read_jsonl, run_cli
 from pipeline.core.progress import progress
@@ -48,7 +47,7 @@ from pipeline.evaluation.token_weights import (
     prompt_ids,
     rollout_batch,
 )
-from pipeline.models.loading import load_model, load_tokenizer
+from pipeline.models.loading import load_model, load_tokenizer, working_dtype
 from pipeline.stats.credit_truth import gap_share, placement
 from pipeline.tasks.decisive import is_decisive_problem, token_truth
 from pipeline.training.offline_credit import credit_methods, group_advantages, method_weights
@@ -305,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
             int(seed), read_jsonl(samples), problems, tokenizer, args.max_rollouts, Path(samples)
         )
         if chosen:
-            model = load_model(model_dir, dtype=torch.float32).eval()
+            model = load_model(model_dir, dtype=working_dtype(model_dir)).eval()
             unweighted |= set(weigh(chosen, model, tokenizer, analysis, methods, args.batch_size))
         rollouts += chosen
     weighting = [name for name in methods if name not in unweighted]

@@ -33,8 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from pipeline.core.disk_full import output_space
 from pipeline.core.io import InputError, atomic_write_text, load_spec, read_jsonl, run_cli
 from pipeline.core.progress import progress
@@ -49,7 +47,7 @@ from pipeline.evaluation.token_weights import (
     prompt_ids,
     rollout_batch,
 )
-from pipeline.models.loading import load_model, load_tokenizer
+from pipeline.models.loading import load_model, load_tokenizer, working_dtype
 from pipeline.stats.credit_truth import rollout_auroc
 from pipeline.tasks.decisive import decisive_tokens, is_decisive_problem
 from pipeline.training.offline_credit import credit_methods, group_advantages, method_weights
@@ -323,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
         rollouts = choose_rollouts(read_jsonl(samples), problems, args.per_outcome, rng, Path(samples))
         if rollouts:
             tokenizer = load_tokenizer(model_dir)
-            model = load_model(model_dir, dtype=torch.float32).eval()
+            model = load_model(model_dir, dtype=working_dtype(model_dir)).eval()
             additive = compute_views(model, tokenizer, rollouts, analysis, methods)
             unweighted += [name for name in additive if name not in unweighted]
         views[label] = rollouts

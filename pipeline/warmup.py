@@ -36,7 +36,7 @@ from pipeline.core.io import InputError, atomic_path, atomic_write_json, load_sp
 from pipeline.core.progress import progress
 from pipeline.core.seal import write_seal
 from pipeline.core.specs import dataclass_from_mapping
-from pipeline.models.loading import load_model, load_tokenizer
+from pipeline.models.loading import load_model, load_tokenizer, working_dtype
 from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokenizer
 from pipeline.runtime.disk_space import model_bytes
 from pipeline.tasks.arith import is_arithmetic_problem, worked_solution
@@ -162,6 +162,17 @@ def collate(examples: list[Example], pad_token_id: int) -> dict[str, torch.Tenso
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The mean next-token cross-entropy over the labelled positions, ``-mean_t log softmax(z_t)[y_{t+1}]``
+    (``labels`` -100 where unlabelled), as transformers' causal-LM loss computes it but in the logits' own precision:
+    transformers rounds them to float32 first, whose reductions add in a different order on each CPU kernel path and
+    so undo what a float64 model holds (pipeline.models.tiny_model.TinyModelSpec.dtype)."""
+    targets = torch.nn.functional.pad(labels, (0, 1), value=IGNORE_INDEX)[:, 1:]
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX
+    )
+
+
 def batch_indices(count: int, batch_size: int, steps: int, generator: torch.Generator) -> list[list[int]]:
     """``steps`` batches of example indices: seeded epochs of random permutations, concatenated."""
     needed = steps * batch_size
@@ -185,7 +196,9 @@ def train_sft(model: Any, examples: list[Example], settings: SFTSettings, seed: 
         total=settings.steps,
     )
     for indices in bar:
-        loss = model(**collate([examples[i] for i in indices], pad_token_id)).loss
+        batch = collate([examples[i] for i in indices], pad_token_id)
+        labels = batch.pop("labels")
+        loss = causal_lm_loss(model(**batch).logits, labels)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
         optimizer.step()
@@ -209,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     model_spec, settings = parse_warmup_spec(load_spec(args.spec), args.seed, pretrained=args.model is not None)
     if model_spec is None:
         tokenizer = load_tokenizer(args.model)
-        model = load_model(args.model, dtype=torch.float32)
+        model = load_model(args.model, dtype=working_dtype(args.model))
     else:
         tokenizer = build_tokenizer()
         model = build_model(model_spec, tokenizer)

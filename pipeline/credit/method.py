@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 from pipeline.core.deferred import DeferredModule
 from pipeline.core.io import InputError
 from pipeline.core.specs import dataclass_from_mapping
+from pipeline.credit.saliency import at_least_float32
 
 if TYPE_CHECKING:
     import torch
@@ -125,7 +126,10 @@ class OfflineHost:
         with self.accelerator.autocast():
             logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=T + 1).logits
         logps, entropies = selective_log_softmax_and_entropy(
-            logits[:, :-1].float(), input_ids[:, -T:], temperature=self.temperature, row_mask=attention_mask[:, -T:]
+            logits[:, :-1].to(at_least_float32(logits.dtype)),
+            input_ids[:, -T:],
+            temperature=self.temperature,
+            row_mask=attention_mask[:, -T:],
         )
         return logps, entropies, None
 
@@ -142,7 +146,7 @@ class OfflineHost:
 @dataclass(frozen=True)
 class TokenStatistics:
     """The policy's per-token statistics of a batch's completions at the sampling temperature τ, each (B, T)
-    float32, 0 on padding, detached (no gradient flows through a weight made from them):
+    at least float32, 0 on padding, detached (no gradient flows through a weight made from them):
 
         logps[i, t]     = log π_τ(y_{i,t} | x_i, y_{i,<t}),         π_τ = softmax(logits / τ)
         entropies[i, t] = -Σ_v π_τ(v | x_i, y_{i,<t}) log π_τ(v | x_i, y_{i,<t})
@@ -180,7 +184,8 @@ class CreditInputs:
             else:
                 with torch.no_grad():
                     outputs = self.host.loss_forward(self.model, input_ids, attention_mask, T)
-            self._statistics = TokenStatistics(outputs[0].detach().float(), outputs[1].detach().float())
+            dtype = at_least_float32(outputs[0].dtype)
+            self._statistics = TokenStatistics(outputs[0].detach().to(dtype), outputs[1].detach().to(dtype))
         return self._statistics
 
 

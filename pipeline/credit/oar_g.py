@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipeline.core.deferred import DeferredModule
-from pipeline.credit.saliency import completion_hidden, detached_head
+from pipeline.credit.saliency import at_least_float32, completion_hidden, detached_head
 from pipeline.credit.stats import fraction, weight_stats
 
 if TYPE_CHECKING:
@@ -35,14 +35,15 @@ RENORM_EPS = 1e-8
 
 
 def mean_answer_logits(model, last_hidden: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
-    """zbar_i = sum_t answer_{i,t} z_{i,t} / max(sum_t answer_{i,t}, 1), (B, V) float32, LM head detached."""
+    """zbar_i = sum_t answer_{i,t} z_{i,t} / max(sum_t answer_{i,t}, 1), (B, V) at least float32, LM head
+    detached."""
     weight, bias = detached_head(model)
     hidden = completion_hidden(last_hidden, answer_mask.shape[1])
-    dtype = torch.promote_types(hidden.dtype, torch.float32)  # average bf16 states in float32
+    dtype = at_least_float32(hidden.dtype)  # average bf16 states in float32
     count = answer_mask.sum(dim=-1, keepdim=True)
     mean_hidden = (hidden.to(dtype) * answer_mask[..., None].to(dtype)).sum(dim=1) / count.clamp(min=1)
-    logits = F.linear(mean_hidden.to(weight.dtype), weight).float()
-    return logits if bias is None else logits + bias.float() * (count > 0)
+    logits = F.linear(mean_hidden.to(weight.dtype), weight).to(dtype)
+    return logits if bias is None else logits + bias.to(dtype) * (count > 0)
 
 
 def _last_hidden(model, embeddings: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -62,7 +63,8 @@ def completion_noise(embeddings: torch.Tensor, T: int, std: float, generator: to
 
 
 def oar_g_scores(model, input_ids, attention_mask, answer_mask, *, eps=1e-12, noise_std=1e-3, generator=None):
-    """s_{i,t} = |grad . input| of the KL between clean and noisy mean answer distributions, float32 (B, T)."""
+    """s_{i,t} = |grad . input| of the KL between clean and noisy mean answer distributions, (B, T) at least
+    float32."""
     T = answer_mask.shape[1]
     has_answer = answer_mask.any(dim=-1)
     with torch.no_grad():
@@ -76,7 +78,8 @@ def oar_g_scores(model, input_ids, attention_mask, answer_mask, *, eps=1e-12, no
         noisy_logprobs = torch.log_softmax(mean_answer_logits(model, noisy_hidden, answer_mask), dim=-1)
         kl = (clean * (torch.log(clean + eps) - noisy_logprobs)).sum(dim=-1)
         (grad,) = torch.autograd.grad((kl * has_answer).sum(), noisy_embeddings)
-    products = completion_hidden(grad, T).float() * completion_hidden(noisy_embeddings.detach(), T).float()
+    dtype = at_least_float32(grad.dtype)
+    products = completion_hidden(grad, T).to(dtype) * completion_hidden(noisy_embeddings.detach(), T).to(dtype)
     return products.sum(dim=-1).abs()
 
 
@@ -89,10 +92,12 @@ def oar_g_reshape(
     beta: float = 2.0,
     eps: float = 1e-12,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Steps 5-9 of the module docstring: (weights (B, T) float32, fallback (B,) bool) from scores (B, T)."""
+    """Steps 5-9 of the module docstring: (weights (B, T) in the scores' precision, at least float32, fallback (B,)
+    bool) from scores (B, T)."""
     valid = completion_mask.bool()
-    m = valid.float()
-    importance = torch.where(valid, torch.log1p(scores.float()), 0.0)
+    dtype = at_least_float32(scores.dtype)
+    m = valid.to(dtype)
+    importance = torch.where(valid, torch.log1p(scores.to(dtype)), 0.0)
     low = (importance + (1 - m) * INVALID_OFFSET).amin(dim=-1, keepdim=True)
     high = (importance - (1 - m) * INVALID_OFFSET).amax(dim=-1, keepdim=True)
     normalized = (importance - low) / (high - low + eps)

@@ -33,8 +33,9 @@ LEAVES: tuple[str, ...] = get_args(Leaf)
 POSITIONS: tuple[str, ...] = get_args(Position)
 
 
-def _working_dtype(dtype: torch.dtype) -> torch.dtype:
-    """At least float32 (bf16/fp16 are widened; float64 stays float64)."""
+def at_least_float32(dtype: torch.dtype) -> torch.dtype:
+    """At least float32 (bf16/fp16 are widened; float64 stays float64: a float64 model's credit is computed in float64,
+    where CPU kernel paths agree to the last bits that matter, pipeline.models.tiny_model.TinyModelSpec.dtype)."""
     return torch.promote_types(dtype, torch.float32)
 
 
@@ -70,7 +71,7 @@ def answer_token_logprobs(
     hidden = completion_hidden(last_hidden, T)[answer_mask]
     logits = F.linear(hidden, weight, bias) / temperature
     tokens = input_ids[:, -T:][answer_mask]
-    logprobs = torch.log_softmax(logits.to(_working_dtype(logits.dtype)), dim=-1)
+    logprobs = torch.log_softmax(logits.to(at_least_float32(logits.dtype)), dim=-1)
     return logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
@@ -91,7 +92,7 @@ def saliency_from_grad(
         grad, leaf_activation = grad[:, -T:], leaf_activation[:, -T:]
     else:
         raise ValueError(f"position must be one of {POSITIONS}, got {position!r}")
-    dtype = _working_dtype(grad.dtype)
+    dtype = at_least_float32(grad.dtype)
     return (grad.to(dtype) * leaf_activation.to(dtype)).norm(dim=-1).float()
 
 

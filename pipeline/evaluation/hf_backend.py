@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipeline.evaluation.eval_spec import EvalSpec, Generation, Request
-from pipeline.models.loading import load_model
+from pipeline.models.loading import load_model, working_dtype
 
 
 def gumbel_noise(uniform: Any) -> Any:
@@ -56,7 +56,9 @@ class UnitGumbelSampler:
                 for generator in self.generators
             ]
         )
-        return scores.float() + gumbel_noise(uniforms)
+        # float64 scores stay float64: rounding them to float32 would give back the last-bit differences float64
+        # removes (pipeline.models.tiny_model.TinyModelSpec.dtype); half-precision scores are widened as before.
+        return scores.to(torch.promote_types(scores.dtype, torch.float32)) + gumbel_noise(uniforms)
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -83,8 +85,7 @@ class HFBackend:
 
         self.torch = torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        dtype = "auto" if self.device == "cuda" else torch.float32
-        self.model = load_model(model, dtype=dtype).to(self.device).eval()
+        self.model = load_model(model, dtype=working_dtype(model, self.device)).to(self.device).eval()
         self.tokenizer = tokenizer
         self.spec = spec
         configured = self.model.generation_config.eos_token_id

@@ -27,7 +27,7 @@ from pipeline.core.io import InputError, read_jsonl
 from pipeline.core.progress import progress
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, saliency_scores
 from pipeline.credit.saliency import Leaf, Position
-from pipeline.models.loading import load_model, load_tokenizer
+from pipeline.models.loading import load_model, load_tokenizer, working_dtype
 from pipeline.tasks.prompts import PROMPT_SUFFIX_CLEAN, PromptTemplate, build_prompt
 
 NUM_BINS = 20
@@ -216,7 +216,7 @@ def summarize(records: list[tuple]) -> dict[str, Any]:
 def analyse_checkpoint(model_dir: str, samples: Path, benchmark: Path, spec: TokenAnalysisSpec) -> dict[str, Any]:
     """Load one checkpoint, recompute GRAIL weights for its rollouts and summarize them by position."""
     tokenizer = load_tokenizer(model_dir)
-    model = load_model(model_dir, dtype=torch.float32).eval()
+    model = load_model(model_dir, dtype=working_dtype(model_dir)).eval()
     rollouts = load_rollouts(tokenizer, samples, benchmark, spec)
     records: list[tuple] = []
     batches = range(0, len(rollouts), spec.batch_size)

@@ -146,6 +146,20 @@ def is_causal_lm_config(config: Any) -> bool:
     return config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 
+def working_dtype(model: str, device: str = "cpu") -> Any:
+    """The precision a stage computes ``model`` in: on a GPU its stored one (``"auto"``); on the CPU its stored one
+    when that is float64 (the tiny models, pipeline.models.tiny_model.TinyModelSpec.dtype), else float32 (half
+    precision is slow and coarse on the CPU)."""
+    import torch
+    from transformers import AutoConfig
+
+    if device != "cpu":
+        return "auto"
+    check_model_files(model)
+    stored = AutoConfig.from_pretrained(model).dtype
+    return torch.float64 if stored in (torch.float64, "float64") else torch.float32
+
+
 def load_model(
     model: str,
     *,

@@ -30,6 +30,7 @@ TINY_ARCHITECTURE_KEYS = (
     "num_key_value_heads",
     "head_dim",
     "max_position_embeddings",
+    "dtype",
 )
 
 

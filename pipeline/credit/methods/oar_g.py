@@ -24,6 +24,7 @@ from pipeline.credit.method import (
 )
 from pipeline.credit.oar_g import oar_g_stats
 from pipeline.credit.oar_g_official import OarGVariant
+from pipeline.credit.saliency import at_least_float32
 from pipeline.credit.spans import answer_mask_from_spans
 from pipeline.credit.stats import fraction
 
@@ -75,8 +76,8 @@ class OarG(CreditMethod):
         loss_rows = carries_loss(batch)
         has_answer = spans[:, 0] >= 0
         needs = loss_rows & has_answer
-        weights = completion_mask.float()
-        weights[needs] = self._weights(inputs, needs)
+        weights = completion_mask.to(at_least_float32(inputs.unwrapped.dtype))
+        weights[needs] = self._weights(inputs, needs).to(weights.dtype)
         rows = loss_rows.nonzero().squeeze(-1)
         stats = oar_g_stats(weights[rows], completion_mask[rows], ~has_answer[rows], has_answer[rows])
         return CreditResult(
