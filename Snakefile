@@ -576,7 +576,7 @@ rule aggregate:
         code=source_digest("pipeline.aggregate", *STUDY.credit_modules()),
     shell:
         "python -m pipeline.aggregate --samples {input.samples:q} --train-metrics {input.metrics:q}"
-        " --benchmarks {input.benchmarks:q} --samples-per-item {params.samples_per_item}"
+        " --benchmarks {input.benchmarks:q} --samples-per-item {params.samples_per_item:q}"
         " --out-dir {params.tables_dir:q} --figures-dir {params.figures_dir:q} --credit-methods {params.credits}"
         " > {log:q} 2>&1"
 
