@@ -12,7 +12,7 @@ from typing import Any
 
 from pipeline.core.io import InputError
 from pipeline.evaluation.eval_spec import EvalSpec, Generation, Request, batch_seed
-from pipeline.models.vllm_cpu import CPU_KV_CACHE_GIB
+from pipeline.models.vllm_cpu import CPU_KV_CACHE_GIB, globals_vllm_can_scan
 from pipeline.tasks.generation import derive_seed
 
 
@@ -117,7 +117,8 @@ def start_vllm_engine(engine_kwargs: dict[str, Any]) -> Any:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM
 
-    return LLM(**engine_kwargs)
+    with globals_vllm_can_scan():
+        return LLM(**engine_kwargs)
 
 
 def _vllm_worker(connection: Any, devices: str, engine_kwargs: dict[str, Any], spec: EvalSpec) -> None:

@@ -1,4 +1,5 @@
-"""The one change the project makes to vLLM, on its CPU platform only: weights stay where weight syncs write them.
+"""The changes the project makes to vLLM's start on its CPU platform: weights stay where weight syncs write them,
+a bounded KV cache, and module globals that its kernel scan can read.
 
 TRL's colocate mode (``use_vllm: true, vllm_mode: colocate``) copies the policy's weights into the in-process vLLM
 engine before each generation round (``load_weights`` through each parameter's ``weight_loader``). On vLLM's CPU
@@ -21,11 +22,18 @@ it. Without it vLLM sizes the cache as ``gpu_memory_utilization`` x the NUMA nod
 already holds, and in colocate mode that process is the trainer: a fraction small enough to leave room for two
 ranks is refused once the policy and its optimizer are loaded, and one large enough reserved 6.4 GiB and was
 OOM-killed on the 24 GiB machine (SmolLM2-135M). 1 GiB holds about 45k tokens of SmolLM2-135M's bf16 cache (30 layers x 3 KV heads x 64 dims x 2).
+
+``globals_vllm_can_scan`` wraps every engine start (evaluation's and TRL's colocated one): a process that has loaded
+a Snakemake workflow holds a global that vLLM's start-up scan of all modules cannot read.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -63,3 +71,41 @@ def default_cpu_kv_cache(gib: int = CPU_KV_CACHE_GIB) -> bool:
         return False
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(gib)
     return True
+
+
+def _breaks_vllm_kernel_scan(value: Any) -> bool:
+    """Whether ``vars(value).get("kernel")``, which vLLM's kernel scan evaluates for every global that has a
+    ``__dict__``, fails on ``value``."""
+    try:
+        return hasattr(value, "__dict__") and not isinstance(vars(value), Mapping)
+    except Exception:  # any failure here is one that vLLM's own scan would raise
+        return True
+
+
+@contextmanager
+def globals_vllm_can_scan() -> Iterator[list[str]]:
+    """Hide, while a CPU engine starts, the module globals that vLLM's kernel scan cannot read; yields their names
+    (``module.name``) and puts them back afterwards.
+
+    On its CPU platform, vLLM (vllm-cpu 0.31) rebinds its Triton kernel overrides by reading
+    ``vars(value).get("kernel")`` for every global of every module in ``sys.modules``
+    (``vllm/triton_utils/dispatcher.py``, ``_rebind_kernels``). An object that answers every attribute with a proxy,
+    ``__dict__`` included, stops that scan and with it the engine's start: Snakemake's ``StorageRegistry``, which a
+    Snakemake workflow loaded in this process (the planner, ``why_rerun``) leaves in ``snakemake.workflow``'s globals
+    as ``storage``, fails it with "'StorageProviderProxy' object has no attribute 'get'"."""
+    hidden: dict[str, tuple[dict[str, Any], str, Any]] = {}
+    with warnings.catch_warnings():
+        # deprecated globals warn when read (torch.distributed.reduce_op); vLLM's scan reads them too
+        warnings.simplefilter("ignore")
+        for module_name, module in list(sys.modules.items()):
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for name, value in list(namespace.items()):
+                if _breaks_vllm_kernel_scan(value):
+                    hidden[f"{module_name}.{name}"] = (namespace, name, namespace.pop(name))
+    try:
+        yield list(hidden)
+    finally:
+        for namespace, name, value in hidden.values():
+            namespace[name] = value

@@ -19,6 +19,7 @@ logged: docs/output.md "Logged metrics".
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -29,7 +30,7 @@ from trl import GRPOTrainer
 from pipeline.core.io import InputError
 from pipeline.credit import find_boxed_spans
 from pipeline.credit.method import CreditInputs, CreditResult, scaled
-from pipeline.models.vllm_cpu import default_cpu_kv_cache, keep_cpu_weights_in_place
+from pipeline.models.vllm_cpu import default_cpu_kv_cache, globals_vllm_can_scan, keep_cpu_weights_in_place
 from pipeline.training.grpo_config import GrailGRPOConfig
 from pipeline.training.trainer_metrics import log_advantage_metrics, log_credit_stats
 
@@ -63,12 +64,14 @@ class GrailGRPOTrainer(GRPOTrainer):
     def __init__(self, model: Any, reward_funcs: Any, args: GrailGRPOConfig, **kwargs: Any) -> None:
         if not isinstance(args, GrailGRPOConfig):
             raise InputError(f"GrailGRPOTrainer needs a GrailGRPOConfig, got {type(args).__name__}")
-        if args.use_vllm and args.vllm_mode == "colocate":
+        colocated = args.use_vllm and args.vllm_mode == "colocate"
+        if colocated:
             # TRL builds the engine in this process and syncs weights into it: pipeline/models/vllm_cpu.py
             keep_cpu_weights_in_place()
             default_cpu_kv_cache()
-        super().__init__(model, reward_funcs, args, **kwargs)
-        if args.use_vllm and args.vllm_mode == "colocate" and args.vllm_rollout_seed == "run":
+        with globals_vllm_can_scan() if colocated else nullcontext():
+            super().__init__(model, reward_funcs, args, **kwargs)
+        if colocated and args.vllm_rollout_seed == "run":
             process_index = self.accelerator.process_index
             set_seed(colocate_sampling_seed(args.seed, process_index, args.vllm_tensor_parallel_size))
         self.credit = args.credit_method()

@@ -18,6 +18,7 @@ from pipeline.core.io import read_jsonl
 from pipeline.evaluation import backends, eval_spec, sampling
 from tests.evaluate.conftest import benchmark_rows, write_jsonl
 from tests.hold_stage import hold_evaluation_env
+from tests.snakemake_in_process import load_a_snakemake_workflow
 
 pytestmark = pytest.mark.vllm
 
@@ -67,6 +68,8 @@ def test_same_seed_same_samples_across_runs_and_a_kill_resume(tiny_model_dir, tm
     bench = write_jsonl(tmp_path / "bench.jsonl", benchmark_rows(ITEMS))
     spec = eval_spec.parse_eval_spec(SPEC)
     assert backends.detect_backend(spec.backend) == "vllm"
+    # as in a pytest worker that ran a planner test first (a CI run failed so): pipeline/models/vllm_cpu.py
+    load_a_snakemake_workflow(tmp_path)
     uninterrupted = sampling.evaluate(str(tiny_model_dir), bench, spec, 3, tmp_path / "a.jsonl")
 
     out = tmp_path / "b.jsonl"
