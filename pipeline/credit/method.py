@@ -54,6 +54,7 @@ __all__ = [
     "TokenStatistics",
     "carries_loss",
     "full_sequence",
+    "logps_and_entropies_from_logits",
     "scaled",
 ]
 
@@ -102,6 +103,27 @@ class CreditHost(Protocol):
         """The run's seeded generator for a method's noise (seed + process index; checkpointed with the run)."""
 
 
+def logps_and_entropies_from_logits(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) log-probs of the last ``T`` tokens and the entropies of their distributions, from the model's logits
+    divided by ``temperature``, in the logits' precision (at least float32), 0 where ``attention_mask`` is 0:
+
+        log p_t = z_t[x_t] / τ - logsumexp(z_t / τ),    H_t = -Σ_v p_t(v) log p_t(v)
+
+    (TRL's ``selective_log_softmax_and_entropy`` on the full logits). What TRL's fused LM head returns, except that
+    it sums in float32 whatever the model's precision."""
+    from trl.trainer.utils import selective_log_softmax_and_entropy  # imports TRL: only when a method asks
+
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=T + 1).logits
+    return selective_log_softmax_and_entropy(
+        logits[:, :-1].to(at_least_float32(logits.dtype)),
+        input_ids[:, -T:],
+        temperature=temperature,
+        row_mask=attention_mask[:, -T:],
+    )
+
+
 @dataclass
 class OfflineHost:
     """A ``CreditHost`` outside training (the token viewer): one process, the model as loaded, and no loss to share
@@ -121,16 +143,8 @@ class OfflineHost:
     def loss_forward(self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> tuple:
         """The trainer's ``loss_forward`` on a model without TRL's fused head: the model's logits of the last ``T``
         positions, divided by ``temperature`` in TRL's ``selective_log_softmax_and_entropy``; no aux loss."""
-        from trl.trainer.utils import selective_log_softmax_and_entropy  # imports TRL: only when a method asks
-
         with self.accelerator.autocast():
-            logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=T + 1).logits
-        logps, entropies = selective_log_softmax_and_entropy(
-            logits[:, :-1].to(at_least_float32(logits.dtype)),
-            input_ids[:, -T:],
-            temperature=self.temperature,
-            row_mask=attention_mask[:, -T:],
-        )
+            logps, entropies = logps_and_entropies_from_logits(model, input_ids, attention_mask, T, self.temperature)
         return logps, entropies, None
 
     def memoise_loss_forward(self, outputs: tuple) -> None:

@@ -29,7 +29,7 @@ from trl import GRPOTrainer
 
 from pipeline.core.io import InputError
 from pipeline.credit import find_boxed_spans
-from pipeline.credit.method import CreditInputs, CreditResult, scaled
+from pipeline.credit.method import CreditInputs, CreditResult, logps_and_entropies_from_logits, scaled
 from pipeline.models.vllm_cpu import default_cpu_kv_cache, globals_vllm_can_scan, keep_cpu_weights_in_place
 from pipeline.training.grpo_config import GrailGRPOConfig
 from pipeline.training.trainer_metrics import log_advantage_metrics, log_credit_stats
@@ -100,7 +100,37 @@ class GrailGRPOTrainer(GRPOTrainer):
         if self._memoised_forward is not None:
             memoised, self._memoised_forward = self._memoised_forward, None
             return memoised
-        return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        return self._logps_and_entropies(*args, **kwargs)
+
+    def _logps_and_entropies(
+        self,
+        model: nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **model_inputs: Any,
+    ) -> tuple:
+        """TRL's per-token log-probs (entropies, aux loss), in float64 for a float64 model without autocast: TRL's
+        fused LM head sums and back-propagates in float32, whose last bits differ between CPU kernel paths (MKL's
+        branches); the tiny studies' float64 models (TinyModelSpec.dtype) keep their precision through the loss."""
+        autocast = self.args.bf16 or self.args.fp16
+        if autocast or self.accelerator.unwrap_model(model).dtype != torch.float64:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **model_inputs,
+            )  # fmt: skip
+        step = batch_size or input_ids.size(0)
+        parts = [
+            logps_and_entropies_from_logits(
+                model, input_ids[rows], attention_mask[rows], logits_to_keep, self.temperature
+            )
+            for rows in (slice(start, start + step) for start in range(0, input_ids.size(0), step))
+        ]
+        logps, entropies = (torch.cat(columns) for columns in zip(*parts, strict=True))
+        return logps, entropies if compute_entropy else None, None
 
     def _compute_loss(self, model: nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
         before = self._policy_forwards
@@ -158,7 +188,7 @@ class GrailGRPOTrainer(GRPOTrainer):
     # ---- what a credit method may use (pipeline.credit.method.CreditHost) ---------------------------------------
 
     def loss_forward(self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> tuple:
-        return super()._get_per_token_logps_and_entropies(
+        return self._logps_and_entropies(
             model, input_ids, attention_mask, T, compute_entropy=True, compute_aux_loss=self.aux_loss_enabled
         )
 

@@ -28,8 +28,9 @@ def examples_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(DOCS))
 
 
-def reference_statistics(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """log π_τ(y_t) and the entropy of π_τ = softmax(logits / τ) from the model's plain logits, 0 on padding."""
+def reference_statistics(model, batch: dict, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π_τ(y_t) and the entropy of π_τ = softmax(logits / τ) from the model's plain logits, 0 on padding, as
+    ``dtype`` (computed in float64)."""
     input_ids, attention_mask = full_sequence(batch)
     T = batch["completion_ids"].size(1)
     with torch.no_grad():
@@ -38,7 +39,26 @@ def reference_statistics(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor
     mask = batch["completion_mask"].bool()
     chosen = logprobs.gather(-1, batch["completion_ids"][..., None]).squeeze(-1)
     entropy = -(logprobs.exp() * logprobs).sum(-1)
-    return torch.where(mask, chosen, 0.0).float(), torch.where(mask, entropy, 0.0).float()
+    return torch.where(mask, chosen, 0.0).to(dtype), torch.where(mask, entropy, 0.0).to(dtype)
+
+
+def test_a_float64_models_loss_log_probs_stay_in_float64(random_model_dir, tmp_path):
+    """TRL's fused LM head sums and back-propagates in float32, so a float64 model's loss moved with MKL's branch
+    (1e-7 relative, docs/lab-notes.md); the trainer computes a float64 model's from its logits, in float64, in
+    chunks of TRL's ``batch_size`` too. Broken on purpose (the float64 branch removed), it gets float32 log-probs."""
+    trainer = make_trainer(random_model_dir, tmp_path, dtype=torch.float64, temperature=TEMPERATURE, **PRECISION)
+    batch = boxed_batch(trainer.processing_class, COMPLETIONS, [1.0, -1.0, 0.5, -0.5, 0.0, 1.0])
+    input_ids, attention_mask = full_sequence(batch)
+    T = batch["completion_ids"].size(1)
+    logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model, input_ids, attention_mask, T, batch_size=4, compute_entropy=True
+    )
+    expected_logps, expected_entropies = reference_statistics(trainer.model, batch, torch.float64)
+    torch.testing.assert_close(logps.detach(), expected_logps, rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(entropies.detach(), expected_entropies, rtol=1e-13, atol=1e-13)
+    logps.sum().backward()
+    head = trainer.accelerator.unwrap_model(trainer.model).get_output_embeddings().weight
+    assert head.grad is not None and head.grad.dtype == torch.float64
 
 
 def test_statistics_are_the_losss_at_the_sampling_temperature_in_training_and_offline(random_model_dir, tmp_path):
