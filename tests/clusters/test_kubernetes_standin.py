@@ -214,3 +214,53 @@ def test_standin_runs_a_valid_job_and_reports_its_exit_code(standin: dict[str, P
     with pytest.raises(kubernetes.client.exceptions.ApiException) as gone:
         batch.read_namespaced_job_status("probe", "default")
     assert gone.value.status == 404
+
+
+def test_preflight_s3_checks_name_each_problem_in_one_line(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preflight's S3 checks against the moto server: a usable bucket passes all four; a missing bucket and an
+    endpoint nobody serves each fail one named check and skip the ones after it, without a traceback."""
+    from pipeline import preflight
+
+    for variable in [name for name in os.environ if name.startswith("SNAKEMAKE_STORAGE_S3_")]:
+        monkeypatch.delenv(variable)
+    profile = yaml.safe_load(PROFILE.joinpath("config.yaml").read_text())
+    profile |= {
+        "storage-s3-endpoint-url": s3_endpoint,
+        "storage-s3-access-key": S3_KEY,
+        "storage-s3-secret-key": S3_KEY,
+    }
+
+    def statuses(checks: list[preflight.Check]) -> list[tuple[str, str]]:
+        return [(check.name, check.status) for check in checks]
+
+    assert statuses(preflight.s3_checks({**profile, "default-storage-prefix": f"s3://{BUCKET}/run"})) == [
+        ("S3 keys", "pass"),
+        ("S3 endpoint", "pass"),
+        ("S3 bucket", "pass"),
+        ("S3 write", "pass"),
+    ]
+    import boto3
+
+    client = boto3.client(
+        "s3", endpoint_url=s3_endpoint, aws_access_key_id=S3_KEY, aws_secret_access_key=S3_KEY, region_name="us-east-1"
+    )
+    assert client.list_objects_v2(Bucket=BUCKET).get("KeyCount", 0) == 0  # the write probe cleaned up
+    missing = preflight.s3_checks({**profile, "default-storage-prefix": "s3://no-such-bucket/run"})
+    assert statuses(missing) == [
+        ("S3 keys", "pass"),
+        ("S3 endpoint", "pass"),
+        ("S3 bucket", "fail"),
+        ("S3 write", "skipped"),
+    ]
+    assert "has no bucket 'no-such-bucket'" in missing[2].detail
+    nobody = f"http://127.0.0.1:{free_port()}"
+    unreachable = preflight.s3_checks(
+        {**profile, "default-storage-prefix": f"s3://{BUCKET}/run", "storage-s3-endpoint-url": nobody}
+    )
+    assert statuses(unreachable) == [
+        ("S3 keys", "pass"),
+        ("S3 endpoint", "fail"),
+        ("S3 bucket", "skipped"),
+        ("S3 write", "skipped"),
+    ]
+    assert unreachable[1].detail.startswith(f"{nobody} did not answer: Could not connect")
