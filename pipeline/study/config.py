@@ -221,6 +221,7 @@ class Study:
     stale_checkpoints: StaleCheckpoints = "set_aside"
     training_engine: TrainingEngine = "auto"
     time_windows: int = 8  # Slurm time-limit windows per training job (pipeline.runtime.time_windows)
+    checkpoint_volume: str | None = None  # where training's working checkpoints live (pipeline.core.layout.working_dir)
     kernel_pin: bool = True  # every job on the AVX2 CPU kernel path (pipeline.core.kernels)
     strict_revisions: bool = False  # every hub revision must be a commit (pipeline.study.inputs)
     # the whole config, merged and with the schema's defaults (the report records it)
@@ -299,6 +300,7 @@ class Study:
             stale_checkpoints=config["stale_checkpoints"],
             training_engine=config["training_engine"],
             time_windows=config["time_windows"],
+            checkpoint_volume=config["checkpoint_volume"],
             kernel_pin=config["kernel_pin"],
             strict_revisions=config["strict_revisions"],
             config=config,
@@ -320,6 +322,7 @@ class Study:
             health=self.health,
             time_windows=self.time_windows,
             ddp_timeout=self.training.get("ddp_timeout"),
+            checkpoint_volume=self.checkpoint_volume,
         )
 
     def effective_training(self, model: str, method: str) -> dict[str, Any]:

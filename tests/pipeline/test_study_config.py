@@ -424,3 +424,16 @@ def test_effective_training_holds_only_grpo_config_fields(name: str) -> None:
     for model in study.models:
         for method in study.methods:
             assert sorted(set(study.effective_training(model, method)) - grpo_options) == [], (model, method)
+
+
+def test_the_kubernetes_profiles_checkpoint_volume_reaches_the_run_time_settings() -> None:
+    """profiles/kubernetes passes `--config checkpoint_volume=PATH`, the mount path of its checkpoint claim: the
+    study's run-time settings, which the Snakefile exports to every job, carry it; without it training keeps its
+    checkpoints in the run directory."""
+    profile = yaml.safe_load((REPO / "profiles" / "kubernetes" / "config.yaml").read_text())
+    (setting,) = profile["config"]
+    key, _, volume = setting.partition("=")
+    mounts = [claim.partition(":")[2] for claim in profile["kubernetes-persistent-volumes"]]
+    assert key == "checkpoint_volume" and volume in mounts
+    assert load_study([CONFIGS / "paper.yaml"], {key: volume}).runtime.checkpoint_volume == volume
+    assert load_study([CONFIGS / "paper.yaml"]).runtime.checkpoint_volume is None
