@@ -13,6 +13,7 @@ answers would be spread over modules that each need all of it.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,6 +25,7 @@ from pipeline.runtime.health import HealthConfig
 from pipeline.runtime.launching import TrainingEngine
 from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RuntimeSettings
 from pipeline.runtime.watchdog import WatchdogConfig
+from pipeline.study import cost
 from pipeline.study.benchmark_sizes import benchmark_items
 from pipeline.study.checks import decisive_benchmarks, is_credit_key, semantic_errors
 from pipeline.study.cost import parameter_count
@@ -336,6 +338,37 @@ class Study:
         if self.token_analysis.enabled:
             labels |= set(self.token_analysis.checkpoints)
         return sorted(label_step(label) for label in labels if label != FINAL_CHECKPOINT)
+
+    def run_disk_bytes(self, model: str, with_checkpoints: bool = True) -> int | None:
+        """One training run of ``model`` at its peak on disk (cost.run_disk_bytes): its kept checkpoints (none
+        without ``with_checkpoints``), its exports and its final model; None when the model's size is unknown."""
+        parameters = parameter_count(self.config["models"][model])
+        if not parameters:
+            return None
+        training = self.training_spec(model)
+        saves = cost.saves(int(training.get("max_steps", 0)), int(training.get("save_steps", 500)))
+        return cost.run_disk_bytes(
+            parameters,
+            bf16=bool(training.get("bf16", True)),
+            save_total_limit=training.get("save_total_limit"),
+            checkpoints=saves if with_checkpoints else 0,
+            exports=len(self.export_steps()),
+        )
+
+    def disk_mb(self, stage: str, model: str | None, input_mb: float) -> int:
+        """A job's local disk in MB (Snakemake's ``disk_mb``, which the Kubernetes executor requests and limits as
+        the pod's ephemeral-storage): Snakemake's default, twice the job's inputs and at least 1000 MB, plus what a
+        job of a model writes or fetches beside its inputs: the weights of a model given by ``path`` (a hub model is
+        downloaded into the job's hub cache), and for training its exports, final model and kept checkpoints (not
+        those on ``checkpoint_volume``). A model of unknown size adds nothing."""
+        needed = max(2 * input_mb, 1000) * cost.MB
+        if model is not None:
+            parameters = parameter_count(self.config["models"][model])
+            if self.models[model].path is not None and parameters:
+                needed += 2 * parameters  # the hub's bf16 weights
+            if stage == "train":
+                needed += self.run_disk_bytes(model, with_checkpoints=self.checkpoint_volume is None) or 0
+        return math.ceil(needed / cost.MB)
 
     def significance_checkpoint(self) -> str:
         """The checkpoint label the significance tests compare (``final`` or ``step-N``)."""
