@@ -438,35 +438,51 @@ def slurm_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any], study: St
 
 
 def kubernetes_static_checks(profile: dict[str, Any]) -> list[Check]:
-    """The profile's own settings, read without the network: the image is what containers/build.sh pushes, the
-    storage prefix is not the example bucket."""
-    image = str(profile.get("container-image", ""))
+    """The profile's own settings, read without the network: the image and the storage prefix."""
+    prefix = str(profile.get("default-storage-prefix", ""))
+    return [
+        image_check(str(profile.get("container-image", ""))),
+        Check("storage prefix", "fail", f"{prefix!r} is the profile's example", "set your bucket in SITE SETTINGS")
+        if not prefix or EXAMPLE_BUCKET in prefix
+        else Check("storage prefix", "pass", prefix),
+    ]
+
+
+# containers/build.sh's tag of the GPU image: VERSION-COMMIT-gpu (12 hex digits of the commit it was built from)
+IMAGE_TAG = re.compile(r"^.+-(?P<commit>[0-9a-f]{12})-gpu$")
+# What a pod's environment comes from; its code is this checkout's, which Snakemake deploys to every pod.
+IMAGE_ENVIRONMENT = ("containers", "pyproject.toml")
+
+
+def image_check(image: str) -> Check:
+    """``container-image`` names a GPU image that containers/build.sh pushed from a commit of this repository whose
+    environment files (``IMAGE_ENVIRONMENT``) this checkout still has; the fix names the image to build and push."""
+    repository, _, tag = image.rpartition(":")
     names = subprocess.run(
         ["bash", "containers/build.sh", "names"],
         cwd=REPO_DIR,
         capture_output=True,
         text=True,
-        env={**os.environ, "IMAGE": image.rsplit(":", 1)[0]},
+        env={**os.environ, "IMAGE": repository},
         timeout=30,
     ).stdout
     pushed = [line.split()[1] for line in names.splitlines() if line.startswith("push ") and line.endswith("-gpu")]
-    checks = [
-        Check("image reference", "pass", f"{image} is what containers/build.sh pushes")
-        if image in pushed
-        else Check(
-            "image reference",
-            "fail",
-            f"container-image {image!r} is not what containers/build.sh pushes ({', '.join(pushed) or 'nothing'})",
-            f"set container-image to {pushed[0]}" if pushed else "set container-image to REGISTRY/NAME:TAG-gpu",
-        )
-    ]
-    prefix = str(profile.get("default-storage-prefix", ""))
-    checks.append(
-        Check("storage prefix", "fail", f"{prefix!r} is the profile's example", "set your bucket in SITE SETTINGS")
-        if not prefix or EXAMPLE_BUCKET in prefix
-        else Check("storage prefix", "pass", prefix)
+    fix = f"containers/build.sh gpu && IMAGE={repository or 'REGISTRY/NAME'} containers/build.sh push"
+    fix += f", then set container-image to {pushed[0]}" if pushed else ""
+    match = IMAGE_TAG.match(tag)
+    if match is None:
+        return Check("image reference", "fail", f"{image!r} carries no commit (build.sh tags VERSION-COMMIT-gpu)", fix)
+    commit = match["commit"]
+    diff = subprocess.run(
+        ["git", "diff", "--quiet", commit, "--", *IMAGE_ENVIRONMENT], cwd=REPO_DIR, capture_output=True, timeout=30
     )
-    return checks
+    if diff.returncode == 0:
+        detail = f"{image}: built from {commit}, whose {' and '.join(IMAGE_ENVIRONMENT)} this checkout has"
+        return Check("image reference", "pass", detail)
+    if diff.returncode == 1:
+        detail = f"{image}: {' or '.join(IMAGE_ENVIRONMENT)} changed since {commit}, which it was built from"
+        return Check("image reference", "fail", detail, fix)
+    return Check("image reference", "fail", f"{image}: {commit} is not a commit of this repository", fix)
 
 
 EXAMPLE_BUCKET = "my-grail-bucket"  # profiles/kubernetes's default-storage-prefix, until a site sets its own

@@ -288,16 +288,22 @@ def test_paper_study_fails_naming_the_stack_and_the_hub(tmp_path: Path) -> None:
 
 
 def test_kubernetes_profile_checks_the_image_and_the_bucket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image's tag must carry a commit of this repository whose containers/ and pyproject.toml (the pods'
+    environment) the checkout has: HEAD's passes (a clean checkout, as CI's); the profile's example and a commit
+    that is not the repository's fail, naming what to build and push."""
     profile = yaml.safe_load((REPO / "profiles" / "kubernetes" / "config.yaml").read_text())
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     checks = {c.name: c for c in preflight.kubernetes_static_checks(profile)}
-    assert checks["image reference"].status == "pass"
+    assert checks["image reference"].status == "fail" and "carries no commit" in checks["image reference"].detail
+    assert "IMAGE=registry.example.org/grail/grail-pipeline containers/build.sh push" in checks["image reference"].fix
     assert checks["storage prefix"].status == "fail"  # the profile's example bucket
     (api,) = preflight.kubernetes_api_checks([job("train", gpus=4)], profile)
     assert (api.name, api.status) == ("namespace and gpu resource", "skipped")  # no API server configured
-    stale = {**profile, "container-image": "registry.example.org/grail/grail-pipeline:0.0.9-gpu"}
-    check = preflight.kubernetes_static_checks(stale)[0]
-    assert check.status == "fail" and "registry.example.org/grail/grail-pipeline:0.1.0-gpu" in check.fix
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    built = preflight.image_check(f"registry.example.org/grail/grail-pipeline:0.1.0-{head.stdout.strip()}-gpu")
+    assert built.status == "pass", built
+    foreign = preflight.image_check("registry.example.org/grail/grail-pipeline:0.1.0-0123456789ab-gpu")
+    assert foreign.status == "fail" and "0123456789ab is not a commit of this repository" in foreign.detail
 
 
 def test_kubernetes_preflight_without_s3_keys_names_them_after_the_static_checks(tmp_path: Path) -> None:
@@ -319,7 +325,7 @@ def test_kubernetes_preflight_without_s3_keys_names_them_after_the_static_checks
     assert result.returncode == 1 and "Traceback" not in result.stdout, result.stdout[-3000:]
     checks = [(check["name"], check["status"]) for check in json.loads(report.read_text())["checks"]]
     assert checks[:6] == [
-        ("image reference", "pass"),
+        ("image reference", "fail"),  # the profile's example
         ("storage prefix", "pass"),
         ("S3 keys", "fail"),
         ("S3 endpoint", "skipped"),
