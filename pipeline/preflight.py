@@ -16,7 +16,8 @@ sdpa; `--software-only` runs these two alone, inside an image); every hub model 
 Hugging Face cache (jobs run with HF_HUB_OFFLINE=1 on offline nodes); the
 disk holds the study's checkpoints and samples; each training job's engine (``training_engine``) and precision,
 refusing a DeepSpeed precision the training spec conflicts with. Kubernetes (planned without the bucket): first the profile's
-own settings (the image is the one containers/build.sh pushes, the storage prefix is set), then the S3 storage, one
+own settings (the image is the one containers/build.sh pushes, the storage prefix is set, checkpoint_volume is a
+claim's mount path), then the S3 storage, one
 line a problem (keys, endpoint, bucket, write), then through the current kubectl context the namespace and a node
 offering the GPU resource. docs/cluster.md describes each check. Beside each rule's bound the cost table shows the
 expected figures of the study's calibration (``--calibration``, default results_dir/calibration.json: ``python -m
@@ -437,15 +438,32 @@ def slurm_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any], study: St
     return checks
 
 
-def kubernetes_static_checks(profile: dict[str, Any]) -> list[Check]:
-    """The profile's own settings, read without the network: the image and the storage prefix."""
+def kubernetes_static_checks(profile: dict[str, Any], study: Study) -> list[Check]:
+    """The profile's own settings, read without the network: the image, the storage prefix, the checkpoint claim."""
     prefix = str(profile.get("default-storage-prefix", ""))
     return [
         image_check(str(profile.get("container-image", ""))),
         Check("storage prefix", "fail", f"{prefix!r} is the profile's example", "set your bucket in SITE SETTINGS")
         if not prefix or EXAMPLE_BUCKET in prefix
         else Check("storage prefix", "pass", prefix),
+        checkpoint_claim_check(profile, study),
     ]
+
+
+def checkpoint_claim_check(profile: dict[str, Any], study: Study) -> Check:
+    """Training's checkpoints outlive an evicted pod: ``checkpoint_volume`` (the profile's ``config`` entry, else the
+    study's) is the mount path of one of the profile's PersistentVolumeClaims."""
+    overrides = dict(str(entry).partition("=")[::2] for entry in profile.get("config") or [])
+    volume = overrides.get("checkpoint_volume") or study.checkpoint_volume
+    claims = [str(spec).partition(":") for spec in profile.get("kubernetes-persistent-volumes") or []]
+    mounted = {path: claim for claim, _, path in claims}
+    fix = "mount a claim (kubernetes-persistent-volumes: [CLAIM:PATH]) and set config: [checkpoint_volume=PATH]"
+    if volume is None:
+        return Check("checkpoint claim", "warn", "no checkpoint_volume: an evicted training pod starts over", fix)
+    if volume not in mounted:
+        detail = f"checkpoint_volume {volume} is not the mount path of a claim ({', '.join(mounted) or 'none'})"
+        return Check("checkpoint claim", "fail", f"{detail}: the checkpoints would go with the pod", fix)
+    return Check("checkpoint claim", "pass", f"training checkpoints on claim {mounted[volume]} at {volume}")
 
 
 # containers/build.sh's tag of the GPU image: VERSION-COMMIT-gpu (12 hex digits of the commit it was built from)
@@ -835,7 +853,7 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     if executor == "slurm":
         checks = slurm_checks(jobs, profile, study, args.compute_job)
     elif executor == "kubernetes":
-        checks = kubernetes_static_checks(profile) + s3_checks(profile) + kubernetes_api_checks(jobs, profile)
+        checks = kubernetes_static_checks(profile, study) + s3_checks(profile) + kubernetes_api_checks(jobs, profile)
     else:
         raise InputError(f"{profile_file}: executor {executor!r}; the preflight knows slurm and kubernetes")
     if args.sdm == "apptainer":

@@ -293,7 +293,7 @@ def test_kubernetes_profile_checks_the_image_and_the_bucket(tmp_path: Path, monk
     that is not the repository's fail, naming what to build and push."""
     profile = yaml.safe_load((REPO / "profiles" / "kubernetes" / "config.yaml").read_text())
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
-    checks = {c.name: c for c in preflight.kubernetes_static_checks(profile)}
+    checks = {c.name: c for c in preflight.kubernetes_static_checks(profile, study(PAPER))}
     assert checks["image reference"].status == "fail" and "carries no commit" in checks["image reference"].detail
     assert "IMAGE=registry.example.org/grail/grail-pipeline containers/build.sh push" in checks["image reference"].fix
     assert checks["storage prefix"].status == "fail"  # the profile's example bucket
@@ -304,6 +304,26 @@ def test_kubernetes_profile_checks_the_image_and_the_bucket(tmp_path: Path, monk
     assert built.status == "pass", built
     foreign = preflight.image_check("registry.example.org/grail/grail-pipeline:0.1.0-0123456789ab-gpu")
     assert foreign.status == "fail" and "0123456789ab is not a commit of this repository" in foreign.detail
+
+
+def test_the_checkpoint_claim_check_holds_checkpoint_volume_to_a_claims_mount_path() -> None:
+    """The profile as shipped mounts its claim where checkpoint_volume points; a mount path changed on one side only
+    would leave the checkpoints in the pod (fail), and no checkpoint_volume at all is a warning."""
+    profile = yaml.safe_load((REPO / "profiles" / "kubernetes" / "config.yaml").read_text())
+    paper = study(PAPER)
+    shipped = preflight.checkpoint_claim_check(profile, paper)
+    assert (shipped.status, shipped.detail) == (
+        "pass",
+        "training checkpoints on claim grail-checkpoints at /checkpoints",
+    )
+    moved = preflight.checkpoint_claim_check(
+        {**profile, "kubernetes-persistent-volumes": ["grail-checkpoints:/ckpt"]}, paper
+    )
+    assert moved.status == "fail" and "checkpoint_volume /checkpoints is not the mount path of a claim (/ckpt)" in (
+        moved.detail
+    )
+    bare = {key: value for key, value in profile.items() if key not in ("config", "kubernetes-persistent-volumes")}
+    assert preflight.checkpoint_claim_check(bare, paper).status == "warn"
 
 
 def test_kubernetes_preflight_without_s3_keys_names_them_after_the_static_checks(tmp_path: Path) -> None:
@@ -324,9 +344,10 @@ def test_kubernetes_preflight_without_s3_keys_names_them_after_the_static_checks
     result = run_command(command, cwd=REPO, timeout=300, env=env)
     assert result.returncode == 1 and "Traceback" not in result.stdout, result.stdout[-3000:]
     checks = [(check["name"], check["status"]) for check in json.loads(report.read_text())["checks"]]
-    assert checks[:6] == [
+    assert checks[:7] == [
         ("image reference", "fail"),  # the profile's example
         ("storage prefix", "pass"),
+        ("checkpoint claim", "pass"),
         ("S3 keys", "fail"),
         ("S3 endpoint", "skipped"),
         ("S3 bucket", "skipped"),
