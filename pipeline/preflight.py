@@ -15,11 +15,11 @@ asking attn_implementation flash_attention_2 finds flash_attn (else the fix: an 
 sdpa; `--software-only` runs these two alone, inside an image); every hub model and dataset revision is in the
 Hugging Face cache (jobs run with HF_HUB_OFFLINE=1 on offline nodes); the
 disk holds the study's checkpoints and samples; each training job's engine (``training_engine``) and precision,
-refusing a DeepSpeed precision the training spec conflicts with. Kubernetes (planned without the bucket): first the profile's
-own settings (the image is the one containers/build.sh pushes, the storage prefix is set, checkpoint_volume is a
-claim's mount path), then the S3 storage, one
-line a problem (keys, endpoint, bucket, write), then through the current kubectl context the namespace and a node
-offering the GPU resource. docs/cluster.md describes each check. Beside each rule's bound the cost table shows the
+refusing a DeepSpeed precision the training spec conflicts with. Kubernetes (planned without the bucket): first the
+profile's own settings (the image is one containers/build.sh pushed from a commit with this checkout's environment
+files, the storage prefix is set, checkpoint_volume is a claim's mount path), then the S3 storage, one line a
+problem (keys, endpoint, bucket, write), then through the current kubectl context the namespace and a node offering
+the GPU resource. docs/cluster.md describes each check. Beside each rule's bound the cost table shows the
 expected figures of the study's calibration (``--calibration``, default results_dir/calibration.json: ``python -m
 pipeline.calibrate``), marked measured or not measured. Under the cost estimate it prints the planner's one
 line (``pipeline.power``, documented defaults): the power of the paper's test and of the seed-aware one for GRAIL's

@@ -28,7 +28,6 @@ from pipeline.runtime.watchdog import WatchdogConfig
 from pipeline.study import cost
 from pipeline.study.benchmark_sizes import benchmark_items
 from pipeline.study.checks import decisive_benchmarks, is_credit_key, semantic_errors
-from pipeline.study.cost import parameter_count
 from pipeline.study.gpu_sizing import EngineLayout, GpuSizing, engine_utilization, fixed_layout, sized_layout
 from pipeline.study.schema import error_block
 from pipeline.training.tracking import TrackingConfig, run_name
@@ -342,7 +341,7 @@ class Study:
     def run_disk_bytes(self, model: str, with_checkpoints: bool = True) -> int | None:
         """One training run of ``model`` at its peak on disk (cost.run_disk_bytes): its kept checkpoints (none
         without ``with_checkpoints``), its exports and its final model; None when the model's size is unknown."""
-        parameters = parameter_count(self.config["models"][model])
+        parameters = cost.parameter_count(self.config["models"][model])
         if not parameters:
             return None
         training = self.training_spec(model)
@@ -363,7 +362,7 @@ class Study:
         those on ``checkpoint_volume``). A model of unknown size adds nothing."""
         needed = max(2 * input_mb, 1000) * cost.MB
         if model is not None:
-            parameters = parameter_count(self.config["models"][model])
+            parameters = cost.parameter_count(self.config["models"][model])
             if self.models[model].path is not None and parameters:
                 needed += 2 * parameters  # the hub's bf16 weights
             if stage == "train":
@@ -542,7 +541,7 @@ class Study:
         vllm = self.evaluation.spec["vllm"]
         if self.evaluation.spec["backend"] != "vllm" or self.evaluation.gpu_sizing.layout == "fixed":
             return fixed_layout(vllm)
-        parameters = parameter_count(self.config["models"][str(job["model"])])
+        parameters = cost.parameter_count(self.config["models"][str(job["model"])])
         sequences = self.evaluation_sequences(job, generations)
         return sized_layout(parameters, sequences, self.evaluation.gpu_sizing, engine_utilization(vllm))
 
