@@ -190,7 +190,8 @@ SLURM_EXTRA = {}  # rule -> its slurm_extra: the study's flags, then the site's 
 
 
 def resources_of(stage, per_model=False):
-    """A rule's Snakemake resources (mem_mb, runtime, gpu, nodes, gpu_model, slurm_extra) from the config.
+    """A rule's Snakemake resources (mem_mb, runtime, gpu, nodes, gpu_model, slurm_extra) from the config, and its
+    local disk (disk_mb: Study.disk_mb; the Kubernetes pod's ephemeral-storage).
 
     `runtime` grows with the attempt (a retried job asks for attempt x the time limit), except a resuming rule's
     (training: cluster.attempt_runtime), whose retry resumes and never asks past a site's wall; a name set for only
@@ -217,8 +218,14 @@ def resources_of(stage, per_model=False):
         site = site_slurm_extra(stage, wildcards=wildcards, input=input, threads=threads, attempt=attempt)
         return cluster.join_flags(request_of(wildcards).slurm_extra, site)
 
+    def disk_mb(wildcards, input):
+        return STUDY.disk_mb(stage, wildcards.model if per_model else None, input.size_mb)
+
     SLURM_EXTRA[stage] = slurm_extra
-    return {name: value(name) for name in sorted(names - {"slurm_extra"})} | {"slurm_extra": slurm_extra}
+    return {name: value(name) for name in sorted(names - {"slurm_extra"})} | {
+        "slurm_extra": slurm_extra,
+        "disk_mb": disk_mb,
+    }
 
 
 def built_start_model(model):

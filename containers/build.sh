@@ -11,11 +11,13 @@
 #                                   #   config's default `container_image` (snakemake --sdm apptainer)
 #   IMAGE=registry.example.org/grail/grail-pipeline containers/build.sh push
 #                                   # tags the built images IMAGE:TAG-gpu and IMAGE:TAG-cpu and pushes them; the
-#                                   #   Kubernetes profile's `container-image` is IMAGE:TAG-gpu
+#                                   #   Kubernetes profile's `container-image` is IMAGE:TAG-gpu. Refused for a TAG
+#                                   #   ending in -dirty: commit first
 #   containers/build.sh names       # prints what the other commands write: "gpu REF", "cpu REF", "apptainer FILE"
 #
-# Env: IMAGE (your registry's name for the image; only `push` reads it), TAG (default: the project version in
-#      pyproject.toml), ENGINE (podman, docker or buildah; default: the first one installed), CPU_BASE_IMAGE,
+# Env: IMAGE (your registry's name for the image; only `push` reads it), TAG (default: VERSION-COMMIT, the project
+#      version in pyproject.toml and the checkout's commit (12 hex digits), with -dirty when what the image copies has
+#      uncommitted changes: a rebuilt image never reuses a tag that nodes may have pulled and cached), ENGINE (podman, docker or buildah; default: the first one installed), CPU_BASE_IMAGE,
 #      GPU_BASE_IMAGE (`cuda`: NVIDIA's CUDA devel image, CUDA_BASE_IMAGE below; it needs that registry), FLASH_ATTN (gpu: none (default), source, or a wheel's path or URL; see containers/Dockerfile),
 #      BUILD_OPTS (extra build flags, e.g. build-time mounts of a local wheel directory:
 #      "-v /opt/wheels:/wheels:ro --build-arg PIP_FIND_LINKS=/wheels").
@@ -26,7 +28,10 @@ LOCAL_IMAGE=localhost/grail-pipeline
 SIF=containers/grail.sif
 ARCHIVE=containers/grail-pipeline-gpu.tar  # the saved GPU image; grail.def bootstraps from it (docker-archive)
 IMAGE=${IMAGE:-}
-TAG=${TAG:-$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)}
+VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)
+COPIED=(containers pyproject.toml Snakefile configs pipeline)  # what containers/Dockerfile copies from the checkout
+DIRTY=$(git status --porcelain -- "${COPIED[@]}" 2>/dev/null | head -1)
+TAG=${TAG:-$VERSION-$(git rev-parse --short=12 HEAD)${DIRTY:+-dirty}}
 DEBIAN_BASE_IMAGE=localhost/debian-py:bookworm  # scripts/build_base_image.sh
 # NVIDIA's CUDA devel image, for sites that want it (GPU_BASE_IMAGE=cuda): its nvcc builds FLASH_ATTN=source, so its
 # CUDA major must be torch's (requirements-gpu.txt: torch 2.13.0's PyPI wheel is the CUDA 13.0 build). Named by tag:
@@ -90,6 +95,7 @@ case "${1:-}" in
     fi
     ;;
   push)
+    case "$TAG" in *-dirty) echo "not pushing $TAG: commit first (a pushed tag names the commit it was built from)" >&2; exit 1 ;; esac
     need_engine
     : "${IMAGE:?set IMAGE to the image name in your registry, e.g. registry.example.org/grail/grail-pipeline}"
     for variant in gpu cpu; do

@@ -11,7 +11,10 @@ per log, appended as training goes) and ``exports/step-<N>/`` (model + tokenizer
 published when the run completes: ``RUN_DIR/exports/step-<N>/`` (hardlinks to the working exports),
 ``RUN_DIR/final/``, ``RUN_DIR/provenance.json`` (library versions, pipeline.core.provenance) and ``RUN_DIR/metrics.jsonl``
 (a copy of the working log). The working files are not Snakemake
-outputs, so they survive the deletion of a failed job's outputs and a resumed run loses no step and no export.
+outputs, so they survive the deletion of a failed job's outputs and a resumed run loses no step and no export. With
+the run-time setting ``checkpoint_volume`` (a Kubernetes pod's PersistentVolumeClaim) they live at the run
+directory's path under that volume instead (pipeline.core.layout.working_dir), so that the retry of an evicted pod
+resumes.
 
 Resume: a rerun finds the newest valid checkpoint in ``RUN_DIR/checkpoints`` (partial or corrupt ones are skipped
 with a warning) and continues from it with the model, optimizer, scheduler, RNG states, data position, TRL's
@@ -98,11 +101,11 @@ from pipeline.core.exit_codes import (
 from pipeline.core.file_digest import file_digest, model_identity
 from pipeline.core.io import read_jsonl, run_cli
 from pipeline.core.layout import (
-    CHECKPOINTS_DIR,
     EXPORTS_DIR,
     FINAL_CHECKPOINT,
     METRICS_FILE,
     PROVENANCE_FILE,
+    working_dir,
     working_exports_dir,
     working_metrics_path,
 )
@@ -194,7 +197,7 @@ def build_config(
     try:
         return GrailGRPOConfig(
             **{**process_group_options(os.environ, torch.cuda.is_available()), **config_options, **collective},
-            output_dir=str(run_dir / CHECKPOINTS_DIR),
+            output_dir=str(working_dir(run_dir, runtime.checkpoint_volume)),
             seed=seed,
             report_to=tracking.integrations(),
             run_name=run_name,
@@ -321,7 +324,9 @@ def build_trainer(
             raise InputError(f"{name}: {error}") from None
     merged, origin = merge_specs(specs["training spec"], specs["method spec"])
     config_options, loading_options = split_options(merged, origin)
-    config = build_config(config_options, args.out, args.seed, tracking, args.run_name, RuntimeSettings.current())
+    runtime = RuntimeSettings.current()
+    volume = runtime.checkpoint_volume
+    config = build_config(config_options, args.out, args.seed, tracking, args.run_name, runtime)
     export_steps = check_export_steps(args.export_steps, config.max_steps)
     dataset = load_training_rows(args.data)
     check_model_reference(args.model)
@@ -337,11 +342,11 @@ def build_trainer(
             args=config,
             train_dataset=dataset,
             processing_class=tokenizer,
-            callbacks=[MetricsCallback(working_metrics_path(args.out)), control, stall],
+            callbacks=[MetricsCallback(working_metrics_path(args.out, volume)), control, stall],
             export_steps=export_steps,
-            exports_dir=working_exports_dir(args.out),
+            exports_dir=working_exports_dir(args.out, volume),
             run_fingerprint=run_fingerprint(args, merged, config),
-            health=RuntimeSettings.current().health,
+            health=runtime.health,
         )
     control.accelerator = trainer.accelerator
     if trainer.pop_callback(ProgressCallback) is not None:  # absent with disable_tqdm
@@ -394,7 +399,7 @@ def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
 def collapse_message(args: argparse.Namespace, trainer: ResumableGRPOTrainer, error: TrainingCollapse) -> str:
     """Set aside the checkpoints saved after the last healthy step (main process; every process waits), then the
     log line: the step, the rank, what tripped, the last healthy checkpoint and where the collapsed ones went."""
-    checkpoints_dir = args.out / CHECKPOINTS_DIR
+    checkpoints_dir = working_dir(args.out, RuntimeSettings.current().checkpoint_volume)
     healthy_step = min((trip.healthy_through for trip in error.trips), default=None)
     moved: list[str] = []
     where = None
@@ -420,7 +425,8 @@ def train_and_publish(
 ) -> None:
     """Resume from the newest valid checkpoint (or start), train to max_steps, publish the outputs."""
     run_dir: Path = args.out
-    checkpoints_dir = run_dir / CHECKPOINTS_DIR
+    volume = RuntimeSettings.current().checkpoint_volume
+    checkpoints_dir = working_dir(run_dir, volume)
     if trainer.accelerator.is_main_process:
         published = [
             run_dir / FINAL_CHECKPOINT,
@@ -437,7 +443,9 @@ def train_and_publish(
     # whose newest checkpoint is its last step (killed while publishing) only publishes.
     training_done = resume is not None and 0 < trainer.args.max_steps <= resume[0]
     if trainer.accelerator.is_main_process:
-        keep_metrics_up_to(working_metrics_path(run_dir), resume[0] if resume else None, training_done=training_done)
+        keep_metrics_up_to(
+            working_metrics_path(run_dir, volume), resume[0] if resume else None, training_done=training_done
+        )
     trainer.accelerator.wait_for_everyone()
     if training_done:
         logger.info("training finished at %s (step %d): publishing its outputs", resume[1], resume[0])

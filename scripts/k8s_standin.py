@@ -10,10 +10,14 @@ few REST calls the executor plugin makes, and nothing else:
   ``args`` locally in a fresh directory (the ``/workdir`` emptyDir), with the container's ``env`` (secret
   references resolved);
 - ``GET .../jobs/NAME[/status]``, ``DELETE .../jobs/NAME``; ``GET /api/v1/namespaces/NS/pods?labelSelector=
-  job-name=NAME`` (one pod per job), ``GET .../pods/POD/log``, ``DELETE .../pods/POD``.
+  job-name=NAME`` (one pod per job), ``GET .../pods/POD/log``, ``DELETE .../pods/POD``;
+- ``POST .../pods/POD/eviction`` (what ``kubectl drain`` sends): the pod's processes are killed, as at the end of
+  the grace period when the container's shell does not pass SIGTERM on, and the pod fails with reason ``Evicted``
+  and exit code 137; like a Job of the executor plugin (``backoffLimit: 0``) its Job fails with it.
 
-What it does not do: scheduling, images (the command runs on the host's Python, not inside the image),
-resource limits, GPUs, tolerations, volumes other than the working directory, authentication, watches.
+A ``persistentVolumeClaim`` volume is the host directory at its ``mountPath`` (the caller makes it): it outlives
+the pods, as a claim does. What it does not do: scheduling, images (the command runs on the host's Python, not
+inside the image), resource limits, GPUs, tolerations, other volumes, authentication, watches.
 
     python scripts/k8s_standin.py --record-dir DIR --work-root DIR --kubeconfig FILE [--port 0]
 
@@ -24,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import threading
@@ -44,6 +50,7 @@ import yaml
 SECRETS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets(?:/(?P<name>[^/]+))?$")
 JOBS = re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs(?:/(?P<name>[^/]+)(?P<status>/status)?)?$")
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
+EVICTION = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/eviction$")
 POD_SUFFIX = "-pod"
 
 
@@ -59,13 +66,23 @@ class LocalJob:
     process: subprocess.Popen[bytes]
     log_path: Path
     started: str = field(default_factory=now)
+    evicted: bool = False
 
     @property
     def name(self) -> str:
         return self.manifest["metadata"]["name"]
 
     def exit_code(self) -> int | None:
-        return self.process.poll()
+        """The container's exit code: a process ended by signal N reports 128 + N, as container runtimes do."""
+        code = self.process.poll()
+        return code if code is None or code >= 0 else 128 - code
+
+    def evict(self) -> None:
+        """End the pod's whole process tree at once (its session) and mark it evicted."""
+        self.evicted = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
 
     def job_status(self) -> dict[str, Any]:
         """batch/v1 JobStatus: ``active`` while running, then ``succeeded`` or ``failed`` with a condition."""
@@ -87,6 +104,7 @@ class LocalJob:
             else {"terminated": {"exitCode": code, "startedAt": self.started, "finishedAt": now()}}
         )
         phase = "Running" if code is None else ("Succeeded" if code == 0 else "Failed")
+        eviction = {"reason": "Evicted", "message": "Evicted through the eviction API"} if self.evicted else {}
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -97,6 +115,7 @@ class LocalJob:
             },
             "status": {
                 "phase": phase,
+                **eviction,
                 "containerStatuses": [
                     {
                         "name": container["name"],
@@ -161,6 +180,7 @@ class Cluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                start_new_session=True,  # the pod's processes: what an eviction ends
             )
         return LocalJob(manifest, process, log_path)
 
@@ -238,6 +258,14 @@ class Handler(BaseHTTPRequestHandler):
             with cluster.lock:
                 cluster.jobs[(match["ns"], manifest["metadata"]["name"])] = cluster.start(manifest)
             self.reply(HTTPStatus.CREATED, manifest)
+        elif match := EVICTION.match(path):
+            job = cluster.jobs.get((match["ns"], match["name"].removesuffix(POD_SUFFIX)))
+            if job is None:
+                self.not_found(f"pod {match['name']}")
+                return
+            job.evict()
+            print(f"k8s-standin: evicted pod {match['name']}", flush=True)
+            self.reply(HTTPStatus.CREATED, {"apiVersion": "v1", "kind": "Status", "status": "Success", "metadata": {}})
         else:
             self.not_found(path)
 

@@ -71,12 +71,22 @@ def samples_provenance(samples: Path) -> Path:
     return samples.with_suffix(".provenance.json")
 
 
-def working_metrics_path(run_dir: Path) -> Path:
+def working_dir(run_dir: Path, volume: str | None = None) -> Path:
+    """A training run's resumable working directory (its checkpoints, working metrics and exports): ``RUN_DIR/
+    checkpoints``, or, with a ``volume`` (the run-time setting ``checkpoint_volume``: a directory that outlives the
+    job's own disk, such as a Kubernetes pod's PersistentVolumeClaim), the same path under the volume, so that the
+    retry of an evicted job, in a fresh pod, finds the checkpoints."""
+    if volume is None:
+        return run_dir / CHECKPOINTS_DIR
+    return Path(volume) / run_dir.relative_to(run_dir.anchor) / CHECKPOINTS_DIR
+
+
+def working_metrics_path(run_dir: Path, volume: str | None = None) -> Path:
     """The metrics log appended during training; not a Snakemake output, so a failed job's cleanup keeps it."""
-    return run_dir / CHECKPOINTS_DIR / METRICS_FILE
+    return working_dir(run_dir, volume) / METRICS_FILE
 
 
-def working_exports_dir(run_dir: Path) -> Path:
+def working_exports_dir(run_dir: Path, volume: str | None = None) -> Path:
     """Where each export step's model is saved during training; kept when a failed job's outputs are deleted and
     when its checkpoint is rotated away (``save_total_limit``)."""
-    return run_dir / CHECKPOINTS_DIR / EXPORTS_DIR
+    return working_dir(run_dir, volume) / EXPORTS_DIR

@@ -9,6 +9,8 @@ The settings (``RuntimeSettings``; config keys in parentheses):
 - ``time_windows``: Slurm time-limit windows a training job may use (``time_windows``, pipeline.runtime.time_windows);
 - ``ddp_timeout``: seconds a collective waits for the other ranks (``training.ddp_timeout``; None: transformers'
   default, 1800).
+- ``checkpoint_volume``: the directory that holds training's working checkpoints (``checkpoint_volume``; None:
+  the run directory), for executors whose jobs lose their own disk when they end (pipeline.core.layout.working_dir).
 
 The route: the Snakefile puts the study's settings into the environment of every job (``RUNTIME_VARIABLE``, JSON;
 a cluster job's Snakemake reads the config and sets it again), and every process of the job inherits it, so no
@@ -49,6 +51,7 @@ class RuntimeSettings:
     health: HealthConfig = field(default_factory=HealthConfig)
     time_windows: int = 1
     ddp_timeout: int | None = None
+    checkpoint_volume: str | None = None
 
     def __post_init__(self) -> None:
         if self.time_windows < 1:

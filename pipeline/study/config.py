@@ -13,6 +13,7 @@ answers would be spread over modules that each need all of it.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,9 +25,9 @@ from pipeline.runtime.health import HealthConfig
 from pipeline.runtime.launching import TrainingEngine
 from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RuntimeSettings
 from pipeline.runtime.watchdog import WatchdogConfig
+from pipeline.study import cost
 from pipeline.study.benchmark_sizes import benchmark_items
 from pipeline.study.checks import decisive_benchmarks, is_credit_key, semantic_errors
-from pipeline.study.cost import parameter_count
 from pipeline.study.gpu_sizing import EngineLayout, GpuSizing, engine_utilization, fixed_layout, sized_layout
 from pipeline.study.schema import error_block
 from pipeline.training.tracking import TrackingConfig, run_name
@@ -221,6 +222,7 @@ class Study:
     stale_checkpoints: StaleCheckpoints = "set_aside"
     training_engine: TrainingEngine = "auto"
     time_windows: int = 8  # Slurm time-limit windows per training job (pipeline.runtime.time_windows)
+    checkpoint_volume: str | None = None  # where training's working checkpoints live (pipeline.core.layout.working_dir)
     kernel_pin: bool = True  # every job on the AVX2 CPU kernel path (pipeline.core.kernels)
     strict_revisions: bool = False  # every hub revision must be a commit (pipeline.study.inputs)
     # the whole config, merged and with the schema's defaults (the report records it)
@@ -299,6 +301,7 @@ class Study:
             stale_checkpoints=config["stale_checkpoints"],
             training_engine=config["training_engine"],
             time_windows=config["time_windows"],
+            checkpoint_volume=config["checkpoint_volume"],
             kernel_pin=config["kernel_pin"],
             strict_revisions=config["strict_revisions"],
             config=config,
@@ -320,6 +323,7 @@ class Study:
             health=self.health,
             time_windows=self.time_windows,
             ddp_timeout=self.training.get("ddp_timeout"),
+            checkpoint_volume=self.checkpoint_volume,
         )
 
     def effective_training(self, model: str, method: str) -> dict[str, Any]:
@@ -333,6 +337,37 @@ class Study:
         if self.token_analysis.enabled:
             labels |= set(self.token_analysis.checkpoints)
         return sorted(label_step(label) for label in labels if label != FINAL_CHECKPOINT)
+
+    def run_disk_bytes(self, model: str, with_checkpoints: bool = True) -> int | None:
+        """One training run of ``model`` at its peak on disk (cost.run_disk_bytes): its kept checkpoints (none
+        without ``with_checkpoints``), its exports and its final model; None when the model's size is unknown."""
+        parameters = cost.parameter_count(self.config["models"][model])
+        if not parameters:
+            return None
+        training = self.training_spec(model)
+        saves = cost.saves(int(training.get("max_steps", 0)), int(training.get("save_steps", 500)))
+        return cost.run_disk_bytes(
+            parameters,
+            bf16=bool(training.get("bf16", True)),
+            save_total_limit=training.get("save_total_limit"),
+            checkpoints=saves if with_checkpoints else 0,
+            exports=len(self.export_steps()),
+        )
+
+    def disk_mb(self, stage: str, model: str | None, input_mb: float) -> int:
+        """A job's local disk in MB (Snakemake's ``disk_mb``, which the Kubernetes executor requests and limits as
+        the pod's ephemeral-storage): Snakemake's default, twice the job's inputs and at least 1000 MB, plus what a
+        job of a model writes or fetches beside its inputs: the weights of a model given by ``path`` (a hub model is
+        downloaded into the job's hub cache), and for training its exports, final model and kept checkpoints (not
+        those on ``checkpoint_volume``). A model of unknown size adds nothing."""
+        needed = max(2 * input_mb, 1000) * cost.MB
+        if model is not None:
+            parameters = cost.parameter_count(self.config["models"][model])
+            if self.models[model].path is not None and parameters:
+                needed += 2 * parameters  # the hub's bf16 weights
+            if stage == "train":
+                needed += self.run_disk_bytes(model, with_checkpoints=self.checkpoint_volume is None) or 0
+        return math.ceil(needed / cost.MB)
 
     def significance_checkpoint(self) -> str:
         """The checkpoint label the significance tests compare (``final`` or ``step-N``)."""
@@ -506,7 +541,7 @@ class Study:
         vllm = self.evaluation.spec["vllm"]
         if self.evaluation.spec["backend"] != "vllm" or self.evaluation.gpu_sizing.layout == "fixed":
             return fixed_layout(vllm)
-        parameters = parameter_count(self.config["models"][str(job["model"])])
+        parameters = cost.parameter_count(self.config["models"][str(job["model"])])
         sequences = self.evaluation_sequences(job, generations)
         return sized_layout(parameters, sequences, self.evaluation.gpu_sizing, engine_utilization(vllm))
 

@@ -15,6 +15,7 @@ from typing import Any
 from pipeline.runtime.disk_space import checkpoint_bytes
 
 GIB = 1024**3
+MB = 1000**2  # Snakemake's *_mb resources and Kubernetes' M suffix are decimal megabytes
 # The evaluate rules: one job per (run, checkpoint) on all benchmarks, and one on the token analysis's benchmark alone
 # for the checkpoints only the analysis reads (pipeline.study.config.Study.evaluate_rules); with one job per
 # benchmark, `evaluate` alone.

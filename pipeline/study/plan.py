@@ -115,17 +115,7 @@ def estimate(
     """GPU-hours per rule and in total, wall time at ``concurrent_gpus``, the disk the study writes, and the
     expected figures of a ``calibration`` (read from ``calibration_path``; None: not measured)."""
     rules = cost.rule_costs(jobs)
-    run_bytes: dict[str, int | None] = {}
-    for model in study.models:
-        training = study.training_spec(model)
-        parameters = cost.parameter_count(study.config["models"][model])
-        run_bytes[model] = parameters and cost.run_disk_bytes(
-            parameters,
-            bf16=bool(training.get("bf16", True)),
-            save_total_limit=training.get("save_total_limit"),
-            checkpoints=cost.saves(int(training.get("max_steps", 0)), int(training.get("save_steps", 500))),
-            exports=len(study.export_steps()),
-        )
+    run_bytes = {model: study.run_disk_bytes(model) for model in study.models}
     checkpoints = sum(run_bytes[job.wildcards["model"]] or 0 for job in jobs if job.rule == "train")
     evaluation = study.evaluation.spec
     items = {name: benchmark_items(name, spec) for name, spec in study.benchmarks.items()}

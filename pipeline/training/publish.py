@@ -15,12 +15,12 @@ from typing import Any
 from pipeline.core.disk_full import output_space
 from pipeline.core.io import InputError, export_model, publish_directory, publish_text, read_jsonl
 from pipeline.core.layout import (
-    CHECKPOINTS_DIR,
     EXPORTS_DIR,
     FINAL_CHECKPOINT,
     METRICS_FILE,
     PROVENANCE_FILE,
     export_label,
+    working_dir,
     working_exports_dir,
     working_metrics_path,
 )
@@ -31,16 +31,17 @@ from pipeline.runtime.settings import RuntimeSettings
 from pipeline.training.resume import ResumableGRPOTrainer, checkpoint_path, checkpoint_problem
 
 
-def publish_exports(run_dir: Path, steps: frozenset[int], final_step: int) -> None:
+def publish_exports(run_dir: Path, steps: frozenset[int], final_step: int, volume: str | None = None) -> None:
     """Publish ``RUN_DIR/exports/step-N`` for each requested step up to ``final_step`` that is not there yet, from
-    its working export (or, when a killed attempt did not make one, from its checkpoint)."""
+    its working export (or, when a killed attempt did not make one, from its checkpoint), in the working directory
+    under ``volume`` (layout.working_dir)."""
     for step in sorted(s for s in steps if s <= final_step):
         destination = run_dir / EXPORTS_DIR / export_label(step)
         if destination.is_dir():
             continue
-        source = working_exports_dir(run_dir) / export_label(step)
+        source = working_exports_dir(run_dir, volume) / export_label(step)
         if not source.is_dir():
-            source = checkpoint_path(run_dir / CHECKPOINTS_DIR, step)
+            source = checkpoint_path(working_dir(run_dir, volume), step)
             if checkpoint_problem(source) is not None:
                 raise InputError(f"--export-steps: step {step} has no export and no valid checkpoint to export from")
         export_model(source, destination)
@@ -86,14 +87,15 @@ def publish_outputs(
     summary of the run, pipeline.runtime.health, and the ``hub`` commits the start model was loaded at) and, last,
     the metrics."""
     is_main = trainer.accelerator.is_main_process
+    settings = RuntimeSettings.current()
     if is_main:
-        publish_exports(run_dir, export_steps, final_step)
+        publish_exports(run_dir, export_steps, final_step, settings.checkpoint_volume)
     if finished_checkpoint is None:
         save_final(trainer, run_dir / FINAL_CHECKPOINT)
     elif is_main:
         export_model(finished_checkpoint, run_dir / FINAL_CHECKPOINT)
     if is_main:
-        settings = RuntimeSettings.current()
-        health = summary(read_jsonl(working_metrics_path(run_dir)), settings.health)
+        working_metrics = working_metrics_path(run_dir, settings.checkpoint_volume)
+        health = summary(read_jsonl(working_metrics), settings.health)
         write_provenance(run_dir / PROVENANCE_FILE, "train", runtime=settings.record(), health=health, hub=hub)
-        publish_metrics(working_metrics_path(run_dir), run_dir / METRICS_FILE)
+        publish_metrics(working_metrics, run_dir / METRICS_FILE)

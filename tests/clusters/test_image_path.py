@@ -60,11 +60,19 @@ def test_config_default_image_is_the_file_build_sh_writes() -> None:
 
 
 def test_kubernetes_profile_image_is_the_one_build_sh_pushes() -> None:
+    """The profile's example is what build.sh pushes, with COMMIT for the commit that every tag carries (so that a
+    rebuilt image never reuses a tag that nodes cached); build.sh refuses to push a tag of uncommitted files."""
     image = yaml.safe_load((REPO / "profiles" / "kubernetes" / "config.yaml").read_text())["container-image"]
     registry_name = image.rsplit(":", 1)[0]
     pushed = build_names(IMAGE=registry_name)["push"]
-    assert image in pushed, f"profiles/kubernetes container-image {image}; build.sh pushes {pushed}"
+    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    assert all(f"-{commit.stdout.strip()}-" in name for name in pushed), pushed
+    examples = [re.sub(r"-[0-9a-f]{12}(-dirty)?-", "-COMMIT-", name) for name in pushed]
+    assert image in examples, f"profiles/kubernetes container-image {image}; build.sh pushes {pushed}"
     assert image.endswith("-gpu")  # the GPU image: training and evaluation need CUDA
+    env = {**os.environ, "IMAGE": registry_name, "TAG": "0.1.0-0123456789ab-dirty"}
+    refused = subprocess.run(["bash", "containers/build.sh", "push"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert refused.returncode == 1 and "not pushing 0.1.0-0123456789ab-dirty: commit first" in refused.stderr
 
 
 def test_apptainer_without_the_image_stops_the_plan_naming_the_build_command(tmp_path: Path) -> None:

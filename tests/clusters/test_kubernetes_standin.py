@@ -3,15 +3,19 @@ scripts/k8s_standin.py (a stand-in API server: strict schema validation of every
 with S3 storage served by a local moto server.
 
 Covered: the plugin's API calls, the Job manifests (image, namespace, CPU/memory/GPU requests and limits, the
-NVIDIA toleration, secrets for the S3 keys), source deployment and file transfer through S3, job success.
+NVIDIA toleration, secrets for the S3 keys), source deployment and file transfer through S3, job success; a
+training pod evicted mid-run, retried by Snakemake, resuming from the checkpoint on the profile's claim; the
+preflight's S3 checks.
 Not covered (no Kubernetes can run here): scheduling, image pulls (commands run on the host's Python, not in
 the image), resource enforcement, GPUs, real admission control beyond the schema and the extended-resource rule.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -26,6 +30,7 @@ import yaml
 from .conftest import REPO, TINY_WORKFLOW, run_command
 
 PROFILE = REPO / "profiles" / "kubernetes"
+TRAIN_WORKFLOW = TINY_WORKFLOW.with_name("train.smk")
 STANDIN = REPO / "scripts" / "k8s_standin.py"
 BUCKET = "grail-ci"
 S3_KEY = "standin-key"
@@ -58,13 +63,14 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.kill()
 
 
-@pytest.fixture
-def standin(tmp_path: Path) -> Iterator[dict[str, Path]]:
-    """A running stand-in API server: its kubeconfig and the directory where it records submitted Jobs."""
+@contextlib.contextmanager
+def running_standin(tmp_path: Path, env: dict[str, str] | None = None) -> Iterator[dict[str, Path]]:
+    """A running stand-in API server whose pods get ``env`` (default: this process's): its kubeconfig, the
+    directory where it records submitted Jobs and the one that holds its pods' working directories and logs."""
     paths = {"kubeconfig": tmp_path / "kubeconfig", "records": tmp_path / "records", "work": tmp_path / "pods"}
     command = [sys.executable, str(STANDIN), "--kubeconfig", str(paths["kubeconfig"])]
     command += ["--record-dir", str(paths["records"]), "--work-root", str(paths["work"])]
-    server = start(command, tmp_path / "standin.log")
+    server = start(command, tmp_path / "standin.log", env)
     try:
         wait_for(paths["kubeconfig"].exists, "the stand-in API server")
         yield paths
@@ -73,19 +79,30 @@ def standin(tmp_path: Path) -> Iterator[dict[str, Path]]:
 
 
 @pytest.fixture
+def standin(tmp_path: Path) -> Iterator[dict[str, Path]]:
+    with running_standin(tmp_path) as paths:
+        yield paths
+
+
+def s3_client(endpoint: str):
+    """A boto3 S3 client of the moto server at ``endpoint`` with the test's keys."""
+    import boto3
+
+    return boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id=S3_KEY, aws_secret_access_key=S3_KEY, region_name="us-east-1"
+    )
+
+
+@pytest.fixture
 def s3_endpoint(tmp_path: Path) -> Iterator[str]:
     """A moto S3 server on 127.0.0.1 with an empty bucket."""
     if shutil.which("moto_server") is None:
         pytest.skip("moto_server is not installed (pip install 'moto[server]')")
-    import boto3
-
     port = free_port()
     server = start(["moto_server", "-H", "127.0.0.1", "-p", str(port)], tmp_path / "moto.log")
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        client = boto3.client(
-            "s3", endpoint_url=endpoint, aws_access_key_id=S3_KEY, aws_secret_access_key=S3_KEY, region_name="us-east-1"
-        )
+        client = s3_client(endpoint)
 
         def bucket_created() -> bool:
             try:
@@ -126,11 +143,7 @@ def test_standin_tiny_dag_runs_through_the_kubernetes_profile(
     result = run_command(command, cwd=workdir, timeout=600, env=env)
     assert result.returncode == 0, result.stdout[-5000:]
 
-    import boto3
-
-    client = boto3.client(
-        "s3", endpoint_url=s3_endpoint, aws_access_key_id=S3_KEY, aws_secret_access_key=S3_KEY, region_name="us-east-1"
-    )
+    client = s3_client(s3_endpoint)
     gpu_record = json.loads(client.get_object(Bucket=BUCKET, Key="run/out/gpu_step.json")["Body"].read())
     assert gpu_record["inputs"][0]["threads"] == 2  # the GPU job read the CPU job's output through S3
 
@@ -214,3 +227,127 @@ def test_standin_runs_a_valid_job_and_reports_its_exit_code(standin: dict[str, P
     with pytest.raises(kubernetes.client.exceptions.ApiException) as gone:
         batch.read_namespaced_job_status("probe", "default")
     assert gone.value.status == 404
+
+
+def test_preflight_s3_checks_name_each_problem_in_one_line(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preflight's S3 checks against the moto server: a usable bucket passes all four; a missing bucket and an
+    endpoint nobody serves each fail one named check and skip the ones after it, without a traceback."""
+    from pipeline import preflight
+
+    for variable in [name for name in os.environ if name.startswith("SNAKEMAKE_STORAGE_S3_")]:
+        monkeypatch.delenv(variable)
+    profile = yaml.safe_load(PROFILE.joinpath("config.yaml").read_text())
+    profile |= {
+        "storage-s3-endpoint-url": s3_endpoint,
+        "storage-s3-access-key": S3_KEY,
+        "storage-s3-secret-key": S3_KEY,
+    }
+
+    def statuses(checks: list[preflight.Check]) -> list[tuple[str, str]]:
+        return [(check.name, check.status) for check in checks]
+
+    assert statuses(preflight.s3_checks({**profile, "default-storage-prefix": f"s3://{BUCKET}/run"})) == [
+        ("S3 keys", "pass"),
+        ("S3 endpoint", "pass"),
+        ("S3 bucket", "pass"),
+        ("S3 write", "pass"),
+    ]
+    client = s3_client(s3_endpoint)
+    assert client.list_objects_v2(Bucket=BUCKET).get("KeyCount", 0) == 0  # the write probe cleaned up
+    missing = preflight.s3_checks({**profile, "default-storage-prefix": "s3://no-such-bucket/run"})
+    assert statuses(missing) == [
+        ("S3 keys", "pass"),
+        ("S3 endpoint", "pass"),
+        ("S3 bucket", "fail"),
+        ("S3 write", "skipped"),
+    ]
+    assert "has no bucket 'no-such-bucket'" in missing[2].detail
+    nobody = f"http://127.0.0.1:{free_port()}"
+    unreachable = preflight.s3_checks(
+        {**profile, "default-storage-prefix": f"s3://{BUCKET}/run", "storage-s3-endpoint-url": nobody}
+    )
+    assert statuses(unreachable) == [
+        ("S3 keys", "pass"),
+        ("S3 endpoint", "fail"),
+        ("S3 bucket", "skipped"),
+        ("S3 write", "skipped"),
+    ]
+    assert unreachable[1].detail.startswith(f"{nobody} did not answer: Could not connect")
+
+
+def test_an_evicted_training_pod_is_retried_and_resumes_from_the_checkpoint_claim(
+    tmp_path: Path, s3_endpoint: str
+) -> None:
+    """The train stage (the training tests' 4-step spec on the untrained tiny model) through the Kubernetes profile
+    with the checkpoint claim at a host directory: the pod holds after checkpoint-2, the stand-in evicts it (its
+    processes killed, the Job failed), Snakemake's retry starts a fresh pod (a new working directory), which resumes
+    at step 2 from the claim, and the metrics hold each step once. Broken by keeping the working directory in the
+    run directory (``checkpoint_volume`` ignored by layout.working_dir): the retry trained from step 0."""
+    from pipeline.models.tiny_model import TinyModelSpec, save_tiny_model
+    from tests.hold_stage import hold_training_env
+    from tests.train.train_support import TRAINING_SPEC, training_rows
+
+    model = save_tiny_model(TinyModelSpec(), tmp_path / "model")
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in training_rows(32, seed=1)), encoding="utf-8")
+    claim = tmp_path / "claim"
+    claim.mkdir()
+    workdir = tmp_path / "workflow"
+    workdir.mkdir()
+    shutil.copy(TRAIN_WORKFLOW, workdir / "Snakefile")
+    config = {"model": str(model), "data": str(data), "training_spec": TRAINING_SPEC}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    output = tmp_path / "snakemake.out"
+    with running_standin(tmp_path, {**os.environ, **hold_training_env(2)}) as cluster:
+        command = ["snakemake", "--profile", str(PROFILE), "--configfile", "config.yaml"]
+        command += ["--default-storage-prefix", f"s3://{BUCKET}/run", "--storage-s3-endpoint-url", s3_endpoint]
+        command += ["--storage-s3-access-key", S3_KEY, "--storage-s3-secret-key", S3_KEY]
+        command += ["--kubernetes-persistent-volumes", f"grail-checkpoints:{claim}"]
+        command += ["--config", f"checkpoint_volume={claim}", "--seconds-between-status-checks", "1"]
+        env = {**os.environ, "KUBECONFIG": str(cluster["kubeconfig"]), "PYTHONPATH": str(REPO)}
+        with open(output, "w") as log:
+            snakemake = subprocess.Popen(command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+
+            def holding() -> bool:
+                assert snakemake.poll() is None, output.read_text()[-5000:]
+                logs = cluster["work"].glob("*.log")
+                return any("holding after checkpoint-2" in path.read_text(errors="replace") for path in logs)
+
+            wait_for(holding, "the training pod's hold after checkpoint-2", timeout=300)
+            import kubernetes
+
+            core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(cluster["kubeconfig"])))
+            (evicted,) = [path.stem for path in cluster["records"].glob("*.json")]
+            (pod,) = core.list_namespaced_pod("default", label_selector=f"job-name={evicted}").items
+            eviction = kubernetes.client.V1Eviction(metadata=kubernetes.client.V1ObjectMeta(name=pod.metadata.name))
+            core.create_namespaced_pod_eviction(pod.metadata.name, "default", eviction)
+
+            def finished() -> bool:
+                for path in cluster["work"].glob("*.log"):  # a retry that started over holds at checkpoint-2 again
+                    text = path.read_text(errors="replace")
+                    assert path.name.startswith(evicted) or "holding after checkpoint-2" not in text, text[-3000:]
+                return snakemake.poll() is not None
+
+            wait_for(finished, "the end of Snakemake", timeout=300)
+            assert snakemake.returncode == 0, output.read_text()[-5000:]
+        finally:
+            if snakemake.poll() is None:
+                snakemake.kill()
+
+    jobs = {path.stem: json.loads(path.read_text()) for path in cluster["records"].glob("*.json")}
+    assert len(jobs) == 2 and evicted in jobs  # the evicted pod's Job, then the retry's
+    for job in jobs.values():
+        pod_spec = job["spec"]["template"]["spec"]
+        assert {"name": "grail-checkpoints", "persistentVolumeClaim": {"claimName": "grail-checkpoints"}} in (
+            pod_spec["volumes"]
+        )
+        assert {"name": "grail-checkpoints", "mountPath": str(claim)} in pod_spec["containers"][0]["volumeMounts"]
+    (retry,) = set(jobs) - {evicted}
+    (retry_log,) = cluster["work"].glob(f"{retry}-*.log")
+    resumed = re.search(r"resuming from (\S+)/checkpoint-2 \(step 2\)", retry_log.read_text())
+    assert resumed and resumed[1].startswith(f"{claim}/"), retry_log.read_text()[-5000:]
+    client = s3_client(s3_endpoint)
+    rows = client.get_object(Bucket=BUCKET, Key="run/runs/tiny/grpo/seed0/metrics.jsonl")["Body"].read().splitlines()
+    steps = [json.loads(row)["step"] for row in rows if "train_runtime" not in json.loads(row)]
+    assert steps == [1, 2, 3, 4]  # steps 1-2 logged by the evicted pod, on the claim; 3-4 by the retry

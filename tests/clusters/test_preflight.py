@@ -288,15 +288,74 @@ def test_paper_study_fails_naming_the_stack_and_the_hub(tmp_path: Path) -> None:
 
 
 def test_kubernetes_profile_checks_the_image_and_the_bucket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image's tag must carry a commit of this repository whose containers/ and pyproject.toml (the pods'
+    environment) the checkout has: HEAD's passes (a clean checkout, as CI's); the profile's example and a commit
+    that is not the repository's fail, naming what to build and push."""
     profile = yaml.safe_load((REPO / "profiles" / "kubernetes" / "config.yaml").read_text())
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
-    checks = {c.name: c for c in preflight.kubernetes_checks([job("train", gpus=4)], profile)}
-    assert checks["image reference"].status == "pass"
+    checks = {c.name: c for c in preflight.kubernetes_static_checks(profile, study(PAPER))}
+    assert checks["image reference"].status == "fail" and "carries no commit" in checks["image reference"].detail
+    assert "IMAGE=registry.example.org/grail/grail-pipeline containers/build.sh push" in checks["image reference"].fix
     assert checks["storage prefix"].status == "fail"  # the profile's example bucket
-    assert checks["namespace and gpu resource"].status == "skipped"  # no API server configured
-    stale = {**profile, "container-image": "registry.example.org/grail/grail-pipeline:0.0.9-gpu"}
-    check = preflight.kubernetes_checks([], stale)[0]
-    assert check.status == "fail" and "registry.example.org/grail/grail-pipeline:0.1.0-gpu" in check.fix
+    (api,) = preflight.kubernetes_api_checks([job("train", gpus=4)], profile)
+    assert (api.name, api.status) == ("namespace and gpu resource", "skipped")  # no API server configured
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    built = preflight.image_check(f"registry.example.org/grail/grail-pipeline:0.1.0-{head.stdout.strip()}-gpu")
+    assert built.status == "pass", built
+    foreign = preflight.image_check("registry.example.org/grail/grail-pipeline:0.1.0-0123456789ab-gpu")
+    assert foreign.status == "fail" and "0123456789ab is not a commit of this repository" in foreign.detail
+
+
+def test_the_checkpoint_claim_check_holds_checkpoint_volume_to_a_claims_mount_path() -> None:
+    """The profile as shipped mounts its claim where checkpoint_volume points; a mount path changed on one side only
+    would leave the checkpoints in the pod (fail), and no checkpoint_volume at all is a warning."""
+    profile = yaml.safe_load((REPO / "profiles" / "kubernetes" / "config.yaml").read_text())
+    paper = study(PAPER)
+    shipped = preflight.checkpoint_claim_check(profile, paper)
+    assert (shipped.status, shipped.detail) == (
+        "pass",
+        "training checkpoints on claim grail-checkpoints at /checkpoints",
+    )
+    moved = preflight.checkpoint_claim_check(
+        {**profile, "kubernetes-persistent-volumes": ["grail-checkpoints:/ckpt"]}, paper
+    )
+    assert moved.status == "fail" and "checkpoint_volume /checkpoints is not the mount path of a claim (/ckpt)" in (
+        moved.detail
+    )
+    bare = {key: value for key, value in profile.items() if key not in ("config", "kubernetes-persistent-volumes")}
+    assert preflight.checkpoint_claim_check(bare, paper).status == "warn"
+
+
+def test_kubernetes_preflight_without_s3_keys_names_them_after_the_static_checks(tmp_path: Path) -> None:
+    """The profile with a bucket of the site's and no keys anywhere: one line names the unset variables, the S3
+    checks after it show as skipped, and the static checks come first. Broken by planning with the profile's S3
+    storage (Snakemake asks the bucket for every file: a botocore traceback of 70 lines before any check)."""
+    profile = yaml.safe_load((REPO / "profiles" / "kubernetes" / "config.yaml").read_text())
+    profile["default-storage-prefix"] = "s3://grail-site-bucket/grail"
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile" / "config.yaml").write_text(yaml.safe_dump(profile))
+    env = {
+        key: value for key, value in preflight_env().items() if not key.startswith(("SNAKEMAKE_STORAGE_S3_", "AWS_"))
+    }
+    env["KUBECONFIG"] = str(tmp_path / "absent")
+    report = tmp_path / "preflight.json"
+    command = [sys.executable, "-m", "pipeline.preflight", "--profile", str(tmp_path / "profile")]
+    command += ["--configfile", str(PAPER), "--json", str(report)]
+    result = run_command(command, cwd=REPO, timeout=300, env=env)
+    assert result.returncode == 1 and "Traceback" not in result.stdout, result.stdout[-3000:]
+    checks = [(check["name"], check["status"]) for check in json.loads(report.read_text())["checks"]]
+    assert checks[:7] == [
+        ("image reference", "fail"),  # the profile's example
+        ("storage prefix", "pass"),
+        ("checkpoint claim", "pass"),
+        ("S3 keys", "fail"),
+        ("S3 endpoint", "skipped"),
+        ("S3 bucket", "skipped"),
+        ("S3 write", "skipped"),
+    ]
+    assert (
+        "FAIL     S3 keys: SNAKEMAKE_STORAGE_S3_ACCESS_KEY and SNAKEMAKE_STORAGE_S3_SECRET_KEY unset" in result.stdout
+    )
 
 
 def test_disk_check_names_the_checkpoints_reruns_set_aside(tmp_path: Path) -> None:

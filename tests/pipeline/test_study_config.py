@@ -424,3 +424,30 @@ def test_effective_training_holds_only_grpo_config_fields(name: str) -> None:
     for model in study.models:
         for method in study.methods:
             assert sorted(set(study.effective_training(model, method)) - grpo_options) == [], (model, method)
+
+
+def test_the_kubernetes_profiles_checkpoint_volume_reaches_the_run_time_settings() -> None:
+    """profiles/kubernetes passes `--config checkpoint_volume=PATH`, the mount path of its checkpoint claim: the
+    study's run-time settings, which the Snakefile exports to every job, carry it; without it training keeps its
+    checkpoints in the run directory."""
+    profile = yaml.safe_load((REPO / "profiles" / "kubernetes" / "config.yaml").read_text())
+    (setting,) = profile["config"]
+    key, _, volume = setting.partition("=")
+    mounts = [claim.partition(":")[2] for claim in profile["kubernetes-persistent-volumes"]]
+    assert key == "checkpoint_volume" and volume in mounts
+    assert load_study([CONFIGS / "paper.yaml"], {key: volume}).runtime.checkpoint_volume == volume
+    assert load_study([CONFIGS / "paper.yaml"]).runtime.checkpoint_volume is None
+
+
+def test_a_jobs_local_disk_counts_what_it_writes_beside_its_inputs() -> None:
+    """disk_mb, the Kubernetes pod's ephemeral-storage: Snakemake's default (twice the inputs, at least 1000 MB),
+    plus for a paper model (Qwen3-8B: 16,000 MB of bf16 weights) the hub download and, for training, its exports
+    and final model, and its kept checkpoints unless checkpoint_volume holds them."""
+    paper = load_study([CONFIGS / "paper.yaml"])
+    on_claim = load_study([CONFIGS / "paper.yaml"], {"checkpoint_volume": "/checkpoints"})
+    assert paper.disk_mb("prepare_data", None, 100) == 1000 and paper.disk_mb("aggregate", None, 800) == 1600
+    assert paper.disk_mb("evaluate", "qwen3_8b", 5000) == 10_000 + 16_000
+    outputs = (len(paper.export_steps()) + 1) * 16_000
+    assert on_claim.disk_mb("train", "qwen3_8b", 10) == 1000 + 16_000 + outputs
+    checkpoints = paper.run_disk_bytes("qwen3_8b") - paper.run_disk_bytes("qwen3_8b", with_checkpoints=False)
+    assert checkpoints > 0 and paper.disk_mb("train", "qwen3_8b", 10) == 1000 + 16_000 + outputs + checkpoints // 1e6
