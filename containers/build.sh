@@ -62,21 +62,39 @@ save() {  # the GPU image as a docker-archive file, which Apptainer builds from 
   echo "saved $LOCAL_IMAGE:$TAG-gpu to $ARCHIVE ($(du -h "$ARCHIVE" | cut -f1))"
 }
 
-build() {  # build VARIANT [extra build flags...]
+image_exists() {  # IMAGE: whether the engine has it locally
+  case "$ENGINE" in
+    podman) podman image exists "$1" ;;
+    docker) docker image inspect "$1" >/dev/null 2>&1 ;;
+    buildah) buildah inspect --type image "$1" >/dev/null 2>&1 ;;
+  esac
+}
+
+need_base() {  # BASE_IMAGE: the local Debian base is in no registry: a missing one is named with its build command
+  # (not built here: scripts/build_base_image.sh installs packages with apt and needs root, which a build may not have)
+  if [ "$1" != "$DEBIAN_BASE_IMAGE" ] || image_exists "$1"; then return 0; fi
+  echo "the base image $1 is missing: build it first with \`bash scripts/build_base_image.sh\` (about 2 minutes," \
+    "as root: debootstrap, then podman import), or name a base you have: GPU_BASE_IMAGE=... / CPU_BASE_IMAGE=..." >&2
+  exit 1
+}
+
+build() {  # build VARIANT BASE_IMAGE [extra build flags...]
   need_engine
-  local variant=$1
-  shift
+  local variant=$1 base=$2
+  shift 2
+  need_base "$base"
   local build_command=(build)
   [ "$ENGINE" = buildah ] && build_command=(bud)
   # shellcheck disable=SC2086  # BUILD_OPTS is a list of flags
-  "$ENGINE" "${build_command[@]}" -f containers/Dockerfile --build-arg "VARIANT=$variant" "$@" $BUILD_OPTS \
+  "$ENGINE" "${build_command[@]}" -f containers/Dockerfile --build-arg "VARIANT=$variant" \
+    --build-arg "BASE_IMAGE=$base" "$@" $BUILD_OPTS \
     -t "$LOCAL_IMAGE:$TAG-$variant" .
   echo "built $LOCAL_IMAGE:$TAG-$variant"
 }
 
 case "${1:-}" in
-  gpu) build gpu --build-arg "BASE_IMAGE=$GPU_BASE_IMAGE" --build-arg "FLASH_ATTN=$FLASH_ATTN" ;;
-  cpu) build cpu --build-arg "BASE_IMAGE=$CPU_BASE_IMAGE" ;;
+  gpu) build gpu "$GPU_BASE_IMAGE" --build-arg "FLASH_ATTN=$FLASH_ATTN" ;;
+  cpu) build cpu "$CPU_BASE_IMAGE" ;;
   save) save ;;
   apptainer)
     command -v apptainer >/dev/null || { echo "apptainer is not installed" >&2; exit 1; }
