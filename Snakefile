@@ -37,6 +37,7 @@ from pipeline.core.io import InputError, canonical_json
 from pipeline.core.provenance import library_versions
 from pipeline.core.rerun_key import with_rerun_key
 from pipeline.core.source_digest import source_digest
+from pipeline.models.hub_cache import job_hf_home
 from pipeline.runtime import cluster
 from pipeline.study.calibration import BENCHMARKS_DIR, CALIBRATION_FILE
 from pipeline.study.integrity import damaged_outputs, missing_outputs, sealed_outputs
@@ -75,6 +76,9 @@ config.update(STUDY.config)  # Snakemake's own view of the config, with the sche
 # through its environment, never its command or params: a change reruns nothing. A cluster job's Snakemake re-reads
 # the config and sets them again.
 STUDY.runtime.export()
+# The Hugging Face cache every job reads (the study's `hf_home`, else this process's HF_HOME), set for every job as
+# an absolute HF_HOME: the cache the preflight checked, inside the image too (it sets none: pipeline.models.hub_cache).
+job_hf_home(STUDY.hf_home)
 # The CPU kernel path of every job (pipeline.core.kernels): the jobs inherit this process's environment, and a cluster
 # job's Snakemake re-reads the config and sets it again. A param of the rules that compute, so a change reruns them.
 kernels.configure(STUDY.kernel_pin)

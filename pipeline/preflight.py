@@ -49,7 +49,7 @@ import yaml
 
 from pipeline.core.io import InputError, atomic_write_json, run_cli
 from pipeline.core.repo import REPO_DIR
-from pipeline.models.hub_cache import cached_commit, download_command, hub_cache_dir
+from pipeline.models.hub_cache import cached_commit, download_command, hub_cache_dir, job_hf_home
 from pipeline.runtime import cluster, gpu_floor
 from pipeline.runtime.launching import (
     engine_accelerate_config,
@@ -804,6 +804,7 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     if problem := missing_plugin(profile_file, profile):
         raise InputError(problem)
     study = load_study([args.configfile])
+    job_hf_home(study.hf_home)  # the cache the jobs will read (the Snakefile sets the same), checked below
     extra = ["--sdm", "apptainer"] if args.sdm == "apptainer" else []
     jobs = plan(args.profile, args.configfile, extra)
     calibration_path = args.calibration or Path(study.results_dir) / CALIBRATION_FILE

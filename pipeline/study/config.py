@@ -223,6 +223,7 @@ class Study:
     time_windows: int = 8  # Slurm time-limit windows per training job (pipeline.runtime.time_windows)
     kernel_pin: bool = True  # every job on the AVX2 CPU kernel path (pipeline.core.kernels)
     strict_revisions: bool = False  # every hub revision must be a commit (pipeline.study.inputs)
+    hf_home: str | None = None  # the Hugging Face cache of every job (pipeline.models.hub_cache.job_hf_home)
     # the whole config, merged and with the schema's defaults (the report records it)
     config: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -245,6 +246,7 @@ class Study:
             results_dir=config["results_dir"],
             eval_data_dir=config["eval_data_dir"],
             container_image=config["container_image"],
+            hf_home=config["hf_home"],
             data=config["data"],
             benchmarks=config["benchmarks"],
             models={
