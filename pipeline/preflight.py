@@ -49,7 +49,7 @@ import yaml
 
 from pipeline.core.io import InputError, atomic_write_json, run_cli
 from pipeline.core.repo import REPO_DIR
-from pipeline.models.hub_cache import cached_commit, download_command, hub_cache_dir, job_hf_home
+from pipeline.models.hub_cache import cached_commit, download_command, hf_home, hub_cache_dir, job_hf_home
 from pipeline.runtime import cluster, gpu_floor
 from pipeline.runtime.launching import (
     engine_accelerate_config,
@@ -721,16 +721,21 @@ def hub_revisions(study: Study) -> list[tuple[str, str, str]]:
 
 
 def hub_check(study: Study, allow_downloads: bool) -> Check:
-    """Every hub revision in the Hugging Face cache, else the exact `hf download` commands."""
+    """Every hub revision in the Hugging Face cache the jobs read, else the exact `hf download` commands, which
+    download into that cache (a shell's own HF_HOME may be another)."""
     wanted = hub_revisions(study)
     if not wanted:
         return Check("hub cache", "pass", "the study reads no hub model or dataset")
     missing = [download_command(*reference) for reference in wanted if cached_commit(*reference) is None]
     if not missing:
-        return Check("hub cache", "pass", f"all {len(wanted)} revisions are cached")
+        return Check("hub cache", "pass", f"all {len(wanted)} revisions are cached in {hub_cache_dir()}")
     status = "skipped" if allow_downloads else "fail"
-    detail = f"{len(missing)} of {len(wanted)} revisions are not cached (jobs with HF_HUB_OFFLINE=1 cannot load them)"
-    return Check("hub cache", status, detail, " && ".join(missing))
+    detail = (
+        f"{len(missing)} of {len(wanted)} revisions are not cached in {hub_cache_dir()} (jobs with "
+        "HF_HUB_OFFLINE=1 cannot load them)"
+    )
+    into = f"export HF_HOME={shlex.quote(str(hf_home()))} && "
+    return Check("hub cache", status, detail, into + " && ".join(missing))
 
 
 def disk_check(results_dir: Path, needed: int) -> Check:

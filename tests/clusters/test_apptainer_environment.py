@@ -65,7 +65,6 @@ def test_an_apptainer_style_job_reads_the_cache_the_preflight_checked(
     paper = study(PAPER)
     references = preflight.hub_revisions(paper)
     controller_home, study_home = tmp_path / "controller-hf", tmp_path / "shared-hf"
-    cache(study_home if configured else controller_home, references)
     monkeypatch.setenv("HF_HOME", str(controller_home))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     paper = paper.__class__(**{**paper.__dict__, "hf_home": str(study_home) if configured else None})
@@ -73,6 +72,11 @@ def test_an_apptainer_style_job_reads_the_cache_the_preflight_checked(
     job_environment = dict(os.environ)
     job_hf_home(paper.hf_home, job_environment)  # what the Snakefile sets for every job
     monkeypatch.setenv("HF_HOME", job_environment["HF_HOME"])  # the preflight sets the same before its check
+    empty = preflight.hub_check(paper, allow_downloads=False)  # its downloads go where the jobs read
+    assert empty.status == "fail" and empty.fix.startswith(
+        f"export HF_HOME={job_environment['HF_HOME']} && hf download"
+    )
+    cache(study_home if configured else controller_home, references)
     assert preflight.hub_check(paper, allow_downloads=False).status == "pass"
 
     in_image = {**job_environment, **image_environment()}
