@@ -50,7 +50,7 @@ import yaml
 from pipeline.core.io import InputError, atomic_write_json, run_cli
 from pipeline.core.repo import REPO_DIR
 from pipeline.models.hub_cache import cached_commit, download_command, hf_home, hub_cache_dir, job_hf_home
-from pipeline.runtime import cluster, gpu_floor
+from pipeline.runtime import cluster, gpu_floor, quotas
 from pipeline.runtime.launching import (
     engine_accelerate_config,
     spec_mixed_precision,
@@ -765,6 +765,30 @@ def disk_check(results_dir: Path, needed: int) -> Check:
     return Check("disk", "pass", detail)
 
 
+def quota_check(results_dir: Path, needed: int) -> Check:
+    """The user's, group's and (Lustre) project's quota on the results directory's filesystem against what the
+    study writes (``pipeline.runtime.quotas``); SKIPPED, with the reason, where no tool reads them."""
+    existing = results_dir.resolve()
+    while not existing.exists():
+        existing = existing.parent
+    commands = quotas.quota_commands(existing)
+    if not commands:
+        reason = "no quota tool for this filesystem on PATH (`lfs` on Lustre, `quota` elsewhere): quotas not read"
+        return Check(
+            "quota", "skipped", reason, "ask the site's docs for your quota (e.g. `lfs quota -u $USER /scratch`)"
+        )
+    found, unread = quotas.read_quotas(commands)
+    if not found:
+        return Check("quota", "skipped", f"no quota read ({'; '.join(unread) or 'no limit set'})")
+    lines = [f"{q.owner}: {q.used / cost.GIB:.1f} of {q.limit / cost.GIB:.1f} GiB used" for q in found]
+    detail = f"{'; '.join(lines)}; the study writes up to {needed / cost.GIB:.1f} GiB"
+    short = [q.owner for q in found if q.limit - q.used < needed]
+    if short:
+        fix = "ask for a larger quota, point results_dir at project storage, or lower save_total_limit"
+        return Check("quota", "fail", f"{' and '.join(short)} cannot hold the study: {detail}", fix)
+    return Check("quota", "pass", detail)
+
+
 # The plugins a profile's settings name, by the module Snakemake imports for them, and the project's extra that
 # installs them (pyproject.toml). Without one, Snakemake's own parser prints its whole usage text and
 # "invalid choice", naming neither the package nor the install.
@@ -829,6 +853,7 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     checks.append(hub_check(study, args.allow_downloads))
     if executor == "slurm":
         checks.append(disk_check(Path(study.results_dir), estimate_["disk_bytes"]["total"]))
+        checks.append(quota_check(Path(study.results_dir), estimate_["disk_bytes"]["total"]))
     return checks, estimate_
 
 
