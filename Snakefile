@@ -39,6 +39,7 @@ from pipeline.core.rerun_key import with_rerun_key
 from pipeline.core.source_digest import source_digest
 from pipeline.models.hub_cache import job_hf_home
 from pipeline.runtime import cluster
+from pipeline.study import calibration as calibrated
 from pipeline.study.calibration import BENCHMARKS_DIR, CALIBRATION_FILE
 from pipeline.study.integrity import damaged_outputs, missing_outputs, sealed_outputs
 from pipeline.study.load import load_study
@@ -119,6 +120,9 @@ if DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method:
 
 
 R = STUDY.results_dir
+# The study's calibration (python -m pipeline.calibrate), when there is one: training's time-limit warning
+# (`--signal=USR1@N`) comes as long before the limit as its measured step and checkpoint save need.
+CALIBRATION = calibrated.load_calibration(Path(R) / CALIBRATION_FILE)
 E = STUDY.eval_data_dir
 # The stage modules must be importable in every job, installed or not.
 # (shell.prefix is formatted like a command: "{{" is a literal brace)
@@ -199,7 +203,8 @@ def resources_of(stage, per_model=False):
     `runtime` grows with the attempt (a retried job asks for attempt x the time limit), except a resuming rule's
     (training: cluster.attempt_runtime), whose retry resumes and never asks past a site's wall; a name set for only
     some models (gpu_model) is empty, i.e. unset, for the others. `slurm_extra` is the study's flags followed
-    by the site's (profiles/slurm SITE SETTINGS), so a site flag never drops training's `--signal=USR1@600`.
+    by the site's (profiles/slurm SITE SETTINGS), so a site flag never drops training's `--signal=USR1@N` (its N the
+    calibrated lead where the run was measured: pipeline.study.calibration.warning_lead).
     """
     models = list(STUDY.models) if per_model else [None]
     names = {name for model in models for name in STUDY.resources(stage, model).snakemake_resources()}
@@ -219,7 +224,11 @@ def resources_of(stage, per_model=False):
 
     def slurm_extra(wildcards, input, threads, attempt):
         site = site_slurm_extra(stage, wildcards=wildcards, input=input, threads=threads, attempt=attempt)
-        return cluster.join_flags(request_of(wildcards).slurm_extra, site)
+        flags = request_of(wildcards).slurm_extra
+        if stage == "train":  # the warning as long before the limit as the measured step and save need
+            run = {"model": wildcards.model, "method": wildcards.method}
+            flags = calibrated.with_warning_lead(flags, calibrated.warning_lead(STUDY, CALIBRATION, run))
+        return cluster.join_flags(flags, site)
 
     SLURM_EXTRA[stage] = slurm_extra
     return {name: value(name) for name in sorted(names - {"slurm_extra"})} | {"slurm_extra": slurm_extra}

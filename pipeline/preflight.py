@@ -835,8 +835,9 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     study = load_study([args.configfile])
     job_hf_home(study.hf_home)  # the cache the jobs will read (the Snakefile sets the same), checked below
     extra = ["--sdm", "apptainer"] if args.sdm == "apptainer" else []
-    jobs = plan(args.profile, args.configfile, extra)
     calibration_path = args.calibration or Path(study.results_dir) / CALIBRATION_FILE
+    placed = {f"{study.results_dir}/{CALIBRATION_FILE}": calibration_path} if calibration_path.is_file() else {}
+    jobs = plan(args.profile, args.configfile, extra, placed)
     estimate_ = estimate(study, jobs, args.concurrent_gpus, load_calibration(calibration_path), calibration_path)
     executor = profile.get("executor")
     if executor == "slurm":

@@ -1,6 +1,7 @@
 """Time windows: a training job stopped by Slurm's time-limit warning requeues itself instead of failing.
 
-Training asks Slurm for a warning before its time limit (``--signal=USR1@600``, configs/paper.yaml); the stage saves
+Training asks Slurm for a warning before its time limit (``--signal=USR1@600``, configs/paper.yaml; the lead a
+calibration measured where there is one: pipeline.study.calibration.warning_lead); the stage saves
 a checkpoint and exits ``PREEMPTED_EXIT_CODE`` (75). Passed up as it is, Snakemake counts that as a failure: a run
 that needs more time limits than `retries` allows never finishes, and each one costs a retry that a real failure
 may need. Instead, inside a Slurm job, ``pipeline.launch`` asks Slurm to requeue the job (``scontrol requeue``, the
