@@ -39,6 +39,7 @@ from pipeline.core.rerun_key import with_rerun_key
 from pipeline.core.source_digest import source_digest
 from pipeline.models.hub_cache import job_hf_home
 from pipeline.runtime import cluster
+from pipeline.runtime.host_windows import shim_environment
 from pipeline.study import calibration as calibrated
 from pipeline.study.calibration import BENCHMARKS_DIR, CALIBRATION_FILE
 from pipeline.study.integrity import damaged_outputs, missing_outputs, sealed_outputs
@@ -117,6 +118,10 @@ if DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method:
     if error := cluster.missing_image_error(IMAGE):
         raise InputError(error)
     workflow.deployment_settings.apptainer_args = cluster.with_gpu_flag(workflow.deployment_settings.apptainer_args)
+    # Inside a Slurm job the image cannot requeue its job at the end of a time window (it has no Slurm client): the
+    # apptainer that runs each job is the shim that requeues from the host (pipeline.runtime.host_windows).
+    if os.environ.get("SLURM_JOB_ID"):
+        os.environ.update(shim_environment(os.environ))
 
 
 R = STUDY.results_dir
