@@ -738,12 +738,18 @@ def hub_check(study: Study, allow_downloads: bool) -> Check:
     return Check("hub cache", status, detail, into + " && ".join(missing))
 
 
+def existing_ancestor(path: Path) -> Path:
+    """``path``, resolved, or its nearest ancestor that exists (a results directory not made yet)."""
+    existing = path.resolve()
+    while not existing.exists():
+        existing = existing.parent
+    return existing
+
+
 def disk_check(results_dir: Path, needed: int) -> Check:
     """Free space against what the study writes. Checkpoints a rerun set aside (pipeline.training.run_state) stay until
     removed: their size is named, and removing them is the first remedy offered."""
-    existing = results_dir.resolve()
-    while not existing.exists():
-        existing = existing.parent
+    existing = existing_ancestor(results_dir)
     free = shutil.disk_usage(existing).free
     kept = set_aside_bytes(results_dir) if results_dir.is_dir() else 0
     detail = f"{free / cost.GIB:.1f} GiB free at {existing}; the study writes up to {needed / cost.GIB:.1f} GiB"
@@ -768,10 +774,7 @@ def disk_check(results_dir: Path, needed: int) -> Check:
 def quota_check(results_dir: Path, needed: int) -> Check:
     """The user's, group's and (Lustre) project's quota on the results directory's filesystem against what the
     study writes (``pipeline.runtime.quotas``); SKIPPED, with the reason, where no tool reads them."""
-    existing = results_dir.resolve()
-    while not existing.exists():
-        existing = existing.parent
-    commands = quotas.quota_commands(existing)
+    commands = quotas.quota_commands(existing_ancestor(results_dir))
     if not commands:
         reason = "no quota tool for this filesystem on PATH (`lfs` on Lustre, `quota` elsewhere): quotas not read"
         return Check(
