@@ -17,6 +17,8 @@
 # Env: IMAGE (your registry's name for the image; only `push` reads it), TAG (default: the project version in
 #      pyproject.toml), ENGINE (podman, docker or buildah; default: the first one installed), CPU_BASE_IMAGE,
 #      GPU_BASE_IMAGE (`cuda`: NVIDIA's CUDA devel image, CUDA_BASE_IMAGE below; it needs that registry), FLASH_ATTN (gpu: none (default), source, or a wheel's path or URL; see containers/Dockerfile),
+#      CUDA (gpu: 13.0, the default, PyPI's torch and vLLM; 12.9 for drivers older than 580: torch from the PyTorch
+#      index and vLLM's +cu129 release wheel, where both are reachable; docs/cluster.md, "The GPU stack's floor"),
 #      BUILD_OPTS (extra build flags, e.g. build-time mounts of a local wheel directory:
 #      "-v /opt/wheels:/wheels:ro --build-arg PIP_FIND_LINKS=/wheels").
 set -euo pipefail
@@ -36,6 +38,7 @@ CPU_BASE_IMAGE=${CPU_BASE_IMAGE:-$DEBIAN_BASE_IMAGE}
 GPU_BASE_IMAGE=${GPU_BASE_IMAGE:-$DEBIAN_BASE_IMAGE}
 if [ "$GPU_BASE_IMAGE" = cuda ]; then GPU_BASE_IMAGE=$CUDA_BASE_IMAGE; fi
 FLASH_ATTN=${FLASH_ATTN:-none}
+CUDA=${CUDA:-13.0}
 BUILD_OPTS=${BUILD_OPTS:-}
 if [ "${1:-}" = names ]; then
   for variant in gpu cpu; do echo "$variant $LOCAL_IMAGE:$TAG-$variant"; done
@@ -78,6 +81,29 @@ need_base() {  # BASE_IMAGE: the local Debian base is in no registry: a missing 
   exit 1
 }
 
+cuda_sources() {  # the GPU build's flags for CUDA (none for 13.0: PyPI); stops naming a source out of reach
+  case "$CUDA" in
+    13.0) ;;
+    12.9)
+      local index=https://download.pytorch.org/whl/cu129 version wheel
+      version=$(sed -n 's/^vllm==//p' containers/requirements-gpu.txt)
+      wheel="https://github.com/vllm-project/vllm/releases/download/v$version/vllm-$version+cu129-cp38-abi3-manylinux_2_35_x86_64.whl"
+      for url in "$index/torch/" "$wheel"; do
+        if ! curl -sfIL --max-time 20 -o /dev/null "$url"; then
+          echo "CUDA=12.9 needs $url, which is out of reach from here: build where it is reachable, or put" \
+            "the wheels in a directory: BUILD_OPTS=\"-v DIR:/wheels:ro --build-arg PIP_FIND_LINKS=/wheels\"" >&2
+          exit 1
+        fi
+      done
+      echo --build-arg "PIP_EXTRA_INDEX_URL=$index" --build-arg "VLLM_WHEEL=$wheel"
+      ;;
+    *)
+      echo "CUDA=$CUDA: 13.0 (default) or 12.9" >&2
+      exit 2
+      ;;
+  esac
+}
+
 build() {  # build VARIANT BASE_IMAGE [extra build flags...]
   need_engine
   local variant=$1 base=$2
@@ -93,7 +119,11 @@ build() {  # build VARIANT BASE_IMAGE [extra build flags...]
 }
 
 case "${1:-}" in
-  gpu) build gpu "$GPU_BASE_IMAGE" --build-arg "FLASH_ATTN=$FLASH_ATTN" ;;
+  gpu)
+    sources=$(cuda_sources)
+    # shellcheck disable=SC2086  # a list of flags without spaces inside them
+    build gpu "$GPU_BASE_IMAGE" --build-arg "FLASH_ATTN=$FLASH_ATTN" --build-arg "CUDA=$CUDA" $sources
+    ;;
   cpu) build cpu "$CPU_BASE_IMAGE" ;;
   save) save ;;
   apptainer)
