@@ -37,7 +37,10 @@ from pipeline.core.io import InputError, canonical_json
 from pipeline.core.provenance import library_versions
 from pipeline.core.rerun_key import with_rerun_key
 from pipeline.core.source_digest import source_digest
+from pipeline.models.hub_cache import job_hf_home
 from pipeline.runtime import cluster
+from pipeline.runtime.host_windows import shim_environment
+from pipeline.study import calibration as calibrated
 from pipeline.study.calibration import BENCHMARKS_DIR, CALIBRATION_FILE
 from pipeline.study.integrity import damaged_outputs, missing_outputs, sealed_outputs
 from pipeline.study.load import load_study
@@ -75,6 +78,9 @@ config.update(STUDY.config)  # Snakemake's own view of the config, with the sche
 # through its environment, never its command or params: a change reruns nothing. A cluster job's Snakemake re-reads
 # the config and sets them again.
 STUDY.runtime.export()
+# The Hugging Face cache every job reads (the study's `hf_home`, else this process's HF_HOME), set for every job as
+# an absolute HF_HOME: the cache the preflight checked, inside the image too (it sets none: pipeline.models.hub_cache).
+job_hf_home(STUDY.hf_home)
 # The CPU kernel path of every job (pipeline.core.kernels): the jobs inherit this process's environment, and a cluster
 # job's Snakemake re-reads the config and sets it again. A param of the rules that compute, so a change reruns them.
 kernels.configure(STUDY.kernel_pin)
@@ -112,9 +118,16 @@ if DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method:
     if error := cluster.missing_image_error(IMAGE):
         raise InputError(error)
     workflow.deployment_settings.apptainer_args = cluster.with_gpu_flag(workflow.deployment_settings.apptainer_args)
+    # Inside a Slurm job the image cannot requeue its job at the end of a time window (it has no Slurm client): the
+    # apptainer that runs each job is the shim that requeues from the host (pipeline.runtime.host_windows).
+    if os.environ.get("SLURM_JOB_ID"):
+        os.environ.update(shim_environment(os.environ))
 
 
 R = STUDY.results_dir
+# The study's calibration (python -m pipeline.calibrate), when there is one: training's time-limit warning
+# (`--signal=USR1@N`) comes as long before the limit as its measured step and checkpoint save need.
+CALIBRATION = calibrated.load_calibration(Path(R) / CALIBRATION_FILE)
 E = STUDY.eval_data_dir
 # The stage modules must be importable in every job, installed or not.
 # (shell.prefix is formatted like a command: "{{" is a literal brace)
@@ -196,7 +209,8 @@ def resources_of(stage, per_model=False):
     `runtime` grows with the attempt (a retried job asks for attempt x the time limit), except a resuming rule's
     (training: cluster.attempt_runtime), whose retry resumes and never asks past a site's wall; a name set for only
     some models (gpu_model) is empty, i.e. unset, for the others. `slurm_extra` is the study's flags followed
-    by the site's (profiles/slurm SITE SETTINGS), so a site flag never drops training's `--signal=USR1@600`.
+    by the site's (profiles/slurm SITE SETTINGS), so a site flag never drops training's `--signal=USR1@N` (its N the
+    calibrated lead where the run was measured: pipeline.study.calibration.warning_lead).
     """
     models = list(STUDY.models) if per_model else [None]
     names = {name for model in models for name in STUDY.resources(stage, model).snakemake_resources()}
@@ -216,7 +230,11 @@ def resources_of(stage, per_model=False):
 
     def slurm_extra(wildcards, input, threads, attempt):
         site = site_slurm_extra(stage, wildcards=wildcards, input=input, threads=threads, attempt=attempt)
-        return cluster.join_flags(request_of(wildcards).slurm_extra, site)
+        flags = request_of(wildcards).slurm_extra
+        if stage == "train":  # the warning as long before the limit as the measured step and save need
+            run = {"model": wildcards.model, "method": wildcards.method}
+            flags = calibrated.with_warning_lead(flags, calibrated.warning_lead(STUDY, CALIBRATION, run))
+        return cluster.join_flags(flags, site)
 
     def disk_mb(wildcards, input):
         return STUDY.disk_mb(stage, wildcards.model if per_model else None, input.size_mb)

@@ -19,6 +19,8 @@
 #      version in pyproject.toml and the checkout's commit (12 hex digits), with -dirty when what the image copies has
 #      uncommitted changes: a rebuilt image never reuses a tag that nodes may have pulled and cached), ENGINE (podman, docker or buildah; default: the first one installed), CPU_BASE_IMAGE,
 #      GPU_BASE_IMAGE (`cuda`: NVIDIA's CUDA devel image, CUDA_BASE_IMAGE below; it needs that registry), FLASH_ATTN (gpu: none (default), source, or a wheel's path or URL; see containers/Dockerfile),
+#      CUDA (gpu: 13.0, the default, PyPI's torch and vLLM; 12.9 for drivers older than 580: torch from the PyTorch
+#      index and vLLM's +cu129 release wheel, where both are reachable; docs/cluster.md, "The GPU stack's floor"),
 #      BUILD_OPTS (extra build flags, e.g. build-time mounts of a local wheel directory:
 #      "-v /opt/wheels:/wheels:ro --build-arg PIP_FIND_LINKS=/wheels").
 set -euo pipefail
@@ -41,6 +43,7 @@ CPU_BASE_IMAGE=${CPU_BASE_IMAGE:-$DEBIAN_BASE_IMAGE}
 GPU_BASE_IMAGE=${GPU_BASE_IMAGE:-$DEBIAN_BASE_IMAGE}
 if [ "$GPU_BASE_IMAGE" = cuda ]; then GPU_BASE_IMAGE=$CUDA_BASE_IMAGE; fi
 FLASH_ATTN=${FLASH_ATTN:-none}
+CUDA=${CUDA:-13.0}
 BUILD_OPTS=${BUILD_OPTS:-}
 if [ "${1:-}" = names ]; then
   for variant in gpu cpu; do echo "$variant $LOCAL_IMAGE:$TAG-$variant"; done
@@ -67,21 +70,66 @@ save() {  # the GPU image as a docker-archive file, which Apptainer builds from 
   echo "saved $LOCAL_IMAGE:$TAG-gpu to $ARCHIVE ($(du -h "$ARCHIVE" | cut -f1))"
 }
 
-build() {  # build VARIANT [extra build flags...]
+image_exists() {  # IMAGE: whether the engine has it locally
+  case "$ENGINE" in
+    podman) podman image exists "$1" ;;
+    docker) docker image inspect "$1" >/dev/null 2>&1 ;;
+    buildah) buildah inspect --type image "$1" >/dev/null 2>&1 ;;
+  esac
+}
+
+need_base() {  # BASE_IMAGE: the local Debian base is in no registry: a missing one is named with its build command
+  # (not built here: scripts/build_base_image.sh installs packages with apt and needs root, which a build may not have)
+  if [ "$1" != "$DEBIAN_BASE_IMAGE" ] || image_exists "$1"; then return 0; fi
+  echo "the base image $1 is missing: build it first with \`bash scripts/build_base_image.sh\` (about 2 minutes," \
+    "as root: debootstrap, then podman import), or name a base you have: GPU_BASE_IMAGE=... / CPU_BASE_IMAGE=..." >&2
+  exit 1
+}
+
+cuda_sources() {  # the GPU build's flags for CUDA (none for 13.0: PyPI); stops naming a source out of reach
+  case "$CUDA" in
+    13.0) ;;
+    12.9)
+      local index=https://download.pytorch.org/whl/cu129 version wheel
+      version=$(sed -n 's/^vllm==//p' containers/requirements-gpu.txt)
+      wheel="https://github.com/vllm-project/vllm/releases/download/v$version/vllm-$version+cu129-cp38-abi3-manylinux_2_35_x86_64.whl"
+      for url in "$index/torch/" "$wheel"; do
+        if ! curl -sfIL --max-time 20 -o /dev/null "$url"; then
+          echo "CUDA=12.9 needs $url, which is out of reach from here: build where it is reachable, or put" \
+            "the wheels in a directory: BUILD_OPTS=\"-v DIR:/wheels:ro --build-arg PIP_FIND_LINKS=/wheels\"" >&2
+          exit 1
+        fi
+      done
+      echo --build-arg "PIP_EXTRA_INDEX_URL=$index" --build-arg "VLLM_WHEEL=$wheel"
+      ;;
+    *)
+      echo "CUDA=$CUDA: 13.0 (default) or 12.9" >&2
+      exit 2
+      ;;
+  esac
+}
+
+build() {  # build VARIANT BASE_IMAGE [extra build flags...]
   need_engine
-  local variant=$1
-  shift
+  local variant=$1 base=$2
+  shift 2
+  need_base "$base"
   local build_command=(build)
   [ "$ENGINE" = buildah ] && build_command=(bud)
   # shellcheck disable=SC2086  # BUILD_OPTS is a list of flags
-  "$ENGINE" "${build_command[@]}" -f containers/Dockerfile --build-arg "VARIANT=$variant" "$@" $BUILD_OPTS \
+  "$ENGINE" "${build_command[@]}" -f containers/Dockerfile --build-arg "VARIANT=$variant" \
+    --build-arg "BASE_IMAGE=$base" "$@" $BUILD_OPTS \
     -t "$LOCAL_IMAGE:$TAG-$variant" .
   echo "built $LOCAL_IMAGE:$TAG-$variant"
 }
 
 case "${1:-}" in
-  gpu) build gpu --build-arg "BASE_IMAGE=$GPU_BASE_IMAGE" --build-arg "FLASH_ATTN=$FLASH_ATTN" ;;
-  cpu) build cpu --build-arg "BASE_IMAGE=$CPU_BASE_IMAGE" ;;
+  gpu)
+    sources=$(cuda_sources)
+    # shellcheck disable=SC2086  # a list of flags without spaces inside them
+    build gpu "$GPU_BASE_IMAGE" --build-arg "FLASH_ATTN=$FLASH_ATTN" --build-arg "CUDA=$CUDA" $sources
+    ;;
+  cpu) build cpu "$CPU_BASE_IMAGE" ;;
   save) save ;;
   apptainer)
     command -v apptainer >/dev/null || { echo "apptainer is not installed" >&2; exit 1; }

@@ -12,7 +12,9 @@ Snakemake with ``--cores``), then, with the study's settings and on the jobs' ke
   ``calibration.train_steps`` steps (``--steps``) with a log line every step, into a scratch directory that is then
   removed. TRL's ``step_time`` of each step after the first gives the seconds a step (mean and standard deviation);
   the job's wall time less the steps at that mean is its fixed cost (process start, model load, the first step's
-  warm-up, publishing); TRL's ``completions/mean_length`` the completions' length;
+  warm-up, publishing); TRL's ``completions/mean_length`` the completions' length; the checkpoint saved at its
+  last step, how long a save takes (``checkpoint_save_seconds``: with the step time, how long before the time
+  limit the job's warning must come, ``pipeline.study.calibration.warning_lead``);
 - evaluation: per model, one child process (``--evaluation-probe``) that loads the model and its backend as the
   evaluate stage does (the start model: the one that exists before training), then generates and grades the first
   batch of every benchmark. Its start-up is the time from the child's launch to a ready backend; each batch gives
@@ -122,6 +124,7 @@ def measure_training(study: Study, model: str, method: str, steps: int, scratch:
     if result.returncode != 0:
         raise InputError(f"the calibration's training of {model}/{method} failed:\n{result.stderr[-3000:]}")
     rows = [row for row in read_jsonl(out / layout.METRICS_FILE) if "step_time" in row]
+    save_s = checkpoint_save_seconds(out / layout.CHECKPOINTS_DIR)
     shutil.rmtree(out, ignore_errors=True)
     if len(rows) < 2:
         raise InputError(f"{model}/{method}: the calibration run logged {len(rows)} steps with a step_time (need 2)")
@@ -136,7 +139,20 @@ def measure_training(study: Study, model: str, method: str, steps: int, scratch:
         "wall_s": wall,
         "startup_s": max(wall - len(step_times) * step_s, 0.0),
         "completion_tokens": sum(lengths) / len(lengths),
+        **({"save_s": save_s} if save_s is not None else {}),
     }
+
+
+def checkpoint_save_seconds(checkpoints: Path) -> float | None:
+    """How long the run's last checkpoint (the training stage saves one at its last step) took to write: from its
+    first file to its last, by their modification times (transformers writes the model's config first and
+    ``trainer_state.json`` last, the weights and DeepSpeed's or the optimizer's states between); None without one."""
+    saved = [path for path in checkpoints.glob("checkpoint-*") if path.name.removeprefix("checkpoint-").isdigit()]
+    if not saved:
+        return None
+    last = max(saved, key=lambda path: int(path.name.removeprefix("checkpoint-")))
+    times = [path.stat().st_mtime for path in last.rglob("*") if path.is_file()]
+    return max(times) - min(times) if times else None
 
 
 def measure_evaluation(study: Study, model: str, scratch: Path) -> dict[str, Any]:
@@ -338,8 +354,8 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
     for key, row in record["train"].items():
         lines.append(
             f"train {key}: {row['step_s']:.3f} s a step (sd {row['step_sd_s']:.3f}, {row['steps'] - 1} steps after "
-            f"the first), fixed {row['startup_s']:.1f} s, completions {row['completion_tokens']:.1f} tokens; "
-            f"other processes {row['other_cores']:.2f} cores"
+            f"the first), fixed {row['startup_s']:.1f} s, completions {row['completion_tokens']:.1f} tokens, "
+            f"a checkpoint save {row.get('save_s', float('nan')):.1f} s; other processes {row['other_cores']:.2f} cores"
         )
     for model, row in record["evaluate"].items():
         rates = ", ".join(

@@ -47,10 +47,13 @@ from pipeline.core.layout import (
 from pipeline.core.repo import REPO_DIR
 from pipeline.stats.scores import AVERAGE_BENCHMARKS
 from pipeline.stats.seed_aware import SEED_BOOTSTRAP_TEST
+from pipeline.study.cost import GIB, PlannedJob
+from pipeline.study.load import load_study
+from pipeline.study.plan import estimate
 
 NUMBERS_DIR = REPO_DIR / "docs" / "numbers"
 REFERENCE = REPO_DIR / "tests" / "reference" / "ci_study.json"
-PAGES = ("README.md", "docs/lab-notes.md", "docs/credit-methods.md", "docs/fidelity.md")
+PAGES = ("README.md", "docs/lab-notes.md", "docs/credit-methods.md", "docs/fidelity.md", "docs/cluster.md")
 BLOCK = re.compile(r"(<!-- numbers: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /numbers -->)", re.DOTALL)
 ITEM_TESTS = ("paired_bootstrap", "wilcoxon_items")
 DISPLAY = {"grpo": "GRPO", "grail": "GRAIL", "oar_g": "OAR-G", BASELINE_METHOD: "base"}
@@ -479,6 +482,18 @@ def kernel_pin_result(studies: dict[str, dict[str, Any]]) -> str:
     )
 
 
+def paper_disk(_studies: dict[str, dict[str, Any]]) -> str:
+    """The paper study's checkpoints on disk: the preflight's own estimate (``pipeline.study.plan.estimate`` over
+    its training runs), not a recorded run: no one runs the paper's study to write its docs."""
+    paper = load_study([REPO_DIR / "configs" / "paper.yaml"])
+    runs = [PlannedJob("train", wildcards=run) for run in paper.runs()]
+    checkpoints = estimate(paper, runs, concurrent_gpus=1)["disk_bytes"]["checkpoints"]
+    return (
+        f"The paper's study writes up to {checkpoints / GIB:,.0f} GiB ({checkpoints / 1e12:.1f} TB) of checkpoints "
+        "(the preflight's disk estimate: `pipeline.study.plan.estimate`)."
+    )
+
+
 RENDERERS: dict[str, Callable[[dict[str, dict[str, Any]]], str]] = {
     "tiny-result": tiny_result,
     "tiny-against-base": lambda studies: scores_against_base(studies, "default"),
@@ -488,6 +503,7 @@ RENDERERS: dict[str, Callable[[dict[str, dict[str, Any]]], str]] = {
     "controls-result": controls_result,
     "kernel-pin": kernel_pin_result,
     "credit-bench-result": credit_bench_result,
+    "paper-disk": paper_disk,
 }
 
 

@@ -52,8 +52,8 @@ import yaml
 
 from pipeline.core.io import InputError, atomic_write_json, run_cli
 from pipeline.core.repo import REPO_DIR
-from pipeline.models.hub_cache import cached_commit, download_command
-from pipeline.runtime import cluster
+from pipeline.models.hub_cache import cached_commit, download_command, hf_home, hub_cache_dir, job_hf_home
+from pipeline.runtime import cluster, gpu_floor, quotas
 from pipeline.runtime.launching import (
     engine_accelerate_config,
     spec_mixed_precision,
@@ -344,47 +344,129 @@ def scheduler_verdicts(jobs: list[cost.PlannedJob], profile: dict[str, Any]) -> 
     return checks
 
 
-def compute_job_check(results_dir: Path, site: dict[str, Any]) -> Check:
-    """A tiny sbatch job writes a token into the results directory; this side reads it back."""
-    name = "results directory from a compute node"
+COMPUTE_JOB = "results directory from a compute node"
+COMPUTE_GPU = "GPU stack on a compute node"
+COMPUTE_HUB = "hub cache from a compute node"
+
+
+def compute_job_script(target: Path, token: str, gpu: bool, hub: Path | None) -> str:
+    """The test job's shell: the GPU query (``target``.gpus) and whether the hub cache is readable there
+    (``target``.hub), then the token last, so that the token's arrival means the rest is written."""
+    lines = []
+    if gpu:
+        query = f"command -v nvidia-smi >/dev/null && {gpu_floor.GPU_QUERY} || echo nvidia-smi is not on PATH"
+        lines.append(f"{{ {query}; }} > {shlex.quote(f'{target}.gpus')} 2>&1")
+    if hub is not None:
+        quoted = shlex.quote(str(hub))
+        lines.append(f"{{ test -r {quoted} && test -x {quoted} && echo readable; }} > {shlex.quote(f'{target}.hub')}")
+    return "; ".join([*lines, f"echo {token} > {shlex.quote(str(target))}"])
+
+
+def gpu_stack_check(job_id: str, report: str) -> Check:
+    """The node's driver and GPUs (``gpu_floor.GPU_QUERY``'s output) against the image's CUDA floor."""
+    fix = (
+        "a partition with newer GPUs or drivers (slurm_partition, constraint), or an image built for CUDA 12 "
+        '(docs/cluster.md, "The GPU stack\'s floor")'
+    )
+    try:
+        gpus = gpu_floor.parse_gpu_query(report)
+    except ValueError as error:
+        return Check(COMPUTE_GPU, "fail", f"job {job_id}: nvidia-smi gave no GPU ({error})", fix)
+    if not gpus:
+        return Check(COMPUTE_GPU, "fail", f"job {job_id}: nvidia-smi listed no GPU", fix)
+    found = f"job {job_id}: {gpu_floor.describe(gpus)}"
+    if problems := gpu_floor.gpu_stack_problems(gpus):
+        return Check(COMPUTE_GPU, "fail", f"{found}: {'; '.join(problems)}; {gpu_floor.FLOOR_TEXT}", fix)
+    return Check(COMPUTE_GPU, "pass", f"{found}; {gpu_floor.FLOOR_TEXT}")
+
+
+def hub_path_check(job_id: str, hub: Path, readable: bool) -> Check:
+    """Whether the hub cache this side checked (and every job reads: the Snakefile exports its HF_HOME) is
+    readable on a compute node."""
+    if readable:
+        return Check(COMPUTE_HUB, "pass", f"job {job_id} reads {hub}")
+    return Check(
+        COMPUTE_HUB,
+        "fail",
+        f"job {job_id} cannot read {hub}, the hub cache checked here",
+        "set HF_HOME to a directory on storage the compute nodes share, then download into it (docs/cluster.md)",
+    )
+
+
+def compute_job_checks(
+    results_dir: Path, site: dict[str, Any], gpu_job: cost.PlannedJob | None, hub: Path | None
+) -> list[Check]:
+    """A tiny sbatch job on a compute node writes a token into the results directory, which this side reads back;
+    where the study has GPU jobs it asks for one GPU as the first of them does and reports the node's driver and
+    GPUs (``gpu_stack_check``), and it tries the hub cache (``hub_path_check``, None: the study reads no hub)."""
     token = uuid.uuid4().hex
     target = results_dir.resolve() / ".preflight" / token
     target.parent.mkdir(parents=True, exist_ok=True)
     command = ["sbatch", "--parsable", "-J", "grail-preflight", "-t", "2", "-c", "1", "--mem", "200", "-o", "/dev/null"]
-    for option, key in (("-p", "slurm_partition"), ("-A", "slurm_account")):
-        if site.get(key):
-            command += [option, str(site[key])]
-    submitted = subprocess.run(
-        [*command, "--wrap", f"echo {token} > {target}"], capture_output=True, text=True, timeout=30
-    )
+    partition = (gpu_job.resources.get("slurm_partition") if gpu_job else None) or site.get("slurm_partition")
+    for option, value in (("-p", partition), ("-A", site.get("slurm_account"))):
+        if value:
+            command += [option, str(value)]
+    if gpu_job is not None:
+        command.append(f"--gpus={gpu_job.gpu_model}:1" if gpu_job.gpu_model else "--gpus=1")
+    script = compute_job_script(target, token, gpu_job is not None, hub)
+    submitted = subprocess.run([*command, "--wrap", script], capture_output=True, text=True, timeout=30)
     if submitted.returncode != 0:
-        return Check(
-            name, "fail", f"sbatch refused the test job: {submitted.stderr.strip()}", "fix the account/partition"
-        )
+        detail = f"sbatch refused the test job: {submitted.stderr.strip()}"
+        return [
+            Check(COMPUTE_JOB, "fail", detail, "fix the account/partition"),
+            *node_checks(None, target, gpu_job is not None, hub),
+        ]
     job_id = submitted.stdout.strip().split(";")[0]
-    deadline = time.monotonic() + COMPUTE_JOB_SECONDS
     try:
-        while time.monotonic() < deadline:
-            if target.exists() and target.read_text().strip() == token:
-                return Check(name, "pass", f"job {job_id} wrote {target} and it is visible here")
-            state = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True)
-            if not state.stdout.strip() and not target.exists():
-                time.sleep(2)  # finished: give a network filesystem a moment
-                if not target.exists():
-                    return Check(
-                        name,
-                        "fail",
-                        f"job {job_id} ended but {target} is not visible here",
-                        "put results_dir on a filesystem the compute nodes share (e.g. /scratch or /work)",
-                    )
-            time.sleep(1)
+        result = await_token(job_id, target, token)
+        return [result, *node_checks(job_id if result.status == "pass" else None, target, gpu_job is not None, hub)]
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
-        target.unlink(missing_ok=True)
+        for path in (target, *target.parent.glob(f"{token}.*")):
+            path.unlink(missing_ok=True)
         if not any(target.parent.iterdir()):
             target.parent.rmdir()
+
+
+def node_checks(job_id: str | None, target: Path, gpu: bool, hub: Path | None) -> list[Check]:
+    """The GPU stack and the hub cache as the test job ``job_id`` found them (None: it did not run, or was not
+    submitted), each skipped with the reason where it could not be judged."""
+    ran = "" if job_id else "the test job did not run"
+    gpu_reason = "the study has no GPU job" if not gpu else ran
+    hub_reason = "the study reads no hub model or dataset" if hub is None else ran
+    return [
+        Check(COMPUTE_GPU, "skipped", gpu_reason)
+        if gpu_reason
+        else gpu_stack_check(str(job_id), target.with_name(f"{target.name}.gpus").read_text()),
+        Check(COMPUTE_HUB, "skipped", hub_reason)
+        if hub_reason or hub is None
+        else hub_path_check(str(job_id), hub, target.with_name(f"{target.name}.hub").read_text().strip() == "readable"),
+    ]
+
+
+def await_token(job_id: str, target: Path, token: str) -> Check:
+    """Wait up to ``COMPUTE_JOB_SECONDS`` for job ``job_id`` to write ``token`` to ``target``."""
+    deadline = time.monotonic() + COMPUTE_JOB_SECONDS
+    while time.monotonic() < deadline:
+        if target.exists() and target.read_text().strip() == token:
+            return Check(COMPUTE_JOB, "pass", f"job {job_id} wrote {target} and it is visible here")
+        state = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True)
+        if not state.stdout.strip() and not target.exists():
+            time.sleep(2)  # finished: give a network filesystem a moment
+            if not target.exists():
+                return Check(
+                    COMPUTE_JOB,
+                    "fail",
+                    f"job {job_id} ended but {target} is not visible here",
+                    "put results_dir on a filesystem the compute nodes share (e.g. /scratch or /work)",
+                )
+        time.sleep(1)
     return Check(
-        name, "fail", f"job {job_id} did not write its token within {COMPUTE_JOB_SECONDS} s", "rerun when it can start"
+        COMPUTE_JOB,
+        "fail",
+        f"job {job_id} did not write its token within {COMPUTE_JOB_SECONDS} s",
+        "rerun when it can start",
     )
 
 
@@ -418,7 +500,7 @@ def slurm_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any], study: St
             unanswered,
             *skipped_per_rule(jobs, "resources", reason),
             *skipped_per_rule(jobs, "Slurm's verdict", reason),
-            Check("results directory from a compute node", "skipped", reason),
+            *skipped_compute_checks(reason),
         ]
     nodes = parse_sinfo(listed.stdout)
     checks = [
@@ -432,10 +514,17 @@ def slurm_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any], study: St
     else:
         checks += scheduler_verdicts(jobs, profile)
     if compute_job:
-        checks.append(compute_job_check(Path(study.results_dir), profile.get("default-resources") or {}))
+        gpu_job = next((job for job in jobs if job.gpus), None)
+        hub = hub_cache_dir() if hub_revisions(study) else None
+        checks += compute_job_checks(Path(study.results_dir), profile.get("default-resources") or {}, gpu_job, hub)
     else:
-        checks.append(Check("results directory from a compute node", "skipped", "--no-compute-job"))
+        checks += skipped_compute_checks("--no-compute-job")
     return checks
+
+
+def skipped_compute_checks(reason: str) -> list[Check]:
+    """The test job's checks, none of which could run."""
+    return [Check(name, "skipped", reason) for name in (COMPUTE_JOB, COMPUTE_GPU, COMPUTE_HUB)]
 
 
 def kubernetes_static_checks(profile: dict[str, Any], study: Study) -> list[Check]:
@@ -758,24 +847,35 @@ def hub_revisions(study: Study) -> list[tuple[str, str, str]]:
 
 
 def hub_check(study: Study, allow_downloads: bool) -> Check:
-    """Every hub revision in the Hugging Face cache, else the exact `hf download` commands."""
+    """Every hub revision in the Hugging Face cache the jobs read, else the exact `hf download` commands, which
+    download into that cache (a shell's own HF_HOME may be another)."""
     wanted = hub_revisions(study)
     if not wanted:
         return Check("hub cache", "pass", "the study reads no hub model or dataset")
     missing = [download_command(*reference) for reference in wanted if cached_commit(*reference) is None]
     if not missing:
-        return Check("hub cache", "pass", f"all {len(wanted)} revisions are cached")
+        return Check("hub cache", "pass", f"all {len(wanted)} revisions are cached in {hub_cache_dir()}")
     status = "skipped" if allow_downloads else "fail"
-    detail = f"{len(missing)} of {len(wanted)} revisions are not cached (jobs with HF_HUB_OFFLINE=1 cannot load them)"
-    return Check("hub cache", status, detail, " && ".join(missing))
+    detail = (
+        f"{len(missing)} of {len(wanted)} revisions are not cached in {hub_cache_dir()} (jobs with "
+        "HF_HUB_OFFLINE=1 cannot load them)"
+    )
+    into = f"export HF_HOME={shlex.quote(str(hf_home()))} && "
+    return Check("hub cache", status, detail, into + " && ".join(missing))
+
+
+def existing_ancestor(path: Path) -> Path:
+    """``path``, resolved, or its nearest ancestor that exists (a results directory not made yet)."""
+    existing = path.resolve()
+    while not existing.exists():
+        existing = existing.parent
+    return existing
 
 
 def disk_check(results_dir: Path, needed: int) -> Check:
     """Free space against what the study writes. Checkpoints a rerun set aside (pipeline.training.run_state) stay until
     removed: their size is named, and removing them is the first remedy offered."""
-    existing = results_dir.resolve()
-    while not existing.exists():
-        existing = existing.parent
+    existing = existing_ancestor(results_dir)
     free = shutil.disk_usage(existing).free
     kept = set_aside_bytes(results_dir) if results_dir.is_dir() else 0
     detail = f"{free / cost.GIB:.1f} GiB free at {existing}; the study writes up to {needed / cost.GIB:.1f} GiB"
@@ -795,6 +895,27 @@ def disk_check(results_dir: Path, needed: int) -> Check:
     if under_home:
         return Check("disk", "warn", detail, f"{scratch}: home directories have small quotas and are often backed up")
     return Check("disk", "pass", detail)
+
+
+def quota_check(results_dir: Path, needed: int) -> Check:
+    """The user's, group's and (Lustre) project's quota on the results directory's filesystem against what the
+    study writes (``pipeline.runtime.quotas``); SKIPPED, with the reason, where no tool reads them."""
+    commands = quotas.quota_commands(existing_ancestor(results_dir))
+    if not commands:
+        reason = "no quota tool for this filesystem on PATH (`lfs` on Lustre, `quota` elsewhere): quotas not read"
+        return Check(
+            "quota", "skipped", reason, "ask the site's docs for your quota (e.g. `lfs quota -u $USER /scratch`)"
+        )
+    found, unread = quotas.read_quotas(commands)
+    if not found:
+        return Check("quota", "skipped", f"no quota read ({'; '.join(unread) or 'no limit set'})")
+    lines = [f"{q.owner}: {q.used / cost.GIB:.1f} of {q.limit / cost.GIB:.1f} GiB used" for q in found]
+    detail = f"{'; '.join(lines)}; the study writes up to {needed / cost.GIB:.1f} GiB"
+    short = [q.owner for q in found if q.limit - q.used < needed]
+    if short:
+        fix = "ask for a larger quota, point results_dir at project storage, or lower save_total_limit"
+        return Check("quota", "fail", f"{' and '.join(short)} cannot hold the study: {detail}", fix)
+    return Check("quota", "pass", detail)
 
 
 # The plugins a profile's settings name, by the module Snakemake imports for them, and the project's extra that
@@ -841,14 +962,16 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     if problem := missing_plugin(profile_file, profile):
         raise InputError(problem)
     study = load_study([args.configfile])
+    job_hf_home(study.hf_home)  # the cache the jobs will read (the Snakefile sets the same), checked below
     extra = ["--sdm", "apptainer"] if args.sdm == "apptainer" else []
     executor = profile.get("executor")
     if executor == "kubernetes":
         # planned on the fs storage in the dry run's empty directory, not the bucket: Snakemake would ask S3 about
         # every file (a botocore traceback without keys) before the checks below could name what is wrong with it
         extra += ["--default-storage-provider", "fs", "--default-storage-prefix", "planned-storage"]
-    jobs = plan(args.profile, args.configfile, extra)
     calibration_path = args.calibration or Path(study.results_dir) / CALIBRATION_FILE
+    placed = {f"{study.results_dir}/{CALIBRATION_FILE}": calibration_path} if calibration_path.is_file() else {}
+    jobs = plan(args.profile, args.configfile, extra, placed)
     estimate_ = estimate(study, jobs, args.concurrent_gpus, load_calibration(calibration_path), calibration_path)
     if executor == "slurm":
         checks = slurm_checks(jobs, profile, study, args.compute_job)
@@ -864,6 +987,7 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     checks.append(hub_check(study, args.allow_downloads))
     if executor == "slurm":
         checks.append(disk_check(Path(study.results_dir), estimate_["disk_bytes"]["total"]))
+        checks.append(quota_check(Path(study.results_dir), estimate_["disk_bytes"]["total"]))
     return checks, estimate_
 
 

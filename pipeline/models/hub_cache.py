@@ -5,11 +5,17 @@ The cache is huggingface_hub's layout (``HF_HUB_CACHE``, else ``HF_HOME/hub``):
 ``{models,datasets}--OWNER--NAME/refs/<branch or tag>`` holds the commit a branch pointed at when it was
 downloaded, ``snapshots/<commit>/`` that commit's files. A revision that is already a commit is its own answer
 once its snapshot is there.
+
+Every job reads the cache the preflight checked: the Snakefile sets ``HF_HOME`` for every job to the study's
+``hf_home`` (``job_hf_home``; unset: the controller's own), so a job inside an image finds it too. The image sets
+no ``HF_HOME`` of its own: under Apptainer an image's variable takes precedence over the host's of the same name.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +27,25 @@ def is_commit(revision: str) -> bool:
     return COMMIT_PATTERN.fullmatch(revision) is not None
 
 
-def hub_cache_dir() -> Path:
-    """The hub cache huggingface_hub reads (``HF_HUB_CACHE``, else ``HF_HOME/hub``, as its constants resolve)."""
-    from huggingface_hub import constants
+def hf_home(env: Mapping[str, str] = os.environ) -> Path:
+    """``HF_HOME`` as huggingface_hub resolves it (``HF_HOME``, else ``XDG_CACHE_HOME/huggingface``, else
+    ``~/.cache/huggingface``). Resolved here, not read from its constants: those are fixed when it is first imported,
+    and the preflight sets the study's ``HF_HOME`` after that."""
+    return Path(env.get("HF_HOME") or Path(env.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface").expanduser()
 
-    return Path(constants.HF_HUB_CACHE)
+
+def hub_cache_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """The hub cache huggingface_hub reads: ``HF_HUB_CACHE`` (or its older name), else ``HF_HOME/hub``."""
+    configured = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    return Path(configured).expanduser() if configured else hf_home(env) / "hub"
+
+
+def job_hf_home(study_hf_home: str | None, env: MutableMapping[str, str] = os.environ) -> Path:
+    """Set ``HF_HOME`` in ``env`` (this process's, which every job inherits) to the study's ``hf_home``, else to
+    the one ``env`` resolves to, as an absolute path: the cache every job reads, in the image or not. The path set."""
+    home = Path(study_hf_home).expanduser() if study_hf_home else hf_home(env)
+    env["HF_HOME"] = str(home.absolute())
+    return home.absolute()
 
 
 def repo_cache_dir(repo_id: str, repo_type: str) -> Path:

@@ -1,6 +1,7 @@
 """Time windows: a training job stopped by Slurm's time-limit warning requeues itself instead of failing.
 
-Training asks Slurm for a warning before its time limit (``--signal=USR1@600``, configs/paper.yaml); the stage saves
+Training asks Slurm for a warning before its time limit (``--signal=USR1@600``, configs/paper.yaml; the lead a
+calibration measured where there is one: pipeline.study.calibration.warning_lead); the stage saves
 a checkpoint and exits ``PREEMPTED_EXIT_CODE`` (75). Passed up as it is, Snakemake counts that as a failure: a run
 that needs more time limits than `retries` allows never finishes, and each one costs a retry that a real failure
 may need. Instead, inside a Slurm job, ``pipeline.launch`` asks Slurm to requeue the job (``scontrol requeue``, the
@@ -24,6 +25,11 @@ or ``JobRequeue=0`` without ``--requeue``) passes exit 75 up, as before.
 Logs: each window's run of the rule truncates the rule's log (`> {log}`); the launcher copies the log of a window
 it requeues to ``<log>.window<N>``, so the log of every window is kept.
 
+Under Apptainer (``--sdm apptainer``) the image has no Slurm client: the job's host side requeues instead
+(pipeline.runtime.host_windows, around the ``apptainer`` that runs the job). It names a file in
+``WINDOW_REQUEST_VARIABLE``; a launcher that finds it there writes its log's path into that file at the end of a
+window instead of calling ``scontrol``, and exits 75 as ever.
+
 Slurm holds a requeued job before it starts again (``BeginTime``, about two minutes on the local test cluster: the
 lifetime of the first run's credential); ``scontrol update JobId=<id> StartTime=now+2`` lifts it.
 """
@@ -39,9 +45,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pipeline.core.exit_codes import PREEMPTED_EXIT_CODE
+from pipeline.core.launch_dir import write_small_file
 from pipeline.runtime.settings import RuntimeSettings
 
 SCONTROL_TIMEOUT_S = 60
+WINDOW_REQUEST_VARIABLE = "GRAIL_WINDOW_REQUEST"  # set by the host side under Apptainer (module docstring)
 
 
 def time_window_bound(env: Mapping[str, str]) -> int:
@@ -111,13 +119,23 @@ def close_window(
     Slurm job, say so on stderr and copy the window's ``log`` (the rule's, when known) to ``window_log``; whether
     the job was requeued. A window that ended otherwise is named on stderr; any other end passes silently.
 
-    The launcher exits with the stage's 75 either way: after a requeue Slurm ends the job's processes at once (the
+    Under Apptainer's host side (``WINDOW_REQUEST_VARIABLE`` set) it only writes the log's path for that side,
+    which requeues. The launcher exits with the stage's 75 either way: after a requeue Slurm ends the job's processes at once (the
     layers above may report the exit before that, to a job already back in the queue), and without one Snakemake
     sees the 75 as before.
     """
     if not ends_window(status, last_signal, env):
         return False
     job_id, bound = env["SLURM_JOB_ID"], time_window_bound(env)
+    if request := env.get(WINDOW_REQUEST_VARIABLE):
+        write_small_file(Path(request), str(log or ""))
+        print(
+            f"pipeline.launch: a time window of Slurm job {job_id} ended on the time-limit warning: the job's host "
+            f"side requeues it (this image has no Slurm client); exiting {status}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return False
     window, error = requeue_for_next_window(job_id, bound, run)
     ended = f"time window {window or '?'} of at most {bound} (time_windows) of Slurm job {job_id} ended on the time-limit warning"
     if error is not None:

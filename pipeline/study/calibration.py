@@ -21,7 +21,9 @@ The prediction of a job, in seconds, is a ``Range`` (low, expected, high):
 
 From the prediction: a proposed time limit per rule and model (``time_limit_minutes``: the longest high times the
 study's ``calibration.time_limit_margin``) and the time windows a training job needs at a given limit
-(``windows_needed``). The actuals of a finished study are the ``s`` column of Snakemake's benchmark files
+(``windows_needed``). From a training measurement's step and checkpoint-save seconds: how long before its time
+limit the job's warning must come (``warning_lead``), which replaces the ``@N`` of its ``--signal=USR1@N``
+(configs/paper.yaml: 600, the fallback for a job not measured). The actuals of a finished study are the ``s`` column of Snakemake's benchmark files
 (``read_actuals``), matched to jobs by their wildcard values (``labels_match``), not by a fixed layout.
 """
 
@@ -47,6 +49,10 @@ CALIBRATED_RULES = ("train", *EVALUATE_RULES)
 CALIBRATION_FILE = "calibration.json"  # written by pipeline.calibrate; read by the preflight, the planner, the report
 BENCHMARKS_DIR = "benchmarks"  # Snakemake's benchmark files: every job's actual wall time
 NOT_MEASURED = "not measured"
+# Slurm may send a --signal warning up to 60 s before the time it was asked for (sbatch(1): the resolution of its
+# event handling), so a lead shorter than twice that could leave no step to finish; 65535 s is its largest.
+WARNING_FLOOR_S = 120
+SIGNAL_MAX_S = 65535
 MEASURED = "measured"
 
 
@@ -168,8 +174,11 @@ class Prediction:
     gpus: int
 
 
-def predict_train(study: Study, calibration: Mapping[str, Any] | None, wildcards: Mapping[str, str]) -> Range | None:
-    """A training job's seconds (module docstring); None when its (model, method) was not measured as configured."""
+def measured_training(
+    study: Study, calibration: Mapping[str, Any] | None, wildcards: Mapping[str, str]
+) -> tuple[Mapping[str, Any], float] | None:
+    """A training job's measurement and the growth of its completions over the run (``growth_factor``); None when
+    its (model, method) was not measured as configured."""
     model, method = wildcards["model"], wildcards["method"]
     measured = (calibration or {}).get("train", {}).get(f"{model}/{method}")
     if measured is None or measured["settings"] != train_settings(study, model, method):
@@ -178,9 +187,38 @@ def predict_train(study: Study, calibration: Mapping[str, Any] | None, wildcards
     growth = growth_factor(
         study.calibration.length_growth, measured["completion_tokens"], int(training["max_completion_length"])
     )
-    return train_seconds(
-        measured["startup_s"], measured["step_s"], measured["step_sd_s"], int(training["max_steps"]), growth
-    )
+    return measured, growth
+
+
+def predict_train(study: Study, calibration: Mapping[str, Any] | None, wildcards: Mapping[str, str]) -> Range | None:
+    """A training job's seconds (module docstring); None when its (model, method) was not measured as configured."""
+    if (found := measured_training(study, calibration, wildcards)) is None:
+        return None
+    measured, growth = found
+    steps = int(study.effective_training(wildcards["model"], wildcards["method"])["max_steps"])
+    return train_seconds(measured["startup_s"], measured["step_s"], measured["step_sd_s"], steps, growth)
+
+
+def warning_lead(study: Study, calibration: Mapping[str, Any] | None, wildcards: Mapping[str, str]) -> int | None:
+    """Seconds before its time limit that a training job's warning (``--signal=USR1@N``) must come: the step under
+    way when it lands runs to its end, then a checkpoint is saved, so ``margin x (the slowest step + the save)``
+    (the slowest step ``(t + sd) x g``, as the high prediction's last steps; the margin ``calibration.
+    time_limit_margin``), at least ``WARNING_FLOOR_S``. None when the job was not measured as configured, or by a
+    calibration without the save's time: the study's own ``@N`` stands."""
+    found = measured_training(study, calibration, wildcards)
+    if found is None or "save_s" not in found[0]:
+        return None
+    measured, growth = found
+    slowest_step = (measured["step_s"] + measured["step_sd_s"]) * growth
+    lead = math.ceil(study.calibration.time_limit_margin * (slowest_step + measured["save_s"]))
+    return min(max(lead, WARNING_FLOOR_S), SIGNAL_MAX_S)
+
+
+def with_warning_lead(slurm_extra: str | None, lead_s: int | None) -> str:
+    """``slurm_extra`` with the ``@N`` of its ``--signal=`` set to ``lead_s`` (None: unchanged)."""
+    if lead_s is None:
+        return slurm_extra or ""
+    return re.sub(r"(--signal=\S*@)\d+", rf"\g<1>{lead_s}", slurm_extra or "")
 
 
 def predict_evaluate(

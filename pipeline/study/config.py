@@ -225,6 +225,7 @@ class Study:
     checkpoint_volume: str | None = None  # where training's working checkpoints live (pipeline.core.layout.working_dir)
     kernel_pin: bool = True  # every job on the AVX2 CPU kernel path (pipeline.core.kernels)
     strict_revisions: bool = False  # every hub revision must be a commit (pipeline.study.inputs)
+    hf_home: str | None = None  # the Hugging Face cache of every job (pipeline.models.hub_cache.job_hf_home)
     # the whole config, merged and with the schema's defaults (the report records it)
     config: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -247,6 +248,7 @@ class Study:
             results_dir=config["results_dir"],
             eval_data_dir=config["eval_data_dir"],
             container_image=config["container_image"],
+            hf_home=config["hf_home"],
             data=config["data"],
             benchmarks=config["benchmarks"],
             models={

@@ -6,6 +6,7 @@ study will cost (GPU-hours, wall time, disk) before it runs. The preflight print
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,11 +54,18 @@ def evaluated_benchmarks(rule: str, outputs: list[str]) -> list[str]:
     return [Path(output).stem for output in outputs if output.endswith(".jsonl")]
 
 
-def plan(profile: Path | None, configfile: Path, extra: list[str]) -> list[cost.PlannedJob]:
+def plan(
+    profile: Path | None, configfile: Path, extra: list[str], placed: dict[str, Path] | None = None
+) -> list[cost.PlannedJob]:
     """Every job of the study with the profile applied, if any (a dry run in an empty directory, read from
-    Snakemake's own job records: ``pipeline.study.dry_run``); rule ``all`` left out."""
+    Snakemake's own job records: ``pipeline.study.dry_run``); rule ``all`` left out. ``placed``: files copied into
+    that directory first (its relative path -> the file), e.g. the study's calibration, which sets the training
+    jobs' warning (``calibration.warning_lead``)."""
     with tempfile.TemporaryDirectory(prefix="grail-preflight-") as empty:
         records = Path(empty) / "jobs.json"
+        for relative, source in (placed or {}).items():
+            (Path(empty) / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, Path(empty) / relative)
         command = [sys.executable, "-m", "pipeline.study.dry_run", str(records), "-n"]
         command += ["--configfile", str(configfile.resolve())]
         command += ["--profile", str(profile.resolve())] if profile else []
@@ -92,7 +100,12 @@ def expected_cost(
         calibrated.windows_needed(
             seconds.high,
             job.runtime,
-            calibrated.warning_lead_s(study.resources("train", job.wildcards["model"]).slurm_extra),
+            calibrated.warning_lead_s(
+                calibrated.with_warning_lead(
+                    study.resources("train", job.wildcards["model"]).slurm_extra,
+                    calibrated.warning_lead(study, calibration, job.wildcards),
+                )
+            ),
         )
         for job, (_, _, _, seconds) in zip(jobs, predicted, strict=True)
         if job.rule == "train" and seconds is not None and job.runtime

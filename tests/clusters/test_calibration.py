@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -215,6 +216,48 @@ def test_the_preflight_cost_table_shows_expected_beside_the_bound_and_says_what_
     assert plan.estimate(paper, jobs, 16, stale, path)["expected"]["rules"]["train"]["status"] == "not measured"
 
 
+def test_the_warning_lead_follows_the_measured_step_and_save(tmp_path: Path) -> None:
+    """Training's `--signal=USR1@N`: margin x (slowest step + save) where the run was measured, the study's 600
+    where not (or measured without a save), never under the floor; and the plan (the Snakefile's resources, as the
+    preflight and sbatch see them) carries it. Broken by a Snakefile that keeps the config's flags: @600 planned."""
+    paper = study(PAPER)
+    run = {"model": "qwen3_8b", "method": "grail"}
+    record = synthetic_calibration(paper, step_s=40, startup_s=600, tokens=1000, seconds_per_token=0.01)
+    assert calibration.warning_lead(paper, record, run) is None  # no save measured: the config's @600 stands
+    for measured in record["train"].values():
+        measured.update(step_sd_s=10.0, save_s=120.0)
+    growth = calibration.growth_factor(
+        1.5, 1000, int(paper.effective_training("qwen3_8b", "grail")["max_completion_length"])
+    )
+    lead = math.ceil(1.5 * ((40 + 10) * growth + 120))
+    assert calibration.warning_lead(paper, record, run) == lead
+    assert calibration.warning_lead(paper, None, run) is None
+    quick = json.loads(json.dumps(record))
+    for measured in quick["train"].values():
+        measured.update(step_s=0.5, step_sd_s=0.0, save_s=2.0)
+    assert calibration.warning_lead(paper, quick, run) == calibration.WARNING_FLOOR_S
+    assert calibration.with_warning_lead("--signal=USR1@600 --exclusive", 210) == "--signal=USR1@210 --exclusive"
+    assert calibration.with_warning_lead("--signal=B:USR1@600", None) == "--signal=B:USR1@600"
+
+    written = tmp_path / "calibration.json"
+    written.write_text(json.dumps(record))
+    target = f"{paper.results_dir}/runs/qwen3_8b/grail/seed{paper.seeds[0]}/final"
+    placed = {f"{paper.results_dir}/{CALIBRATION_FILE}": written}
+    (train,) = [job for job in plan.plan(None, PAPER, [target, "--until", "train"], placed) if job.rule == "train"]
+    assert f"--signal=USR1@{lead}" in train.resources["slurm_extra"], train.resources
+
+
+def test_a_save_lasts_from_the_first_file_of_the_last_checkpoint_to_its_last(tmp_path: Path) -> None:
+    for step, written in ((2, (100.0, 104.0)), (10, (200.0, 201.5, 207.5)), (4, (300.0, 390.0))):
+        for index, mtime in enumerate(written):
+            path = tmp_path / f"checkpoint-{step}" / "global_step" / f"file{index}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+            os.utime(path, (mtime, mtime))
+    assert calibrate.checkpoint_save_seconds(tmp_path) == 7.5  # checkpoint-10, not the newest-named or oldest
+    assert calibrate.checkpoint_save_seconds(tmp_path / "none") is None
+
+
 # ----------------------------------------------------------------------------------- on a finished study, for real
 
 
@@ -245,6 +288,7 @@ def test_calibrate_measures_training_steps_and_evaluation_batches_of_the_study(c
     grpo = record["train"]["tiny/grpo"]
     assert grpo["steps"] == 2 and len(grpo["step_times_s"]) == 2
     assert grpo["step_s"] > 0 and grpo["startup_s"] > 0 and 0 < grpo["completion_tokens"] <= 32
+    assert grpo["save_s"] > 0  # the checkpoint of its last step: config.json first, trainer_state.json last
     evaluation = record["evaluate"]["tiny"]
     assert evaluation["backend"] == "hf" and evaluation["startup_s"] > 0
     assert set(evaluation["benchmarks"]) == {"arith_add", "arith_add_hard"}

@@ -273,6 +273,55 @@ def test_build_sh_apptainer_builds_from_a_carried_archive_without_an_engine(tmp_
         archive.unlink(missing_ok=True)
 
 
+def test_build_sh_names_the_missing_local_base_image(tmp_path: Path) -> None:
+    """A fresh machine has no `localhost/debian-py:bookworm` (no registry has it): build.sh stops before the engine's
+    build, naming scripts/build_base_image.sh, instead of the engine's registry error; with the base present it
+    builds from it; another base is the engine's to find. The engine is a stand-in (no image is built). Broken by
+    dropping need_base: the stand-in is asked to build."""
+    stand_in(tmp_path, "podman", '[ "$1 $2" = "image exists" ] && exit "$(cat ' + str(tmp_path) + '/exists)"; exit 0')
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "TAG": "t", "ENGINE": "podman"}
+    (tmp_path / "exists").write_text("1")
+    result = run_command(["bash", "containers/build.sh", "gpu"], cwd=REPO, timeout=60, env=env)
+    assert result.returncode == 1 and "bash scripts/build_base_image.sh" in result.stdout, result.stdout
+    assert (tmp_path / "podman.calls").read_text().splitlines() == [f"image exists {CPU_BASE_IMAGE}"]
+    (tmp_path / "exists").write_text("0")
+    result = run_command(["bash", "containers/build.sh", "cpu"], cwd=REPO, timeout=60, env=env)
+    assert result.returncode == 0, result.stdout
+    assert f"--build-arg BASE_IMAGE={CPU_BASE_IMAGE}" in (tmp_path / "podman.calls").read_text().splitlines()[-1]
+    (tmp_path / "podman.calls").unlink()
+    result = run_command(
+        ["bash", "containers/build.sh", "gpu"], cwd=REPO, timeout=60, env={**env, "GPU_BASE_IMAGE": "cuda"}
+    )
+    assert result.returncode == 0 and "image exists" not in (tmp_path / "podman.calls").read_text(), result.stdout
+
+
+def test_build_sh_offers_the_cuda_12_wheel_set_where_it_is_reachable(tmp_path: Path) -> None:
+    """`CUDA=12.9 containers/build.sh gpu` (drivers older than 580) takes torch from the PyTorch index and vLLM's
+    +cu129 wheel: out of reach (a stand-in curl that fails as this machine's does, exit 6), it stops naming the
+    source and builds nothing; reachable, the build gets both. Engine and curl are stand-ins (no image is built)."""
+    stand_in(tmp_path, "podman")
+    stand_in(tmp_path, "curl", 'exit "$(cat ' + str(tmp_path) + '/curl_status)"')
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "TAG": "t", "ENGINE": "podman", "CUDA": "12.9"}
+    (tmp_path / "curl_status").write_text("6")
+    result = run_command(["bash", "containers/build.sh", "gpu"], cwd=REPO, timeout=60, env=env)
+    assert result.returncode == 1 and "needs https://download.pytorch.org/whl/cu129/torch/" in result.stdout
+    assert not (tmp_path / "podman.calls").exists()
+    (tmp_path / "curl_status").write_text("0")
+    result = run_command(["bash", "containers/build.sh", "gpu"], cwd=REPO, timeout=60, env=env)
+    assert result.returncode == 0, result.stdout
+    build = (tmp_path / "podman.calls").read_text().splitlines()[-1]
+    vllm = pinned(CONTAINERS / "requirements-gpu.txt")["vllm"].specifier
+    wheel = f"vllm-{next(iter(vllm)).version}+cu129-cp38-abi3-manylinux_2_35_x86_64.whl"
+    for flag in ("CUDA=12.9", "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cu129", f"/{wheel}"):
+        assert flag in build, build
+    assert (
+        run_command(
+            ["bash", "containers/build.sh", "gpu"], cwd=REPO, timeout=60, env={**env, "CUDA": "11.8"}
+        ).returncode
+        == 2
+    )
+
+
 def podman_ready() -> str | None:
     if shutil.which("podman") is None:
         return "podman is not installed (apt-get install podman buildah runc)"

@@ -27,6 +27,7 @@ STAND_IN_APPTAINER = """#!/bin/sh
 # apptainer exec --home DIR ARGS... IMAGE SHELL -c COMMAND: record the line, run `SHELL -c COMMAND` here
 if [ "$1" = --version ]; then echo "apptainer version 1.3.6"; exit 0; fi
 printf '%s\\n' "$*" >> "$APPTAINER_RECORD"
+if [ -n "$GRAIL_WINDOW_REQUEST" ]; then echo "$GRAIL_WINDOW_REQUEST" >> "$APPTAINER_RECORD.request"; fi
 while [ $# -gt 3 ]; do shift; done
 exec "$@"
 """
@@ -90,7 +91,9 @@ def test_apptainer_without_the_image_stops_the_plan_naming_the_build_command(tmp
 
 
 def test_apptainer_jobs_run_in_the_image_with_nv(tmp_path: Path) -> None:
-    """One real job (a generated benchmark) through the stand-in: the image and `--nv` without the user's flag."""
+    """One real job (a generated benchmark) through the stand-in: the image and `--nv` without the user's flag;
+    inside a Slurm job (SLURM_JOB_ID) through the shim of pipeline.runtime.host_windows, which names the file a
+    launcher ending a time window writes for the host side (tests/clusters/test_time_windows.py)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "apptainer").write_text(STAND_IN_APPTAINER)
@@ -99,6 +102,7 @@ def test_apptainer_jobs_run_in_the_image_with_nv(tmp_path: Path) -> None:
     image.touch()
     record = tmp_path / "apptainer.txt"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "APPTAINER_RECORD": str(record)}
+    env["SLURM_JOB_ID"] = "41"
     command = ["snakemake", "--cores", "1", "--sdm", "apptainer", "--apptainer-args", "--bind /tmp"]
     command += ["--directory", str(tmp_path / "work"), "--config", f"container_image={image}"]
     result = run_command([*command, "--", "eval_data/arith_add_hard.jsonl"], cwd=REPO, timeout=300, env=env)
@@ -110,6 +114,8 @@ def test_apptainer_jobs_run_in_the_image_with_nv(tmp_path: Path) -> None:
     assert " --bind /tmp " in options, line  # the user's arguments kept
     assert "pipeline.prepare_benchmarks" in line
     assert (tmp_path / "work" / "eval_data" / "arith_add_hard.jsonl").exists()
+    (request,) = Path(f"{record}.request").read_text().splitlines()
+    assert Path(request).parent == tmp_path / "work" / ".snakemake" / "grail-time-windows"
 
 
 def train_resources(dry_run_output: str) -> list[str]:

@@ -102,5 +102,7 @@ def test_checks_the_scheduler_cannot_answer_show_as_skipped(monkeypatch: pytest.
         ("Slurm's verdict: train", "skipped"),
         ("Slurm's verdict: report", "skipped"),
         ("results directory from a compute node", "skipped"),
+        ("GPU stack on a compute node", "skipped"),
+        ("hub cache from a compute node", "skipped"),
     ]
     assert "sinfo is not on PATH" in checks[1].detail

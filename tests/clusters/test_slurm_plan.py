@@ -85,8 +85,9 @@ def test_sbatch_lines_of_a_training_and_an_evaluation_job_carry_the_config_reque
     # the upstream outputs exist, so only the two target jobs are ready to submit (the evaluation job samples every
     # benchmark: evaluation.job_per checkpoint)
     benchmark_files = [f"eval_data/{name}.jsonl" for name in paper.benchmarks]
-    audits = [f"results/audit/{name}.json" for name in paper.benchmarks]
-    for upstream in ("results/data/train.jsonl", "results/data/data_card.json", *benchmark_files, *audits):
+    results = paper.results_dir
+    audits = [f"{results}/audit/{name}.json" for name in paper.benchmarks]
+    for upstream in (f"{results}/data/train.jsonl", f"{results}/data/data_card.json", *benchmark_files, *audits):
         (workdir / upstream).parent.mkdir(parents=True, exist_ok=True)
         (workdir / upstream).touch()
     bin_dir = tmp_path / "bin"
@@ -96,8 +97,8 @@ def test_sbatch_lines_of_a_training_and_an_evaluation_job_carry_the_config_reque
         (bin_dir / name).chmod(0o755)
     record = tmp_path / "sbatch.txt"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SBATCH_RECORD": str(record)}
-    train_target = f"results/runs/{model}/{method}/seed{seed}/final"
-    evaluate_target = f"results/eval/{model}/base/seed{seed}/start/{benchmark}.jsonl"
+    train_target = f"{results}/runs/{model}/{method}/seed{seed}/final"
+    evaluate_target = f"{results}/eval/{model}/base/seed{seed}/start/{benchmark}.jsonl"
     command = ["snakemake", "--profile", str(PROFILE), "--directory", str(workdir), "--slurm-no-account"]
     command += ["--slurm-init-seconds-before-status-checks", "1"]  # the plugin waits this long before exiting
     result = run_command([*command, train_target, evaluate_target], cwd=REPO, timeout=300, env=env)

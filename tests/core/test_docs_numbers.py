@@ -27,7 +27,7 @@ def test_every_recorded_study_was_recorded_under_the_current_reference_numbers()
     assert not stale, (
         f"docs/numbers/{stale[0]}.json was recorded before the numbers last changed (the reference guard's file "
         "moved since): run the study (`snakemake --cores 2 [--configfile configs/STUDY.yaml]`), then "
-        "`python -m pipeline.docs_numbers --record STUDY results` and `python -m pipeline.docs_numbers`, and say so "
+        "`python -m pipeline.docs_numbers --record STUDY RESULTS_DIR` and `python -m pipeline.docs_numbers`, and say so "
         "in CHANGELOG under 'Changed results'"
     )
 

@@ -116,9 +116,10 @@ def test_paper_evaluations_per_benchmark_ask_for_the_gpus_their_sequences_need()
     """`evaluation.job_per: benchmark` on the paper's study: AIME24's job (90 sequences) asks for one GPU, MATH-500's
     (1,500) for four, as Study.evaluation_layout sizes them (three targets: a small dry run). Broken by planning
     every job's resources without its wildcards: both asked for 4."""
-    targets = [f"results/eval/qwen3_4b/base/seed42/start/{name}.jsonl" for name in ("aime24", "math500", "amc23")]
-    per_benchmark = ["--config", "evaluation={job_per: benchmark}"]
     study = load_study([REPO / "configs" / "paper.yaml"], {"evaluation": {"job_per": "benchmark"}})
+    evaluations = f"{study.results_dir}/eval/qwen3_4b/base/seed42/start"
+    targets = [f"{evaluations}/{name}.jsonl" for name in ("aime24", "math500", "amc23")]
+    per_benchmark = ["--config", "evaluation={job_per: benchmark}"]
     planned = plan.plan(None, REPO / "configs" / "paper.yaml", [*targets, *per_benchmark])
     jobs = [job for job in planned if job.rule == "evaluate"]
     assert {job.wildcards["benchmark"]: job.gpus for job in jobs} == {"aime24": 1, "math500": 4, "amc23": 1}

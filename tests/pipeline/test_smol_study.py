@@ -73,10 +73,10 @@ def results(study: dict[str, Any], study_directory: Path) -> Path:
         "--cores", "2", "--configfile", str(config),
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=3500)
-    logs = sorted((directory / "results" / "logs").rglob("*.log"))
+    logs = sorted((directory / study["results_dir"] / "logs").rglob("*.log"))
     failed = "".join(f"\n--- {log}\n{log.read_text()[-2500:]}" for log in logs if "rror" in log.read_text())
     assert result.returncode == 0, result.stderr[-4000:] + failed
-    return directory / "results"
+    return directory / study["results_dir"]
 
 
 def test_report_has_every_method_on_the_real_model(results: Path) -> None:
