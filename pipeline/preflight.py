@@ -68,7 +68,7 @@ from pipeline.study.load import load_study
 from pipeline.study.plan import cost_table, estimate, plan
 from pipeline.training.run_state import SET_ASIDE_DIR, set_aside_bytes
 
-COMPUTE_JOB_SECONDS = 40
+COMPUTE_JOB_SECONDS = 40  # the test job's default wait (--compute-job-wait)
 PREFLIGHT_REPLICATIONS = 1000  # simulated studies for the power summary line (pipeline.power)
 
 
@@ -393,33 +393,47 @@ def hub_path_check(job_id: str, hub: Path, readable: bool) -> Check:
     )
 
 
+def compute_job_site_flags(profile: dict[str, Any], gpu_job: cost.PlannedJob | None) -> list[str]:
+    """The sbatch flags of the site's settings that the study's jobs carry (profiles/slurm SITE SETTINGS): partition
+    and account (the first GPU job's own where it has them), QoS, reservation and the GPU job's node features; the
+    test job asks for its node as they do, so it tests the nodes they will get."""
+    site = {**(profile.get("default-resources") or {}), **(gpu_job.resources if gpu_job else {})}
+    values = (
+        ("-p", site.get("slurm_partition")),
+        ("-A", site.get("slurm_account")),
+        ("--qos", site.get("qos") or profile.get("slurm-qos")),
+        ("--reservation", profile.get("slurm-reservation")),
+        ("-C", site.get("constraint")),
+    )
+    return [flag for option, value in values if value for flag in (option, str(value))]
+
+
 def compute_job_checks(
-    results_dir: Path, site: dict[str, Any], gpu_job: cost.PlannedJob | None, hub: Path | None
+    results_dir: Path, profile: dict[str, Any], gpu_job: cost.PlannedJob | None, hub: Path | None, wait: int
 ) -> list[Check]:
-    """A tiny sbatch job on a compute node writes a token into the results directory, which this side reads back;
-    where the study has GPU jobs it asks for one GPU as the first of them does and reports the node's driver and
-    GPUs (``gpu_stack_check``), and it tries the hub cache (``hub_path_check``, None: the study reads no hub)."""
+    """A tiny sbatch job on a compute node, asked for with the site's flags (``compute_job_site_flags``), writes a
+    token into the results directory, which this side reads back within ``wait`` seconds; where the study has GPU
+    jobs it asks for one GPU as the first of them does and reports the node's driver and GPUs
+    (``gpu_stack_check``), and it tries the hub cache (``hub_path_check``, None: the study reads no hub)."""
     token = uuid.uuid4().hex
     target = results_dir.resolve() / ".preflight" / token
     target.parent.mkdir(parents=True, exist_ok=True)
     command = ["sbatch", "--parsable", "-J", "grail-preflight", "-t", "2", "-c", "1", "--mem", "200", "-o", "/dev/null"]
-    partition = (gpu_job.resources.get("slurm_partition") if gpu_job else None) or site.get("slurm_partition")
-    for option, value in (("-p", partition), ("-A", site.get("slurm_account"))):
-        if value:
-            command += [option, str(value)]
+    site_flags = compute_job_site_flags(profile, gpu_job)
+    command += site_flags
     if gpu_job is not None:
         command.append(f"--gpus={gpu_job.gpu_model}:1" if gpu_job.gpu_model else "--gpus=1")
     script = compute_job_script(target, token, gpu_job is not None, hub)
     submitted = subprocess.run([*command, "--wrap", script], capture_output=True, text=True, timeout=30)
     if submitted.returncode != 0:
-        detail = f"sbatch refused the test job: {submitted.stderr.strip()}"
+        detail = f"sbatch refused the test job ({' '.join(site_flags) or 'no site flags'}): {submitted.stderr.strip()}"
         return [
-            Check(COMPUTE_JOB, "fail", detail, "fix the account/partition"),
+            Check(COMPUTE_JOB, "fail", detail, "fix the account, partition, QoS or reservation in SITE SETTINGS"),
             *node_checks(None, target, gpu_job is not None, hub),
         ]
     job_id = submitted.stdout.strip().split(";")[0]
     try:
-        result = await_token(job_id, target, token)
+        result = await_token(job_id, target, token, wait)
         return [result, *node_checks(job_id if result.status == "pass" else None, target, gpu_job is not None, hub)]
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
@@ -445,9 +459,10 @@ def node_checks(job_id: str | None, target: Path, gpu: bool, hub: Path | None) -
     ]
 
 
-def await_token(job_id: str, target: Path, token: str) -> Check:
-    """Wait up to ``COMPUTE_JOB_SECONDS`` for job ``job_id`` to write ``token`` to ``target``."""
-    deadline = time.monotonic() + COMPUTE_JOB_SECONDS
+def await_token(job_id: str, target: Path, token: str, wait: int) -> Check:
+    """Wait up to ``wait`` seconds for job ``job_id`` to write ``token`` to ``target``; a job still queued then is
+    SKIPPED with Slurm's reason for it (a busy cluster is no fault of the settings)."""
+    deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if target.exists() and target.read_text().strip() == token:
             return Check(COMPUTE_JOB, "pass", f"job {job_id} wrote {target} and it is visible here")
@@ -462,11 +477,16 @@ def await_token(job_id: str, target: Path, token: str) -> Check:
                     "put results_dir on a filesystem the compute nodes share (e.g. /scratch or /work)",
                 )
         time.sleep(1)
+    queued = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True, text=True)
+    state, _, reason = queued.stdout.strip().partition(" ")
+    if state == "PENDING":
+        detail = f"job {job_id} still queued after {wait} s (Slurm's reason: {reason or 'none given'})"
+        return Check(COMPUTE_JOB, "skipped", f"{detail}; rerun when it can start, or with a longer --compute-job-wait")
     return Check(
         COMPUTE_JOB,
         "fail",
-        f"job {job_id} did not write its token within {COMPUTE_JOB_SECONDS} s",
-        "rerun when it can start",
+        f"job {job_id} did not write its token within {wait} s (state: {state or 'gone'})",
+        "rerun with a longer --compute-job-wait",
     )
 
 
@@ -475,7 +495,9 @@ def skipped_per_rule(jobs: list[cost.PlannedJob], prefix: str, reason: str) -> l
     return [Check(f"{prefix}: {rule}", "skipped", reason) for rule in dict.fromkeys(job.rule for job in jobs)]
 
 
-def slurm_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any], study: Study, compute_job: bool) -> list[Check]:
+def slurm_checks(
+    jobs: list[cost.PlannedJob], profile: dict[str, Any], study: Study, compute_wait: int | None
+) -> list[Check]:
     """The scheduler answers; per rule the preflight's own resource check (sinfo) and Slurm's verdict (sbatch
     --test-only); the test job on a compute node. Where the scheduler cannot answer, those show as skipped."""
     unanswered = None
@@ -513,10 +535,10 @@ def slurm_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any], study: St
         checks += skipped_per_rule(jobs, "Slurm's verdict", "sbatch is not on PATH")
     else:
         checks += scheduler_verdicts(jobs, profile)
-    if compute_job:
+    if compute_wait is not None:
         gpu_job = next((job for job in jobs if job.gpus), None)
         hub = hub_cache_dir() if hub_revisions(study) else None
-        checks += compute_job_checks(Path(study.results_dir), profile.get("default-resources") or {}, gpu_job, hub)
+        checks += compute_job_checks(Path(study.results_dir), profile, gpu_job, hub, compute_wait)
     else:
         checks += skipped_compute_checks("--no-compute-job")
     return checks
@@ -974,7 +996,7 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     jobs = plan(args.profile, args.configfile, extra, placed)
     estimate_ = estimate(study, jobs, args.concurrent_gpus, load_calibration(calibration_path), calibration_path)
     if executor == "slurm":
-        checks = slurm_checks(jobs, profile, study, args.compute_job)
+        checks = slurm_checks(jobs, profile, study, args.compute_job_wait if args.compute_job else None)
     elif executor == "kubernetes":
         checks = kubernetes_static_checks(profile, study) + s3_checks(profile) + kubernetes_api_checks(jobs, profile)
     else:
@@ -1004,6 +1026,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--allow-downloads", action="store_true", help="jobs may download: uncached hub is no fail")
     parser.add_argument(
         "--no-compute-job", dest="compute_job", action="store_false", help="skip the test job on a compute node"
+    )
+    parser.add_argument(
+        "--compute-job-wait",
+        type=int,
+        default=COMPUTE_JOB_SECONDS,
+        help=f"seconds the test job may take to start and write its token (default {COMPUTE_JOB_SECONDS})",
     )
     parser.add_argument(
         "--software-only",

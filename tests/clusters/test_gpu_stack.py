@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -65,8 +66,15 @@ def test_the_test_job_reports_the_node_gpus_and_the_hub_cache(tmp_path: Path, mo
     hub, unreadable = tmp_path / "hub", tmp_path / "missing-hub"
     hub.mkdir()
     train = cost.PlannedJob("train", gpus=4, gpu_model="a100", resources={"slurm_partition": "gpu"})
-    site = {"slurm_account": "grail-lab", "slurm_partition": "cpu"}
-    checks = preflight.compute_job_checks(tmp_path / "results", site, train, hub)
+    # the site's SITE SETTINGS as the profile holds them: the test job asks for its node with all of them
+    site = {
+        "default-resources": {"slurm_account": "grail-lab", "slurm_partition": "cpu"},
+        "slurm-qos": "grail-gpu",
+        "slurm-reservation": "grail-resv",
+    }
+    flags = preflight.compute_job_site_flags(site, train)
+    assert flags == ["-p", "gpu", "-A", "grail-lab", "--qos", "grail-gpu", "--reservation", "grail-resv"]
+    checks = preflight.compute_job_checks(tmp_path / "results", site, train, hub, preflight.COMPUTE_JOB_SECONDS)
     assert [(check.name, check.status) for check in checks] == [
         (preflight.COMPUTE_JOB, "pass"),
         (preflight.COMPUTE_GPU, "fail"),
@@ -74,9 +82,29 @@ def test_the_test_job_reports_the_node_gpus_and_the_hub_cache(tmp_path: Path, mo
     ], checks
     assert "2x Tesla V100-SXM2-32GB (compute capability 7.0), driver 535.104.05" in checks[1].detail
     assert not (tmp_path / "results" / ".preflight").exists()  # the token and the reports are cleaned up
-    checks = preflight.compute_job_checks(tmp_path / "results", site, None, unreadable)
+    checks = preflight.compute_job_checks(tmp_path / "results", site, None, unreadable, preflight.COMPUTE_JOB_SECONDS)
     assert [(check.name, check.status) for check in checks] == [
         (preflight.COMPUTE_JOB, "pass"),
         (preflight.COMPUTE_GPU, "skipped"),
         (preflight.COMPUTE_HUB, "fail"),
     ], checks
+
+
+def test_the_test_job_names_a_refused_site_flag_and_a_job_still_queued(tmp_path: Path) -> None:
+    """A reservation the scheduler does not know: sbatch refuses, and the check names the flags it was given. A job
+    that cannot start within the wait (held here) is skipped with Slurm's reason, not failed. Broken by leaving the
+    reservation out of the test job's flags: it passed."""
+    if reason := site_scheduler():
+        pytest.skip(reason)
+    wrong = {"default-resources": {"slurm_account": "grail-lab"}, "slurm-reservation": "no-such-reservation"}
+    refused = preflight.compute_job_checks(tmp_path / "results", wrong, None, None, preflight.COMPUTE_JOB_SECONDS)[0]
+    assert refused.status == "fail" and "--reservation no-such-reservation" in refused.detail, refused
+    held = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "-A", "grail-lab", "-o", "/dev/null", "--wrap", "true"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    try:
+        queued = preflight.await_token(held, tmp_path / "token", "token", wait=2)
+    finally:
+        subprocess.run(["scancel", held], check=False)
+    assert queued.status == "skipped" and "still queued after 2 s (Slurm's reason: JobHeldUser)" in queued.detail

@@ -94,7 +94,7 @@ def test_checks_the_scheduler_cannot_answer_show_as_skipped(monkeypatch: pytest.
     check alone: the per-rule checks vanished."""
     monkeypatch.setattr(preflight.shutil, "which", lambda name: None)
     jobs = [cost.PlannedJob("train", gpus=4), cost.PlannedJob("report")]
-    checks = preflight.slurm_checks(jobs, {}, study(PAPER), compute_job=True)
+    checks = preflight.slurm_checks(jobs, {}, study(PAPER), compute_wait=preflight.COMPUTE_JOB_SECONDS)
     assert [(check.name, check.status) for check in checks] == [
         ("scheduler", "fail"),
         ("resources: train", "skipped"),
