@@ -222,6 +222,7 @@ class Study:
     training_engine: TrainingEngine = "auto"
     time_windows: int = 8  # Slurm time-limit windows per training job (pipeline.runtime.time_windows)
     kernel_pin: bool = True  # every job on the AVX2 CPU kernel path (pipeline.core.kernels)
+    gpu_determinism: bool = False  # training and evaluation with GPU determinism (pipeline.core.gpu_determinism)
     strict_revisions: bool = False  # every hub revision must be a commit (pipeline.study.inputs)
     # the whole config, merged and with the schema's defaults (the report records it)
     config: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -300,6 +301,7 @@ class Study:
             training_engine=config["training_engine"],
             time_windows=config["time_windows"],
             kernel_pin=config["kernel_pin"],
+            gpu_determinism=config["gpu_determinism"],
             strict_revisions=config["strict_revisions"],
             config=config,
         )
