@@ -383,8 +383,9 @@ def gpu_determinism_section(records: dict[str, dict[str, str]]) -> str:
     if not records:
         return "No training run or evaluation recorded its GPU settings."
     on_gpu = {output: fields for output, fields in records.items() if fields["GPUs"] not in {"none", NOT_RECORDED}}
+    unrecorded = [output for output, fields in records.items() if fields["GPUs"] == NOT_RECORDED]
     settings = sorted({fields["GPU determinism"] for fields in records.values()})
-    if not on_gpu:
+    if not on_gpu and not unrecorded:
         return (
             f"None of the {len(records)} training runs and evaluations ran on a GPU (GPU determinism "
             f"{' and '.join(settings)}; on the CPU it changes no number): the CPU kernel path decides what they hold."
@@ -394,6 +395,11 @@ def gpu_determinism_section(records: dict[str, dict[str, str]]) -> str:
         groups.setdefault(", ".join(f"{name} {value}" for name, value in fields.items()), []).append(output)
     lines = [f"GPU settings of the {len(records)} training runs and evaluations:"]
     lines += _mixed_listing({"": groups})
+    if unrecorded:
+        lines.append(
+            f"{len(unrecorded)} outputs were made before the GPU settings were recorded: whether they ran on a GPU, "
+            "and with which knobs, is not known."
+        )
     off = [output for output, fields in on_gpu.items() if fields["GPU determinism"] != "on"]
     if off:
         lines.append(
@@ -401,11 +407,12 @@ def gpu_determinism_section(records: dict[str, dict[str, str]]) -> str:
             "even on the same GPUs a rerun repeats none of their numbers bitwise. Compare them through the seed "
             "spread (the seed-aware rows), or set `gpu_determinism: true` (docs/fidelity.md)."
         )
-    else:
+    elif on_gpu:
         lines.append(
-            "With GPU determinism on, a rerun of each on the same GPU model and count (and processes), with the same "
-            "library versions, repeats its losses, samples and scores bitwise; on another GPU model or count none "
-            "is bitwise equal: compare through the seed spread (the seed-aware rows; docs/fidelity.md)."
+            f"With GPU determinism on for all {len(on_gpu)} outputs made on GPUs, a rerun of each on the same GPU "
+            "model and count (and processes), with the same library versions, repeats its losses, samples and scores "
+            "bitwise; on another GPU model or count none is bitwise equal: compare through the seed spread (the "
+            "seed-aware rows; docs/fidelity.md)."
         )
     models = sorted({fields["GPUs"].rsplit(" x ", 1)[0] for fields in on_gpu.values()})
     if len(models) > 1:

@@ -18,7 +18,7 @@ import yaml
 
 from pipeline.core import gpu_determinism
 from pipeline.core.io import InputError
-from pipeline.core.provenance import gpu_fields
+from pipeline.core.provenance import NOT_RECORDED, gpu_fields
 from pipeline.report import gpu_determinism_section
 from pipeline.study.load import load_study
 from pipeline.why_rerun import planned_workflow
@@ -94,7 +94,7 @@ def test_the_report_says_what_gpu_numbers_can_hold() -> None:
     on = gpu_determinism_section({"run": gpu_fields(h100), "eval": gpu_fields({**h100, "processes": 1})})
     assert "\n- GPU determinism on, GPUs NVIDIA H100 x 4, processes 4, deterministic algorithms on" in on
     assert "CUBLAS_WORKSPACE_CONFIG=:4096:8 FLASH_ATTENTION_DETERMINISTIC=1 NCCL_ALGO=Ring: 1 outputs (`run`)" in on
-    assert "a rerun of each on the same GPU model and count (and processes)" in on and "bitwise" in on
+    assert "on for all 2 outputs made on GPUs, a rerun of each on the same GPU model and count (and processes)" in on
     assert "on another GPU model or count none is bitwise equal: compare through the seed spread" in on
     assert "Mixed" not in on and "is off" not in on
     upstream = {"gpu_determinism": False, "devices": ["NVIDIA A100"], "processes": 1}
@@ -103,4 +103,7 @@ def test_the_report_says_what_gpu_numbers_can_hold() -> None:
     assert "**Mixed GPU models** (NVIDIA A100; NVIDIA H100)" in mixed
     cpu = gpu_determinism_section({"run": gpu_fields({**h100, "devices": [], "processes": 1})})
     assert cpu.startswith("None of the 1 training runs and evaluations ran on a GPU (GPU determinism on;")
-    assert gpu_determinism_section({"old": gpu_fields({})}).startswith("None of the 1")
+    # an output made before the GPU settings were recorded (read_gpu_records) is not said to have run on the CPU
+    old = gpu_determinism_section({"old": dict.fromkeys(gpu_fields({}), NOT_RECORDED), "run": gpu_fields(h100)})
+    assert "1 outputs were made before the GPU settings were recorded" in old and "None of" not in old
+    assert "on for all 1 outputs made on GPUs, a rerun of each on the same GPU model and count" in old
