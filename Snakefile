@@ -32,7 +32,7 @@ sys.path.insert(0, workflow.basedir)
 if threading.current_thread() is threading.main_thread():  # (a Snakefile parsed in a thread cannot set handlers)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
-from pipeline.core import exit_codes, kernels, layout
+from pipeline.core import exit_codes, gpu_determinism, kernels, layout
 from pipeline.core.io import InputError, canonical_json
 from pipeline.core.provenance import library_versions
 from pipeline.core.rerun_key import with_rerun_key
@@ -85,6 +85,11 @@ job_hf_home(STUDY.hf_home)
 # job's Snakemake re-reads the config and sets it again. A param of the rules that compute, so a change reruns them.
 kernels.configure(STUDY.kernel_pin)
 KERNEL_PIN = "pinned" if STUDY.kernel_pin else "native"
+# GPU determinism of training and evaluation (pipeline.core.gpu_determinism), by the same route. A param of those
+# rules only when on: off (the default) adds nothing, so the studies made before the setting existed keep their
+# params; turning it on reruns training (its fingerprint has it too) and evaluation.
+gpu_determinism.configure(STUDY.gpu_determinism)
+GPU_DETERMINISM = {"gpu_determinism": "on"} if STUDY.gpu_determinism else {}
 
 
 # The DAG whose damaged outputs were handed to Snakemake (force_damaged_outputs)
@@ -453,6 +458,7 @@ rule train:
     resources:
         **resources_of("train", per_model=True),
     params:
+        **GPU_DETERMINISM,
         model=train_model_argument,
         training_spec=lambda wildcards: canonical_json(STUDY.training_spec(wildcards.model)),
         method_spec=lambda wildcards: canonical_json(STUDY.methods[wildcards.method].spec),
@@ -566,6 +572,7 @@ for EVALUATE in STUDY.evaluate_rules():
                     "spec": lambda wildcards: canonical_json(STUDY.evaluation_spec(wildcards)),
                     "libraries": LIBRARIES,
                     "kernels": KERNEL_PIN,
+                    **GPU_DETERMINISM,
                     "code": source_digest("pipeline.evaluate"),
                 }
             ),

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.core import kernels
+from pipeline.core import gpu_determinism, kernels
 from pipeline.core.io import load_spec, run_cli
 from pipeline.evaluation.backends import detect_backend
 from pipeline.evaluation.eval_spec import parse_eval_spec
@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     if detect_backend(spec.backend) == "vllm" and vllm_device_type() == "cpu":
         arguments = sys.argv[1:] if argv is None else argv
         kernels.run_natively("pipeline.evaluate", arguments, "vLLM's CPU kernels are built for this machine")
+    gpu_determinism.apply()  # before the model and any vLLM engine start
     if spec.grading == "clean":
         for audit in args.audit or []:
             if warning := clean_only_warning(json.loads(Path(audit).read_text())):

@@ -91,7 +91,7 @@ import torch
 from datasets import Dataset
 from transformers import ProgressCallback
 
-from pipeline.core import kernels
+from pipeline.core import gpu_determinism, kernels
 from pipeline.core.exit_codes import (
     COLLAPSE_EXIT_CODE,
     NONFINITE_EXIT_CODE,
@@ -308,6 +308,7 @@ def run_fingerprint(args: argparse.Namespace, merged: dict[str, Any], config: Gr
         code=module_digests("pipeline.train", "pipeline.launch", credit_module(config.credit)),
         libraries=library_versions() if args.fingerprint_libraries else None,
         kernel_path=kernels.kernel_path(),
+        gpu_determinism=gpu_determinism.requested(),
     )
     return fingerprint_record(components)
 
@@ -373,6 +374,7 @@ def train_run(args: argparse.Namespace, signals: PreemptionSignals) -> None:
         stop_before_training(signals.received_name())
     tracking = load_tracking(args.tracking)
     stall = StallWatchdogCallback(RuntimeSettings.current().watchdog)
+    gpu_determinism.apply()  # before the model, the process group and a colocated vLLM engine start
     os.environ.update(single_process_rendezvous(os.environ))
     trainer, control = build_trainer(args, signals, tracking, stall)
     if control.stop_requested():  # during validation or model loading

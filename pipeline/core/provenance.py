@@ -3,10 +3,11 @@ and accepted code changes.
 
 Library versions and kernel path: the training stage writes ``RUN_DIR/provenance.json`` and the evaluation stage
 ``<benchmark>.provenance.json`` beside its samples, ``{"stage", "python", "libraries": {name: version}, "kernels":
-{cpu_model, machine, cpu_flags, capability, kernel_pin, variables, threads, mkl, onednn}, "hub": [{repo_id,
-repo_type, revision, commit}]}``: the libraries that
-change their numbers (``LIBRARIES``; ``absent`` when not installed) and what decides their last bits below the code
-(``pipeline.core.kernels.kernel_record``). The report flags a study
+{cpu_model, machine, cpu_flags, capability, kernel_pin, variables, threads, mkl, onednn}, "gpu": {gpu_determinism,
+deterministic_algorithms, cudnn_benchmark, variables, devices, processes}, "hub": [{repo_id, repo_type, revision,
+commit}]}``: the libraries that change their numbers (``LIBRARIES``; ``absent`` when not installed), what decides
+their last bits below the code (``pipeline.core.kernels.kernel_record``) and, on GPUs, the determinism knobs in
+effect with the GPUs seen (``pipeline.core.gpu_determinism.gpu_record``). The report flags a study
 whose outputs were made with different versions (``mixed_versions``). Whether a version change reruns them is the
 config's ``library_changes`` (warn, the default: it does not).
 
@@ -20,11 +21,12 @@ from __future__ import annotations
 
 import json
 import platform
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipeline.core import kernels
+from pipeline.core import gpu_determinism, kernels
 from pipeline.core.io import InputError, atomic_write_json, read_jsonl
 
 LIBRARIES = ("torch", "transformers", "trl", "vllm", "math-verify", "accelerate", "deepspeed")
@@ -59,15 +61,16 @@ def write_provenance(
     health: dict[str, Any] | None = None,
     hub: list[dict[str, Any]] | None = None,
 ) -> None:
-    """Record, atomically, which Python and library versions and which CPU kernel path ``stage`` ran with, the
-    run-time settings it ran under (``runtime``: pipeline.runtime.settings, passed by the stage), for a training
-    run the health check's summary (``health``: pipeline.runtime.health) and the hub models it loaded with the
-    commits the cache resolved them to (``hub``: pipeline.models.hub_cache.hub_record)."""
+    """Record, atomically, which Python and library versions, which CPU kernel path and which GPU determinism knobs
+    ``stage`` ran with, the run-time settings it ran under (``runtime``: pipeline.runtime.settings, passed by the
+    stage), for a training run the health check's summary (``health``: pipeline.runtime.health) and the hub models
+    it loaded with the commits the cache resolved them to (``hub``: pipeline.models.hub_cache.hub_record)."""
     record = {
         "stage": stage,
         "python": platform.python_version(),
         "libraries": library_versions(),
         "kernels": kernels.kernel_record(),
+        "gpu": gpu_determinism.gpu_record(),
         **({"runtime": runtime} if runtime is not None else {}),
         **({"health": health} if health is not None else {}),
         **({"hub": hub} if hub else {}),
@@ -117,17 +120,44 @@ def kernel_fields(record: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def read_kernel_paths(paths: list[Path]) -> dict[str, dict[str, str]]:
-    """``{output: kernel_fields}`` of provenance files; a record made before kernels were recorded reads as
+def read_fields(
+    paths: list[Path], key: str, fields: Callable[[dict[str, Any]], dict[str, str]]
+) -> dict[str, dict[str, str]]:
+    """``{output: fields(record[key])}`` of provenance files; a record made before ``key`` was recorded reads as
     ``not recorded`` in every field."""
     records = {}
     for path in paths:
         try:
-            record = json.loads(path.read_text(encoding="utf-8")).get("kernels", {})
+            record = json.loads(path.read_text(encoding="utf-8")).get(key, {})
         except (OSError, ValueError, AttributeError) as error:
             raise InputError(f"{path}: not a provenance record ({error})") from None
-        records[str(path)] = kernel_fields(record) if record else dict.fromkeys(kernel_fields({}), NOT_RECORDED)
+        records[str(path)] = fields(record) if record else dict.fromkeys(fields({}), NOT_RECORDED)
     return records
+
+
+def read_kernel_paths(paths: list[Path]) -> dict[str, dict[str, str]]:
+    """``{output: kernel_fields}`` of provenance files."""
+    return read_fields(paths, "kernels", kernel_fields)
+
+
+def gpu_fields(record: dict[str, Any]) -> dict[str, str]:
+    """The fields of a ``gpu_determinism.gpu_record`` as text: the study's setting, the knobs in effect and the GPUs
+    (model x count, and the run's processes) that a bitwise repeat needs the same of."""
+    devices = record.get("devices", [])
+    variables = record.get("variables", {})
+    return {
+        "GPU determinism": "on" if record.get("gpu_determinism") else "off",
+        "GPUs": " + ".join(f"{name} x {devices.count(name)}" for name in sorted(set(devices))) or "none",
+        "processes": str(record.get("processes", NOT_RECORDED)),
+        "deterministic algorithms": "on" if record.get("deterministic_algorithms") else "off",
+        "cudnn.benchmark": "on" if record.get("cudnn_benchmark") else "off",
+        "variables": " ".join(f"{name}={value}" for name, value in sorted(variables.items())) or "none",
+    }
+
+
+def read_gpu_records(paths: list[Path]) -> dict[str, dict[str, str]]:
+    """``{output: gpu_fields}`` of provenance files."""
+    return read_fields(paths, "gpu", gpu_fields)
 
 
 def mixed_versions(records: dict[str, dict[str, str]]) -> dict[str, dict[str, list[str]]]:

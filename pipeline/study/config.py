@@ -224,6 +224,7 @@ class Study:
     time_windows: int = 8  # Slurm time-limit windows per training job (pipeline.runtime.time_windows)
     checkpoint_volume: str | None = None  # where training's working checkpoints live (pipeline.core.layout.working_dir)
     kernel_pin: bool = True  # every job on the AVX2 CPU kernel path (pipeline.core.kernels)
+    gpu_determinism: bool = False  # training and evaluation with GPU determinism (pipeline.core.gpu_determinism)
     strict_revisions: bool = False  # every hub revision must be a commit (pipeline.study.inputs)
     hf_home: str | None = None  # the Hugging Face cache of every job (pipeline.models.hub_cache.job_hf_home)
     # the whole config, merged and with the schema's defaults (the report records it)
@@ -305,6 +306,7 @@ class Study:
             time_windows=config["time_windows"],
             checkpoint_volume=config["checkpoint_volume"],
             kernel_pin=config["kernel_pin"],
+            gpu_determinism=config["gpu_determinism"],
             strict_revisions=config["strict_revisions"],
             config=config,
         )

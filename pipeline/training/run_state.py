@@ -16,6 +16,8 @@ Fingerprint: the components that decide a run's trajectory, each recorded in eve
     kernels    the CPU kernel path (``pipeline.core.kernels.kernel_path``): ``pinned AVX2``, or the native capability
                when the pin is off (an AVX-512 run's checkpoints do not resume on an AVX2 machine)
     engine     ``deepspeed``, only for a DeepSpeed run (its checkpoints shard the optimizer per rank)
+    gpu_determinism  ``true``, only for a run with the study's ``gpu_determinism`` on (pipeline.core.gpu_determinism):
+               its checkpoints are a deterministic trajectory, the others' are not
     fingerprint = SHA-256 of the canonical JSON of the components
 
 A run resumes only from checkpoints whose fingerprint is its own. A working directory holding anything else is
@@ -88,10 +90,11 @@ def fingerprint_components(
     libraries: Mapping[str, str] | None,
     kernel_path: str,
     deepspeed: bool = False,
+    gpu_determinism: bool = False,
 ) -> dict[str, Any]:
     """The components of the module docstring (``continues``: leave ``max_steps`` out, see ``continuable``);
-    ``engine`` only for a DeepSpeed run, so that the fingerprints of the DDP and one-process runs made before it
-    existed stay valid."""
+    ``engine`` only for a DeepSpeed run and ``gpu_determinism`` only when on, so that the fingerprints of the runs
+    made before they existed stay valid."""
     left_out = NOT_TRAJECTORY | ({"max_steps"} if continues else set())
     components: dict[str, Any] = {
         "spec": {key: value for key, value in sorted(spec.items()) if key not in left_out},
@@ -106,6 +109,8 @@ def fingerprint_components(
         components["libraries"] = dict(sorted(libraries.items()))
     if deepspeed:
         components["engine"] = "deepspeed"
+    if gpu_determinism:
+        components["gpu_determinism"] = True
     return components
 
 

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from pipeline import power
+from pipeline.core import gpu_determinism
 from pipeline.core.io import canonical_json
 from pipeline.study import power_analysis
 from pipeline.study.config import Study
@@ -330,6 +331,12 @@ def test_every_run_and_evaluation_records_the_pinned_kernel_path(workdir: Path) 
     report = (results / "report.md").read_text()
     assert f"All {len(records)} training runs and evaluations ran on one CPU kernel path: capability AVX2" in report
     assert '"cpu_model"' in report
+    # GPU determinism off (the default; pipeline.core.gpu_determinism), and no GPU
+    for path in records:
+        gpu = json.loads(path.read_text())["gpu"]
+        assert gpu["gpu_determinism"] is False and gpu["deterministic_algorithms"] is False, path
+        assert gpu["variables"] == {} and gpu["devices"] == [], path
+    assert f"None of the {len(records)} training runs and evaluations ran on a GPU (GPU determinism off;" in report
 
 
 def code_copy(tmp_path: Path, edits: dict[str, str] | None = None) -> Path:
@@ -440,7 +447,9 @@ def _without_timings(path: Path) -> list[dict]:
 
 
 def test_same_seed_same_metrics(workdir: Path, study: Study, tmp_path: Path) -> None:
-    """Retrain one run and re-evaluate the baseline into new directories: identical metrics and samples."""
+    """Retrain one run and re-evaluate the baseline into new directories: identical metrics and samples. Both with
+    GPU determinism on (pipeline.core.gpu_determinism), which on the CPU must change no number: each stage applies
+    it and records it in its provenance."""
     model, method, seed = "tiny", "grail", study.seeds[0]
     results = workdir / "results"
     train = [
@@ -449,7 +458,8 @@ def test_same_seed_same_metrics(workdir: Path, study: Study, tmp_path: Path) -> 
         "--method-spec", canonical_json(study.methods[method].spec),
         "--data", str(results / "data" / "train.jsonl"), "--seed", str(seed), "--out", str(tmp_path / "run"),
     ]  # fmt: skip
-    subprocess.run(train, check=True, capture_output=True, cwd=REPO, timeout=1800, env=with_examples())
+    deterministic = {**with_examples(), gpu_determinism.GPU_DETERMINISM_VARIABLE: "1"}
+    subprocess.run(train, check=True, capture_output=True, cwd=REPO, timeout=1800, env=deterministic)
     original = results / "runs" / model / method / f"seed{seed}" / "metrics.jsonl"
     assert _without_timings(tmp_path / "run" / "metrics.jsonl") == _without_timings(original)
 
@@ -459,6 +469,10 @@ def test_same_seed_same_metrics(workdir: Path, study: Study, tmp_path: Path) -> 
         "--benchmark", str(workdir / "eval_data" / f"{benchmark}.jsonl"),
         "--spec", canonical_json(study.evaluation.spec), "--seed", str(seed), "--out", str(tmp_path / "base.jsonl"),
     ]  # fmt: skip
-    subprocess.run(evaluate, check=True, capture_output=True, cwd=REPO, timeout=1800, env=with_examples())
+    subprocess.run(evaluate, check=True, capture_output=True, cwd=REPO, timeout=1800, env=deterministic)
     samples = results / "eval" / model / "base" / f"seed{seed}" / "start" / f"{benchmark}.jsonl"
     assert (tmp_path / "base.jsonl").read_text() == samples.read_text()
+    for provenance in (tmp_path / "run" / "provenance.json", tmp_path / "base.provenance.json"):
+        record = json.loads(provenance.read_text())["gpu"]
+        assert record["gpu_determinism"] is True and record["deterministic_algorithms"] is True, provenance
+        assert record["variables"] == gpu_determinism.ENVIRONMENT, provenance

@@ -168,6 +168,15 @@ def test_a_deepspeed_run_has_a_fingerprint_of_its_own_and_the_others_keep_theirs
     assert fingerprint_record(ddp)["fingerprint"] != fingerprint_record(zero2)["fingerprint"]
 
 
+def test_gpu_determinism_has_a_fingerprint_of_its_own_and_the_runs_without_keep_theirs() -> None:
+    """Turning the study's ``gpu_determinism`` on reruns the train jobs: they must train again, deterministically,
+    not republish checkpoints made without it; off leaves the fingerprints of the runs made before it existed."""
+    off = fingerprint_components(LINEAR, continues=False, **COMPONENTS)
+    on = fingerprint_components(LINEAR, continues=False, gpu_determinism=True, **COMPONENTS)
+    assert "gpu_determinism" not in off and on == {**off, "gpu_determinism": True}
+    assert fingerprint_record(off)["fingerprint"] != fingerprint_record(on)["fingerprint"]
+
+
 def test_max_steps_is_in_the_fingerprint_unless_the_schedule_is_continuable(tmp_path, caplog) -> None:
     """A decaying schedule's rate at step 1 depends on max_steps: a larger max_steps sets the old run aside."""
     common = COMPONENTS
