@@ -29,7 +29,8 @@ from pipeline.core import kernels
 from pipeline.core.io import InputError, atomic_write_text, load_spec, read_jsonl, run_cli
 from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, VARIANCE_TABLE, checkpoint_label
 from pipeline.core.provenance import (
-    NOT_RECORDED,
+    gpu_determinism_section,
+    mixed_listing,
     mixed_versions,
     package_versions,
     read_code_changes,
@@ -303,17 +304,6 @@ def token_viewer_section(page: Path, report_dir: Path) -> str:
     )
 
 
-def _mixed_listing(mixed: dict[str, dict[str, list[str]]]) -> list[str]:
-    """One line per (field, value) of ``provenance.mixed_versions``: how many outputs have it, the first five named
-    (the value alone under the field ``""``)."""
-    lines = []
-    for name, values in mixed.items():
-        for value, outputs in values.items():
-            shown = ", ".join(f"`{output}`" for output in outputs[:5]) + (" ..." if len(outputs) > 5 else "")
-            lines.append(f"- {f'{name} {value}'.strip()}: {len(outputs)} outputs ({shown})")
-    return lines
-
-
 def hub_commits_section(commits: dict[str, str]) -> str:
     """The hub commit each model reference was loaded at (training runs' and evaluations' provenance), so that a
     branch such as ``main`` in the config still names the files used; the data card and gold audits record the
@@ -339,7 +329,7 @@ def library_versions_section(records: dict[str, dict[str, str]]) -> str:
             f"**Mixed library versions**: the {len(records)} training runs and evaluations were not all made with "
             "the same libraries, so their numbers may differ for that reason alone (config `library_changes: rerun` "
             "reruns the outputs made with other versions than the installed ones).",
-            *_mixed_listing(mixed),
+            *mixed_listing(mixed),
         ]
     )
 
@@ -370,57 +360,9 @@ def kernel_path_section(records: dict[str, dict[str, str]]) -> str:
             f"**Mixed kernel paths**: the {len(records)} training runs and evaluations did not all run on one CPU "
             f"kernel path (CPU: {'; '.join(cpus)}), so their numbers may differ in the last bits for that reason "
             'alone, and RL amplifies last bits into points (docs/fidelity.md, "One kernel path").',
-            *_mixed_listing(mixed),
+            *mixed_listing(mixed),
         ]
     )
-
-
-def gpu_determinism_section(records: dict[str, dict[str, str]]) -> str:
-    """The GPU determinism knobs and GPUs every training run and evaluation ran with (pipeline.core.gpu_determinism),
-    and what their numbers can hold: with the knobs on, a rerun on the same GPU model and count repeats them
-    bitwise; across GPU models or counts, or with the knobs off, none is bitwise: compare through the seed spread
-    (docs/fidelity.md, "What a GPU run can hold")."""
-    if not records:
-        return "No training run or evaluation recorded its GPU settings."
-    on_gpu = {output: fields for output, fields in records.items() if fields["GPUs"] not in {"none", NOT_RECORDED}}
-    unrecorded = [output for output, fields in records.items() if fields["GPUs"] == NOT_RECORDED]
-    settings = sorted({fields["GPU determinism"] for fields in records.values()})
-    if not on_gpu and not unrecorded:
-        return (
-            f"None of the {len(records)} training runs and evaluations ran on a GPU (GPU determinism "
-            f"{' and '.join(settings)}; on the CPU it changes no number): the CPU kernel path decides what they hold."
-        )
-    groups: dict[str, list[str]] = {}
-    for output, fields in sorted(records.items()):
-        groups.setdefault(", ".join(f"{name} {value}" for name, value in fields.items()), []).append(output)
-    lines = [f"GPU settings of the {len(records)} training runs and evaluations:"]
-    lines += _mixed_listing({"": groups})
-    if unrecorded:
-        lines.append(
-            f"{len(unrecorded)} outputs were made before the GPU settings were recorded: whether they ran on a GPU, "
-            "and with which knobs, is not known."
-        )
-    off = [output for output, fields in on_gpu.items() if fields["GPU determinism"] != "on"]
-    if off:
-        lines.append(
-            f"**GPU determinism is off** for {len(off)} of the {len(on_gpu)} outputs made on GPUs (as upstream): "
-            "even on the same GPUs a rerun repeats none of their numbers bitwise. Compare them through the seed "
-            "spread (the seed-aware rows), or set `gpu_determinism: true` (docs/fidelity.md)."
-        )
-    elif on_gpu:
-        lines.append(
-            f"With GPU determinism on for all {len(on_gpu)} outputs made on GPUs, a rerun of each on the same GPU "
-            "model and count (and processes), with the same library versions, repeats its losses, samples and scores "
-            "bitwise; on another GPU model or count none is bitwise equal: compare through the seed spread (the "
-            "seed-aware rows; docs/fidelity.md)."
-        )
-    models = sorted({fields["GPUs"].rsplit(" x ", 1)[0] for fields in on_gpu.values()})
-    if len(models) > 1:
-        lines.append(
-            f"**Mixed GPU models** ({'; '.join(models)}): outputs made on different GPU models are not bitwise "
-            "comparable with one another."
-        )
-    return "\n".join(lines)
 
 
 def code_changes_section(entries: list[dict[str, Any]]) -> str:

@@ -18,8 +18,7 @@ import yaml
 
 from pipeline.core import gpu_determinism
 from pipeline.core.io import InputError
-from pipeline.core.provenance import NOT_RECORDED, gpu_fields
-from pipeline.report import gpu_determinism_section
+from pipeline.core.provenance import NOT_RECORDED, gpu_determinism_section, gpu_fields
 from pipeline.study.load import load_study
 from pipeline.why_rerun import planned_workflow
 from tests.shared_studies import CI_CONFIG, REPO
