@@ -60,7 +60,6 @@ from pipeline.tasks.benchmarks import (
 from pipeline.tasks.prompts import PROMPT_TEMPLATES, build_prompt
 
 SPEC_KEYS = {"source", "prompt_template", "deepmath", "generated", "gsm_symbolic", "jsonl", "decontaminate"}
-GSM_SYMBOLIC_KEYS = {"count", "seed"}
 DEEPMATH_KEYS = {"hub_id", "revision", "split", "cache_dir", "max_rows", "shuffle_seed", "shuffle"}
 SHUFFLES = ("python_random", "datasets")
 JSONL_KEYS = {"path", "max_rows", "shuffle_seed"}

@@ -54,9 +54,6 @@ class WatchdogConfig:
                 raise InputError(f"watchdog.{name}: invalid value {getattr(self, name)!r}")
 
 
-DEFAULT_WATCHDOG = WatchdogConfig()
-
-
 def stall_bound(durations: Sequence[float], config: WatchdogConfig) -> float:
     """Seconds a unit of work (or the gap between two) may go without progress:
 

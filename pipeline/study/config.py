@@ -1,7 +1,11 @@
 """The study configuration: schema check with key-naming messages, semantic checks, typed views for the Snakefile.
 
-    config = load_config("configs/default.yaml")      # schema errors, defaults, semantic errors -> InputError
-    study = Study.from_config(config)                  # what the Snakefile plans jobs from
+    >>> from pipeline.study.load import load_study   # the files merged, schema, defaults, semantic checks
+    >>> study = load_study(["configs/default.yaml"])   # every error at once -> InputError; a Study
+    >>> sorted(study.methods), study.seeds
+    (['grail', 'grpo', 'oar_g'], (0, 1))
+
+(The Snakefile builds it from Snakemake's merged config: ``Study.from_config(config)``.)
 
 Every error names the config key it is about (``models.tiny.warmup.steps``), and all errors are reported at once.
 
@@ -17,6 +21,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Literal
 
 from pipeline.core.io import InputError
@@ -513,7 +518,8 @@ class Study:
     @cached_property
     def benchmark_sizes(self) -> dict[str, int | None]:
         """Items per benchmark (``benchmark_items``; None: unknown before the benchmark is prepared)."""
-        return {name: benchmark_items(name, spec) for name, spec in self.benchmarks.items()}
+        eval_data_dir = Path(self.eval_data_dir)
+        return {name: benchmark_items(name, spec, eval_data_dir) for name, spec in self.benchmarks.items()}
 
     def evaluation_benchmarks(self, job: Mapping[str, Any]) -> list[str]:
         """The benchmarks an evaluate job serves: those of ``evaluations()`` matching every wildcard the job has

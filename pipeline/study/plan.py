@@ -17,7 +17,6 @@ from pipeline.core.io import InputError
 from pipeline.core.repo import REPO_DIR
 from pipeline.study import calibration as calibrated
 from pipeline.study import cost
-from pipeline.study.benchmark_sizes import benchmark_items
 from pipeline.study.config import Study
 from pipeline.study.gpu_sizing import sizing_summary
 
@@ -131,7 +130,7 @@ def estimate(
     run_bytes = {model: study.run_disk_bytes(model) for model in study.models}
     checkpoints = sum(run_bytes[job.wildcards["model"]] or 0 for job in jobs if job.rule == "train")
     evaluation = study.evaluation.spec
-    items = {name: benchmark_items(name, spec) for name, spec in study.benchmarks.items()}
+    items = study.benchmark_sizes
     samples = sum(
         cost.samples_bytes(items[benchmark] or 0, evaluation["n_samples"], evaluation["max_new_tokens"])
         for job in jobs

@@ -82,7 +82,6 @@ from pipeline.stats.metrics import group_by_item, parse_samples_path
 from pipeline.stats.seed_aware import stratified_permutation_pvalues
 from pipeline.stats.variance import ItemCounts, run_item_variance, stack_seeds, variance_table
 from pipeline.study import cost
-from pipeline.study.benchmark_sizes import benchmark_items
 from pipeline.study.config import Study
 from pipeline.study.load import load_study
 
@@ -551,7 +550,7 @@ def configured_design(configfile: Path) -> tuple[Design, list[str]]:
     """The design of a config, and its methods."""
 
     study = load_study([configfile])
-    items = {name: benchmark_items(name, spec) for name, spec in study.benchmarks.items()}
+    items = study.benchmark_sizes
     unknown = [name for name, count in items.items() if not count]
     if unknown:
         raise InputError(f"{configfile}: the item count of benchmark(s) {', '.join(unknown)} is not known")

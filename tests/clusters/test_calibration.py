@@ -147,7 +147,7 @@ def synthetic_calibration(
 def test_an_evaluation_job_per_checkpoint_starts_its_engine_once_for_all_its_benchmarks() -> None:
     default = study(DEFAULT)
     record = synthetic_calibration(default, step_s=1, startup_s=10, tokens=20, seconds_per_token=0.001)
-    items = {name: plan.benchmark_items(name, spec) for name, spec in default.benchmarks.items()}
+    items = default.benchmark_sizes
     job = {"model": "tiny", "method": "grpo", "seed": "0", "checkpoint": "final"}
     one_job = calibration.predict_job(default, record, "evaluate", job, tuple(default.benchmarks), items)
     per_benchmark = [

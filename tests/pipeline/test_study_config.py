@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import doctest
 from pathlib import Path
 
 import pytest
@@ -451,3 +452,32 @@ def test_a_jobs_local_disk_counts_what_it_writes_beside_its_inputs() -> None:
     assert on_claim.disk_mb("train", "qwen3_8b", 10) == 1000 + 16_000 + outputs
     checkpoints = paper.run_disk_bytes("qwen3_8b") - paper.run_disk_bytes("qwen3_8b", with_checkpoints=False)
     assert checkpoints > 0 and paper.disk_mb("train", "qwen3_8b", 10) == 1000 + 16_000 + outputs + checkpoints // 1e6
+
+
+def test_benchmark_sizes_read_the_studys_eval_data_dir_and_resolve_against_the_working_directory(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """As the Snakefile does: the prepared file under the study's ``eval_data_dir`` and the subset ids file, both
+    relative to the directory Snakemake runs in (not the repository's eval_data/), and every reader (the plan's
+    estimate, the report's cost, the power planner) gets its counts from ``Study.benchmark_sizes``."""
+    config = filled(raw("paper"))
+    config["eval_data_dir"] = "mine/eval_data"
+    config["benchmarks"]["math500"].pop("subset_ids_file", None)
+    config["benchmarks"]["aime24"]["subset_ids_file"] = "mine/aime24_ids.json"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine" / "eval_data").mkdir(parents=True)
+    (tmp_path / "mine" / "eval_data" / "math500.jsonl").write_text('{"id": 1}\n' * 7, encoding="utf-8")
+    (tmp_path / "mine" / "aime24_ids.json").write_text('["a", "b", "c"]', encoding="utf-8")
+    sizes = Study.from_config(config).benchmark_sizes
+    assert sizes["math500"] == 7  # the prepared file of this study, not the source's 500
+    assert sizes["aime24"] == 3  # the subset ids file, found from the working directory
+
+
+def test_the_config_modules_usage_example_runs(monkeypatch) -> None:
+    """pipeline.study.config's docstring shows how a study is loaded; run as a doctest, it cannot name a function
+    that does not exist (it named ``load_config`` until issue 55)."""
+    import pipeline.study.config
+
+    monkeypatch.chdir(REPO)
+    result = doctest.testmod(pipeline.study.config)
+    assert result.attempted >= 3 and not result.failed
