@@ -33,9 +33,9 @@ settings each was made with, the hardware, the time, the code (commit) and confi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
-import platform
 import resource
 import shlex
 import shutil
@@ -55,6 +55,7 @@ import psutil
 from pipeline.core import kernels, layout
 from pipeline.core.io import InputError, atomic_write_json, canonical_json, read_jsonl, run_cli
 from pipeline.core.progress import progress
+from pipeline.core.provenance import code_version, hardware
 from pipeline.core.repo import REPO_DIR
 from pipeline.study.calibration import CALIBRATION_FILE, evaluate_settings, spread, train_settings
 from pipeline.study.config import Study
@@ -223,34 +224,6 @@ def evaluation_probe(probe: dict[str, Any]) -> None:
     atomic_write_json(Path(probe["out"]), {"backend": backend_name, "startup_s": startup, "benchmarks": measured})
 
 
-def hardware() -> dict[str, Any]:
-    """What the measurement ran on: host, CPU, CPU count, GPUs (torch's view), the kernel path."""
-    import torch
-
-    gpus = (
-        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-    )
-    return {
-        "host": platform.node(),
-        "cpu": kernels.cpu_model(),
-        "cpus": os.cpu_count(),
-        "gpus": gpus,
-        "torch": torch.__version__,
-        "kernel_pin": kernels.pin_requested(),
-    }
-
-
-def code_version() -> dict[str, Any]:
-    """The checkout's commit and whether it had uncommitted changes (None outside a git checkout)."""
-
-    def git(*arguments: str) -> str | None:
-        result = subprocess.run(["git", "-C", str(REPO_DIR), *arguments], capture_output=True, text=True, check=False)
-        return result.stdout.strip() if result.returncode == 0 else None
-
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
-
-
 @dataclass(frozen=True)
 class CpuCounters:
     """CPU time counters at one moment: the busy seconds of the CPUs this process may run on (every CPU state but
@@ -313,7 +286,7 @@ def calibrate(study: Study, configfiles: list[Path], steps: int, out: Path) -> d
     record: dict[str, Any] = {
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "hardware": hardware(),
-        "code": code_version(),
+        "code": dataclasses.asdict(code_version()),
         "config_files": [str(path) for path in configfiles],
         "train_steps": steps,
         "train": {},

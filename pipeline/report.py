@@ -16,20 +16,19 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import re
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from pipeline.core import kernels
 from pipeline.core.io import InputError, atomic_write_text, load_spec, read_jsonl, run_cli
 from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, VARIANCE_TABLE, checkpoint_label
 from pipeline.core.provenance import (
+    code_version,
     gpu_determinism_section,
+    hardware,
     mixed_listing,
     mixed_versions,
     package_versions,
@@ -83,37 +82,6 @@ def redact(text: str, secrets: list[str]) -> str:
 def config_hash(config: Any) -> str:
     """SHA-256 of the config's canonical JSON (sorted keys): equal configs, equal hashes."""
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
-
-
-def git_commit(directory: Path) -> str:
-    """The checkout's commit, with ``+dirty`` when tracked files changed; ``unknown`` outside git."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=directory, capture_output=True, text=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit + ("+dirty" if dirty else "")
-
-
-def hardware() -> dict[str, Any]:
-    """Machine, CPU count and accelerators."""
-    info: dict[str, Any] = {
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_model": kernels.cpu_model(),
-        "cpus": os.cpu_count(),
-    }
-    try:
-        import torch
-
-        info["cuda_devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    except ImportError:
-        info["cuda_devices"] = []
-    return info
 
 
 # Data built on this machine, by kind/source: nothing of it comes from a hub.
@@ -400,7 +368,7 @@ def cost_section(config: dict[str, Any], benchmarks_dir: Path, calibration_path:
 def provenance(config: dict[str, Any], repo_dir: Path) -> dict[str, Any]:
     """What produced these numbers: code, config, packages, data revisions, hardware, time."""
     return {
-        "git commit": git_commit(repo_dir),
+        "git commit": code_version(repo_dir).label(),
         "config sha256": config_hash(config),
         "packages": package_versions(REPORTED_PACKAGES),
         "dataset revisions": dataset_revisions(config),

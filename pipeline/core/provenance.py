@@ -11,6 +11,9 @@ effect with the GPUs seen (``pipeline.core.gpu_determinism.gpu_record``). The re
 whose outputs were made with different versions (``mixed_versions``). Whether a version change reruns them is the
 config's ``library_changes`` (warn, the default: it does not).
 
+The checkout and the machine (``code_version``, ``hardware``): what the report, the calibration and the recorded
+documentation numbers say made them, one definition for all three.
+
 Accepted code changes (``layout.CODE_CHANGES``, one JSON object a line, written by ``pipeline.why_rerun
 --accept``): ``{"time", "rule", "job", "outputs", "modules": {module: changed|added|removed}, "made_with",
 "accepted"}`` (digests per module). An entry stands while its outputs are the ones that were accepted: an output
@@ -20,18 +23,69 @@ written after the acceptance was made by the current code (``standing_code_chang
 from __future__ import annotations
 
 import json
+import os
 import platform
+import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from pipeline.core import gpu_determinism, kernels
 from pipeline.core.io import InputError, atomic_write_json, read_jsonl
+from pipeline.core.repo import REPO_DIR
 
 LIBRARIES = ("torch", "transformers", "trl", "vllm", "math-verify", "accelerate", "deepspeed")
 ABSENT = "absent"
 NOT_RECORDED = "not recorded"
+
+
+@dataclass(frozen=True)
+class CodeVersion:
+    """A checkout's commit and whether its tracked files had uncommitted changes (None: not a git checkout)."""
+
+    commit: str | None
+    dirty: bool | None
+
+    def label(self, *, short: bool = False) -> str:
+        """``COMMIT`` (7 hex digits when ``short``), ``+dirty`` appended for uncommitted changes; ``unknown``."""
+        if self.commit is None:
+            return "unknown"
+        return (self.commit[:7] if short else self.commit) + ("+dirty" if self.dirty else "")
+
+
+def code_version(directory: Path = REPO_DIR) -> CodeVersion:
+    """The commit of the git checkout at ``directory`` (the project's by default)."""
+
+    def git(*arguments: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(directory), *arguments], capture_output=True, text=True)
+        except OSError:
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return CodeVersion(commit=git("rev-parse", "HEAD"), dirty=None if status is None else bool(status))
+
+
+def hardware() -> dict[str, Any]:
+    """What a run or a measurement ran on: host, platform, CPU model and count, GPUs (torch's view), torch's
+    version and whether the CPU kernel path was pinned."""
+    import torch  # the stages that record hardware import it anyway; core's other users need not
+
+    gpus = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    )
+    return {
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "cpu": kernels.cpu_model(),
+        "cpus": os.cpu_count(),
+        "gpus": gpus,
+        "torch": torch.__version__,
+        "kernel_pin": kernels.pin_requested(),
+    }
 
 
 def package_versions(names: tuple[str, ...]) -> dict[str, str]:
