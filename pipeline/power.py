@@ -19,6 +19,7 @@ from pipeline.core.io import InputError, run_cli
 from pipeline.study.calibration import CALIBRATION_FILE, load_calibration
 from pipeline.study.cost import PlannedJob
 from pipeline.study.load import load_study
+from pipeline.study.pilot_variance import pilot_variance
 from pipeline.study.plan import estimate, plan
 from pipeline.study.power_analysis import (
     ALPHA,
@@ -34,7 +35,6 @@ from pipeline.study.power_analysis import (
     configured_design,
     default_variance,
     design_gpu_hours,
-    pilot_variance,
 )
 
 

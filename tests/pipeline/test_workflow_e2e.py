@@ -26,7 +26,7 @@ import yaml
 from pipeline import power
 from pipeline.core import gpu_determinism
 from pipeline.core.io import canonical_json
-from pipeline.study import power_analysis
+from pipeline.study import pilot_variance, power_analysis
 from pipeline.study.config import Study
 from pipeline.study.load import load_study
 from tests.shared_studies import CI_CONFIG, CI_CONFIG_FILES, EXAMPLES_DIR, PLUGIN_CONFIG, REPO, with_examples
@@ -236,7 +236,7 @@ def test_planner_reads_the_finished_study_as_its_pilot(workdir: Path, capsys) ->
     defaults, flagged as fallbacks."""
     variance = pd.read_csv(workdir / "results" / "tables" / "variance.csv", dtype={"checkpoint": str})
     compared = variance[(variance["checkpoint"] == "final") & variance["method"].isin(["grail", "grpo"])]
-    pilot = power_analysis.pilot_variance(workdir / "results", ("grail", "grpo"))
+    pilot = pilot_variance.pilot_variance(workdir / "results", ("grail", "grpo"))
     assert pilot.sampling.value == pytest.approx(compared["var_sampling"].mean())
     assert pilot.seed_sd.fallback and pilot.seed_sd.value == power_analysis.DEFAULTS["seed_sd"].value
     assert "no (model, method) has 2 seeds (0 degrees of freedom, minimum 6)" in pilot.seed_sd.source

@@ -15,7 +15,7 @@ from pipeline import power
 from pipeline.core.io import InputError
 from pipeline.stats.paired_tests import wilcoxon_rows
 from pipeline.stats.seed_aware import Runs, compared_cells, stratified_permutation_pvalues, study_permutation_strata
-from pipeline.study import power_analysis
+from pipeline.study import pilot_variance, power_analysis
 from pipeline.study.cost import PlannedJob, scaled_gpu_hours
 from pipeline.study.power_analysis import Component, Design, VarianceModel
 
@@ -183,7 +183,7 @@ def test_a_correlation_from_one_degree_of_freedom_falls_back_to_its_default(writ
     runs = spread_runs(1, {"grail": 0.05}, same_sign=0)
     runs |= {("m0", "grpo", 0, "b1"): 0.5, ("m0", "grpo", 0, "b2"): 0.5}
     write_pilot(write_samples, runs)
-    pilot = power_analysis.pilot_variance(tmp_path, ("grail", "grpo"))
+    pilot = pilot_variance.pilot_variance(tmp_path, ("grail", "grpo"))
     rho = pilot.seed_correlation
     assert rho.fallback and rho.value == power_analysis.DEFAULTS["seed_correlation"].value
     assert "raw -1.00 from 1 degree of freedom of grail, under the minimum of 10: fallback to the default 0.50" in (
@@ -204,7 +204,7 @@ def test_seed_terms_from_enough_degrees_of_freedom_are_used_as_measured(
     (spread 2 points: sd 2 sqrt(2)) and rho theirs: 0.6 with 8 of the 10 (model, method)s moving b2 with b1; with 2,
     the raw -0.6 is clipped to 0, and the source says so."""
     write_pilot(write_samples, spread_runs(5, {"grail": 0.02, "grpo": 0.02}, same_sign=same_sign))
-    pilot = power_analysis.pilot_variance(tmp_path, ("grail", "grpo"))
+    pilot = pilot_variance.pilot_variance(tmp_path, ("grail", "grpo"))
     assert not pilot.seed_sd.fallback and pilot.seed_sd.value == pytest.approx(0.02 * math.sqrt(2))
     assert "10 degrees of freedom of grail and grpo (minimum 6)" in pilot.seed_sd.source
     assert not pilot.seed_correlation.fallback and pilot.seed_correlation.value == pytest.approx(rho)
@@ -216,10 +216,10 @@ def test_the_compared_methods_own_seed_spread_not_another_methods(write_samples,
     """3 models: OAR-G's seeds 20 points apart, GRAIL's and GRPO's 2 (6 degrees of freedom of their own). GRAIL
     vs GRPO gets their seed sd, sqrt(2) points, whatever OAR-G's runs do; OAR-G vs GRAIL gets theirs."""
     write_pilot(write_samples, spread_runs(3, {"grail": 0.01, "grpo": 0.01, "oar_g": 0.1}))
-    pilot = power_analysis.pilot_variance(tmp_path, ("grail", "grpo"))
+    pilot = pilot_variance.pilot_variance(tmp_path, ("grail", "grpo"))
     assert pilot.seed_sd.value == pytest.approx(0.01 * math.sqrt(2))
     assert "of grail and grpo" in pilot.seed_sd.source and "oar_g" not in pilot.seed_sd.source
-    spread = power_analysis.pilot_variance(tmp_path, ("oar_g", "grail")).seed_sd.value
+    spread = pilot_variance.pilot_variance(tmp_path, ("oar_g", "grail")).seed_sd.value
     assert spread == pytest.approx(math.sqrt((0.01**2 + 0.1**2) / 2 * 2))
     assert power_analysis.compared_pair(["grpo", "grail", "oar_g"], ["oar_g", "grail"]) == ("oar_g", "grail")
     with pytest.raises(InputError, match="--methods"):
@@ -232,7 +232,7 @@ def test_pooling_says_so_and_names_the_method_that_dominates(write_samples, tmp_
     runs = spread_runs(4, {"grpo": 0.01, "oar_g": 0.1})
     runs |= {(f"m{model}", "grail", 0, b): 0.5 for model in range(4) for b in ("b1", "b2")}
     write_pilot(write_samples, runs)
-    seed_sd = power_analysis.pilot_variance(tmp_path, ("grail", "grpo")).seed_sd
+    seed_sd = pilot_variance.pilot_variance(tmp_path, ("grail", "grpo")).seed_sd
     assert not seed_sd.fallback and seed_sd.value == pytest.approx(math.sqrt((0.01**2 + 0.1**2) / 2 * 2))
     assert "from 8 degrees of freedom pooled over grpo, oar_g (the compared methods' own runs: grail 0, grpo 4" in (
         seed_sd.source
@@ -252,9 +252,9 @@ def test_minimum_degrees_of_freedom_follow_their_criteria() -> None:
         half = stats.norm.ppf(0.975) / math.sqrt(nu - 2)
         return math.tanh(math.atanh(0.5) + half) - math.tanh(math.atanh(0.5) - half)
 
-    assert under_half(power_analysis.MIN_SEED_SD_DF) < 0.05 <= under_half(power_analysis.MIN_SEED_SD_DF - 1)
+    assert under_half(pilot_variance.MIN_SEED_SD_DF) < 0.05 <= under_half(pilot_variance.MIN_SEED_SD_DF - 1)
     assert (
-        interval_width(power_analysis.MIN_SEED_CORRELATION_DF)
+        interval_width(pilot_variance.MIN_SEED_CORRELATION_DF)
         < 1
-        <= interval_width(power_analysis.MIN_SEED_CORRELATION_DF - 1)
+        <= interval_width(pilot_variance.MIN_SEED_CORRELATION_DF - 1)
     )
