@@ -53,8 +53,8 @@ from safetensors import safe_open
 from pipeline.core.kernels import cpu_model
 from pipeline.core.layout import FINAL_CHECKPOINT, METRICS_FILE, RUN_DIR, SAMPLES, START_MODEL
 from pipeline.core.provenance import library_versions
-from pipeline.docs_numbers import REFERENCE
 from tests.shared_studies import REPO, run_ci_study
+from tools.docs_numbers.summary import REFERENCE
 
 UPDATE_COMMAND = "python -m tests.reference_numbers --update"
 STEP_METRICS = ("loss", "reward", "grad_norm", "entropy", "num_tokens")

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import docs_numbers, preflight
+from pipeline import preflight
 from pipeline.runtime import cluster, disk_space
 from pipeline.study import cost, plan
+from tools.docs_numbers import render
 
 from .conftest import REPO, run_command, site_profile, study
 
@@ -134,12 +135,12 @@ def test_paper_estimate_counts_every_planned_job() -> None:
 
 def test_the_docs_disk_figure_is_the_estimate() -> None:
     """README's and docs/cluster.md's checkpoint figure for the paper is rendered from the preflight's estimate
-    (pipeline.docs_numbers, whose test holds the pages to it): 16 bytes a parameter in bf16."""
+    (tools.docs_numbers, whose test holds the pages to it): 16 bytes a parameter in bf16."""
     paper = study(PAPER)
     estimate = plan.estimate(paper, [job("train", wildcards=run) for run in paper.runs()], concurrent_gpus=16)
     checkpoints = estimate["disk_bytes"]["checkpoints"]
     assert round(checkpoints / cost.GIB) == 4850
-    assert f"up to {checkpoints / cost.GIB:,.0f} GiB ({checkpoints / 1e12:.1f} TB)" in docs_numbers.paper_disk({})
+    assert f"up to {checkpoints / cost.GIB:,.0f} GiB ({checkpoints / 1e12:.1f} TB)" in render.paper_disk({})
 
 
 def test_the_engine_check_reports_each_training_job_and_refuses_a_deepspeed_precision_conflict() -> None:

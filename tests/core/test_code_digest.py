@@ -150,10 +150,10 @@ def test_changed_modules_and_parsing() -> None:
 
 
 def test_docs_list_the_modules_each_rule_covers() -> None:
-    """docs/reruns.md holds exactly what ``python -m pipeline.code_digest`` prints for the Snakefile."""
+    """docs/reruns.md holds exactly what ``python -m tools.code_digest`` prints for the Snakefile."""
     page = (REPO / "docs" / "reruns.md").read_text()
     documented = page.split("<!-- coverage: begin -->\n", 1)[1].split("\n<!-- coverage: end -->", 1)[0]
-    assert documented == coverage_table(REPO / "Snakefile", PACKAGE_DIR), "rerun: python -m pipeline.code_digest"
+    assert documented == coverage_table(REPO / "Snakefile", PACKAGE_DIR), "rerun: python -m tools.code_digest"
     rules = rule_roots(REPO / "Snakefile")
     assert rules["train"] == ["pipeline.train", "pipeline.launch"] and len(rules) == 13
     assert "pipeline.tasks.grading" not in covered_modules(*rules["prepare_data"])

@@ -2,8 +2,8 @@
 
 - `snakemake ...`: run as shown, as a dry run (`-n` added), in a scratch directory that links the repository's
   Snakefile, configs, profiles, eval_data and docs (so nothing is written into the repository);
-- `python -m pipeline.<stage> ...` and `python benchmarks/<script>.py ...`: `--help` runs, and every option the
-  command shows is one the stage accepts;
+- `python -m pipeline.<stage> ...`, `python -m tools.<tool> ...` and `python benchmarks/<script>.py ...`: `--help`
+  runs, and every option the command shows is one the stage accepts;
 - `bash scripts/install.sh ...`, `pip install -e '.[extras]'`, `containers/build.sh <target>`: the options, extras
   and targets exist (installing or building is not a test's job);
 - the rest is named here with the reason it cannot run in a test (a finished run, a cluster, credentials).
@@ -142,7 +142,7 @@ def test_shown_command(where: str, command: str, tmp_path: Path) -> None:
             if word == "--configfile" and not (REPO / words[index + 1]).is_file():
                 pytest.fail(f"{where}: {words[index + 1]} does not exist")
         dry_run(environment, words, tmp_path)
-    elif words[:2] in (["python", "-m"], ["python3", "-m"]) and words[2].startswith("pipeline."):
+    elif words[:2] in (["python", "-m"], ["python3", "-m"]) and words[2].startswith(("pipeline.", "tools.")):
         check_help([sys.executable, "-m", words[2]], words[3:])
     elif words[0] in ("python", "python3") and words[1].startswith("benchmarks/"):
         check_help([sys.executable, str(REPO / words[1])], words[2:])

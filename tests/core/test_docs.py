@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import torch
 
-from pipeline import docs_parameters
 from pipeline.credit import grail_weights_with_stats
 from pipeline.credit.oar_g import oar_g_stats
 from pipeline.study.schema import load_schema
 from pipeline.training.trainer_metrics import log_advantage_metrics, log_nanmeans, log_percentiles
+from tools import docs_parameters
 
 REPO = Path(__file__).resolve().parents[2]
 CITATION = re.compile(r"\b[Ss]pec (?:sections? )?(\d+(?:\.\d+)?)(?:\s*-\s*(\d+(?:\.\d+)?))?")
@@ -77,11 +77,9 @@ def test_output_page_lists_every_logged_credit_metric():
 
 
 def test_parameters_page_is_the_one_the_schema_generates():
-    """Fails when configs/schema.yaml changed and `python -m pipeline.docs_parameters` was not rerun."""
+    """Fails when configs/schema.yaml changed and `python -m tools.docs_parameters` was not rerun."""
     page = (REPO / "docs" / "parameters.md").read_text(encoding="utf-8")
-    assert page == docs_parameters.render(load_schema()), (
-        "docs/parameters.md is stale: python -m pipeline.docs_parameters"
-    )
+    assert page == docs_parameters.render(load_schema()), "docs/parameters.md is stale: python -m tools.docs_parameters"
 
 
 def test_parameters_page_has_every_schema_key_and_description():

@@ -1,4 +1,4 @@
-"""The study numbers in the README and the docs come from recorded runs (pipeline.docs_numbers), and the recorded
+"""The study numbers in the README and the docs come from recorded runs (tools.docs_numbers), and the recorded
 runs from the current code (tied to the reference guard's numbers)."""
 
 from __future__ import annotations
@@ -8,26 +8,27 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import docs_numbers
 from pipeline.core.io import InputError
+from tools.docs_numbers import record, render
+from tools.docs_numbers import summary as summary_format
 
-STUDIES = docs_numbers.load_studies()
+STUDIES = summary_format.load_studies()
 
 
 def test_every_generated_block_is_what_the_recorded_studies_render() -> None:
-    stale = docs_numbers.stale_pages(STUDIES)
-    assert not stale, f"stale study numbers in {stale}: run `python -m pipeline.docs_numbers`"
+    stale = render.stale_pages(STUDIES)
+    assert not stale, f"stale study numbers in {stale}: run `python -m tools.docs_numbers`"
 
 
 def test_every_recorded_study_was_recorded_under_the_current_reference_numbers() -> None:
     """The reference guard's file (tests/reference/ci_study.json) changes exactly when the code's numbers do: a
     study recorded under another one quotes numbers the current version does not give."""
     assert {"default", "ablations"} <= set(STUDIES)
-    stale = docs_numbers.stale_summaries(STUDIES)
+    stale = summary_format.stale_summaries(STUDIES)
     assert not stale, (
         f"docs/numbers/{stale[0]}.json was recorded before the numbers last changed (the reference guard's file "
         "moved since): run the study (`snakemake --cores 2 [--configfile configs/STUDY.yaml]`), then "
-        "`python -m pipeline.docs_numbers --record STUDY RESULTS_DIR` and `python -m pipeline.docs_numbers`, and say so "
+        "`python -m tools.docs_numbers --record STUDY RESULTS_DIR` and `python -m tools.docs_numbers`, and say so "
         "in CHANGELOG under 'Changed results'"
     )
 
@@ -36,16 +37,16 @@ def test_a_reference_header_change_keeps_the_summaries_and_a_moved_number_makes_
     """The summaries are tied to the reference's numbers, not its header: naming the CPU model it was made on (as
     bb4f8cd did) changes no number; a moved loss does. Checked by breaking it: with the whole file digested, the
     header change makes every summary stale."""
-    reference = json.loads(docs_numbers.REFERENCE.read_text())
+    reference = json.loads(summary_format.REFERENCE.read_text())
     reference["header"]["cpu"] = "another CPU model"
     header_changed = tmp_path / "header_changed.json"
     header_changed.write_text(json.dumps(reference, indent=2))
-    assert docs_numbers.stale_summaries(STUDIES, header_changed) == []
+    assert summary_format.stale_summaries(STUDIES, header_changed) == []
     run = next(iter(reference["training"].values()))
     run["steps"][0]["loss"] += 1e-9
     number_moved = tmp_path / "number_moved.json"
     number_moved.write_text(json.dumps(reference))
-    assert sorted(docs_numbers.stale_summaries(STUDIES, number_moved)) == sorted(STUDIES)
+    assert sorted(summary_format.stale_summaries(STUDIES, number_moved)) == sorted(STUDIES)
 
 
 def test_the_default_study_is_recorded_as_reproduced_across_kernel_environments() -> None:
@@ -90,19 +91,19 @@ def test_scores_and_the_orientation_of_a_pair_tested_the_other_way_round() -> No
             }
         ],
     )
-    assert docs_numbers.run_scores(made, "base", "a", "acc@4") == pytest.approx([0.5, 0.6])
-    assert docs_numbers.mean_sd_text(docs_numbers.run_scores(made, "base", "a", "acc@4")) == "55.0 ± 7.1"
-    assert docs_numbers.mean_sd_text(docs_numbers.run_scores(made, "grpo", "a", "acc@4")) == "70.0"
-    assert docs_numbers.gain(made, "grpo", "a", "acc@4") == pytest.approx(15.0)
-    flipped = docs_numbers.item_test(made, "paired_bootstrap", "grail", "grpo", "a")
+    assert summary_format.run_scores(made, "base", "a", "acc@4") == pytest.approx([0.5, 0.6])
+    assert summary_format.mean_sd_text(summary_format.run_scores(made, "base", "a", "acc@4")) == "55.0 ± 7.1"
+    assert summary_format.mean_sd_text(summary_format.run_scores(made, "grpo", "a", "acc@4")) == "70.0"
+    assert summary_format.gain(made, "grpo", "a", "acc@4") == pytest.approx(15.0)
+    flipped = summary_format.item_test(made, "paired_bootstrap", "grail", "grpo", "a")
     assert (flipped["statistic"], flipped["ci_low"], flipped["ci_high"]) == (-0.05, -0.09, -0.01)
     with pytest.raises(InputError, match="no wilcoxon_items row of grail vs grpo on a"):
-        docs_numbers.item_test(made, "wilcoxon_items", "grail", "grpo", "a")
+        summary_format.item_test(made, "wilcoxon_items", "grail", "grpo", "a")
 
 
 def test_an_unknown_block_is_named() -> None:
     with pytest.raises(InputError, match=r"README\.md: unknown numbers block 'nope'"):
-        docs_numbers.render_page("<!-- numbers: nope -->\nx\n<!-- /numbers -->\n", {}, "README.md")
+        render.render_page("<!-- numbers: nope -->\nx\n<!-- /numbers -->\n", {}, "README.md")
 
 
 def write_study(root: Path, sample: str) -> Path:
@@ -123,10 +124,10 @@ def test_a_reproduction_is_bit_for_bit_but_for_wall_clock_fields(tmp_path: Path)
     first = write_study(tmp_path / "first", '{"id": 1, "correct": true}\n')
     second = write_study(tmp_path / "second", '{"id": 1, "correct": true}\n')
     (second / "runs/tiny/grpo/seed0/metrics.jsonl").write_text('{"step": 1, "loss": 0.5, "train_runtime": 9.9}\n')
-    assert docs_numbers.reproductions(first, [second])[0]["outputs"] == 3
+    assert record.reproductions(first, [second])[0]["outputs"] == 3
     third = write_study(tmp_path / "third", '{"id": 1, "correct": false}\n')
     with pytest.raises(InputError, match=r"1 of 3 outputs differ .*: eval/tiny/grpo/seed0/final/arith_add.jsonl"):
-        docs_numbers.reproductions(first, [third])
+        record.reproductions(first, [third])
 
 
 def test_the_planners_default_seed_spread_cites_the_recorded_default_study() -> None:
@@ -134,9 +135,9 @@ def test_the_planners_default_seed_spread_cites_the_recorded_default_study() -> 
     from pipeline.study.power_analysis import DEFAULTS
 
     default = STUDIES["default"]
-    metric = docs_numbers.accuracy_metric(default)
+    metric = summary_format.accuracy_metric(default)
     grpo, grail = (
-        docs_numbers.mean_sd(docs_numbers.run_scores(default, method, "arith_add", metric))[1]
+        summary_format.mean_sd(summary_format.run_scores(default, method, "arith_add", metric))[1]
         for method in ("grpo", "grail")
     )
     cited = f"GRPO {grpo:.1f} and GRAIL {grail:.1f} points in the recorded run docs/numbers/default.json"

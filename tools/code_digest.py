@@ -1,6 +1,6 @@
 """Command: which modules each rule's code digest covers, as the Markdown table of docs/reruns.md.
 
-    python -m pipeline.code_digest > table.md
+    python -m tools.code_digest > table.md
 
 The digests themselves are ``pipeline.core.source_digest``'s.
 """
