@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 from pipeline.core.io import atomic_write_json, atomic_write_text, run_cli
+from pipeline.core.provenance import code_version
 from pipeline.core.repo import REPO_DIR
-from tools.docs_numbers.record import git_commit, record
+from tools.docs_numbers.record import record
 from tools.docs_numbers.render import PAGES, render_page, stale_pages
 from tools.docs_numbers.summary import NUMBERS_DIR, load_studies
 
@@ -32,7 +33,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.record:
         study, results_dir = args.record
         summary = record(
-            study, Path(results_dir), args.config or f"configs/{study}.yaml", args.same_as, args.commit or git_commit()
+            study,
+            Path(results_dir),
+            args.config or f"configs/{study}.yaml",
+            args.same_as,
+            args.commit or code_version().label(short=True),
         )
         atomic_write_json(NUMBERS_DIR / f"{study}.json", summary)
         print(f"recorded {NUMBERS_DIR / f'{study}.json'}")

@@ -7,7 +7,6 @@ import datetime
 import hashlib
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,6 @@ import pandas as pd
 
 from pipeline.core.io import InputError, read_jsonl
 from pipeline.core.layout import CREDIT_PLACEMENT, FINAL_CHECKPOINT, SIGNIFICANCE, START_CHECKPOINT, TABLES_DIR
-from pipeline.core.repo import REPO_DIR
 from pipeline.stats.seed_aware import SEED_BOOTSTRAP_TEST
 from tools.docs_numbers.summary import ITEM_TESTS, REFERENCE, reference_numbers_sha256
 
@@ -23,11 +21,6 @@ from tools.docs_numbers.summary import ITEM_TESTS, REFERENCE, reference_numbers_
 def file_sha256(path: Path) -> str:
     """SHA-256 of a file's bytes."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def git_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_DIR, capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
 
 
 def reward_quarters(metrics: list[dict[str, Any]]) -> dict[str, float]:
