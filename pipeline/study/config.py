@@ -9,9 +9,8 @@
 
 Every error names the config key it is about (``models.tiny.warmup.steps``), and all errors are reported at once.
 
-One module: ``Study`` is the one typed view that the Snakefile, the preflight and the planner read, and its methods
-(runs, evaluation jobs and their engine layouts, resources) answer from the same fields; split up, one object's
-answers would be spread over modules that each need all of it.
+``Study`` is the one typed view that the Snakefile, the preflight and the planner read; its sections (a model, a
+method, the evaluation, ...) are ``pipeline.study.sections``'.
 """
 
 from __future__ import annotations
@@ -35,169 +34,23 @@ from pipeline.study.benchmark_sizes import benchmark_items
 from pipeline.study.checks import decisive_benchmarks, is_credit_key, semantic_errors
 from pipeline.study.gpu_sizing import EngineLayout, GpuSizing, engine_utilization, fixed_layout, sized_layout
 from pipeline.study.schema import error_block
+from pipeline.study.sections import (
+    RESOURCE_KEYS,
+    TOKEN_ANALYSIS_PLAN_KEYS,
+    CalibrationConfig,
+    CreditTruthConfig,
+    EvaluateRule,
+    EvaluationConfig,
+    MethodConfig,
+    ModelConfig,
+    Resources,
+    TokenAnalysisConfig,
+    TokenViewerConfig,
+)
 from pipeline.training.tracking import TrackingConfig, run_name
 
 LibraryChanges = Literal["warn", "rerun"]  # config key `library_changes` (docs/reruns.md)
 StaleCheckpoints = Literal["set_aside", "delete"]  # config key `stale_checkpoints` (pipeline.training.run_state)
-RESOURCE_KEYS = ("cpus", "mem_mb", "runtime", "gpus", "nodes", "gpu_model", "slurm_extra")
-# Orchestration keys of `token_analysis` (the rest is pipeline.token_analysis's spec).
-TOKEN_ANALYSIS_PLAN_KEYS = ("benchmark", "checkpoints")
-
-
-@dataclass(frozen=True)
-class Resources:
-    """One job's request; ``threads`` for Snakemake is ``cpus``."""
-
-    cpus: int
-    mem_mb: int
-    runtime: int
-    gpus: int
-    nodes: int
-    gpu_model: str | None = None
-    slurm_extra: str | None = None
-
-    def snakemake_resources(self) -> dict[str, int | str]:
-        """Snakemake's resource names: mem_mb, runtime (minutes), nodes, and gpu/gpu_model/slurm_extra when set.
-
-        ``gpu`` is left out for CPU-only requests: executors read any ``gpu`` resource as a GPU request (the
-        Kubernetes plugin then adds a GPU limit and toleration even for 0).
-        """
-        resources: dict[str, int | str] = {"mem_mb": self.mem_mb, "runtime": self.runtime, "nodes": self.nodes}
-        if self.gpus:
-            resources["gpu"] = self.gpus
-        if self.gpu_model:
-            resources["gpu_model"] = self.gpu_model
-        if self.slurm_extra:
-            resources["slurm_extra"] = self.slurm_extra
-        return resources
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """A model: a hub id or local ``path`` at ``revision`` (used as it is); a ``source`` built here from an
-    installed package (pipeline.prepare_model.ModelSource), optionally warmed up (``warmup``, SFT keys only);
-    or the tiny model built from the architecture in ``warmup`` and warmed up."""
-
-    name: str
-    path: str | None
-    revision: str | None
-    warmup: dict[str, Any] | None
-    source: dict[str, Any] | None
-    training: dict[str, Any]
-    resources: dict[str, dict[str, Any]]
-
-    @property
-    def warmup_seed(self) -> int:
-        """The warmup stage's ``--seed`` (random init and SFT batch order)."""
-        return self.warmup["seed"]
-
-    @property
-    def warmup_spec(self) -> dict[str, Any]:
-        """WARMUP_SPEC: the warm-up settings without the seed, which travels as ``--seed``."""
-        return {key: value for key, value in self.warmup.items() if key != "seed"}
-
-
-@dataclass(frozen=True)
-class MethodConfig:
-    """A training method: METHOD_SPEC (``credit`` plus its options and any GRPOConfig override)."""
-
-    name: str
-    spec: dict[str, Any]
-
-    @property
-    def credit(self) -> str:
-        return self.spec["credit"]
-
-    @property
-    def credit_module(self) -> str:
-        """The module of its credit method, a root of the train rule's code digest: a built-in method's file
-        (pipeline/credit/methods/<name>.py, loaded by name at run time, so no import of ``pipeline.train`` leads to
-        it) or an out-of-tree method's import path (its own package's imports covered too)."""
-        from pipeline.credit.method import credit_module
-
-        return credit_module(self.credit)
-
-    @property
-    def grpo_overrides(self) -> dict[str, Any]:
-        """The GRPOConfig fields this method overrides (everything but the credit options)."""
-        return {key: value for key, value in self.spec.items() if not is_credit_key(key)}
-
-
-@dataclass(frozen=True)
-class EvaluationConfig:
-    """EVAL_SPEC for the evaluate stage, plus what to evaluate: checkpoints (labels) and the baseline, and how many
-    GPUs each job asks for on the vllm backend (``gpu_sizing``)."""
-
-    spec: dict[str, Any]
-    checkpoints: tuple[str, ...]
-    baseline: bool
-    job_per: str  # checkpoint | benchmark: what one evaluate job covers
-    gpu_sizing: GpuSizing = field(default_factory=GpuSizing)
-
-
-@dataclass(frozen=True)
-class EvaluateRule:
-    """One evaluate rule of the Snakefile: its name, the benchmarks each job samples (None: one, its ``benchmark``
-    wildcard) and the checkpoint labels it serves (None: all)."""
-
-    name: str
-    benchmarks: tuple[str, ...] | None
-    checkpoints: tuple[str, ...] | None
-
-    def serves(self, checkpoint: str) -> bool:
-        return self.checkpoints is None or checkpoint in self.checkpoints
-
-
-@dataclass(frozen=True)
-class TokenAnalysisConfig:
-    """Spec 8 for every GRAIL run: the benchmark whose samples are analysed, the checkpoints, the stage's spec."""
-
-    enabled: bool
-    benchmark: str | None
-    checkpoints: tuple[str, ...]
-    spec: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class TokenViewerConfig:
-    """The token-weight viewer: shown benchmark, rollouts per outcome (correct, wrong), seed of their choice."""
-
-    enabled: bool
-    benchmark: str
-    rollouts: int
-    seed: int
-
-
-@dataclass(frozen=True)
-class CreditTruthConfig:
-    """Credit placement against the decisive-step task's truth (pipeline.credit_placement): on the benchmark (None:
-    the study has no decisive-step benchmark, or the check is off), every weighting method scored on the rollouts
-    of ``rollouts_of``'s runs; the gap share from ``floor`` to ``ceiling``."""
-
-    benchmark: str | None
-    rollouts_of: str
-    floor: str
-    ceiling: str
-    max_rollouts: int
-    batch_size: int
-
-
-@dataclass(frozen=True)
-class CalibrationConfig:
-    """The ``calibration`` section of the study config (configs/schema.yaml declares the same keys and defaults)."""
-
-    train_steps: int = 8  # training steps a calibration runs per (model, method); the first counts as warm-up
-    length_growth: float = 1.5  # the completions' length at the end of RL over the measured one (the high bound)
-    time_limit_margin: float = 1.5  # a proposed time limit is the longest high prediction times this
-
-    def __post_init__(self) -> None:
-        for name, valid in (
-            ("train_steps", self.train_steps >= 2),
-            ("length_growth", self.length_growth >= 1),
-            ("time_limit_margin", self.time_limit_margin >= 1),
-        ):
-            if not valid:
-                raise InputError(f"calibration.{name}: invalid value {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ from typing import Any
 from pipeline.core.io import InputError
 from pipeline.models.hub_cache import download_command, is_commit
 from pipeline.models.loading import looks_like_hub_id
-from pipeline.study.config import ModelConfig, Study
+from pipeline.study.config import Study
 from pipeline.study.hub_references import hub_references
+from pipeline.study.sections import ModelConfig
 from pipeline.tasks.benchmarks import SOURCE_FORMATS, check_file, read_subset_ids
 
 

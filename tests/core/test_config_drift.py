@@ -16,9 +16,10 @@ from pipeline.runtime.health import HealthConfig
 from pipeline.runtime.launching import TRAINING_ENGINES, TrainingEngine
 from pipeline.runtime.watchdog import WatchdogConfig
 from pipeline.study.checks import TRL_DEFAULTS
-from pipeline.study.config import TOKEN_ANALYSIS_PLAN_KEYS, CalibrationConfig, Study
+from pipeline.study.config import Study
 from pipeline.study.gpu_sizing import GpuSizing
 from pipeline.study.schema import load_schema
+from pipeline.study.sections import TOKEN_ANALYSIS_PLAN_KEYS, CalibrationConfig
 from pipeline.tasks.prompts import PROMPT_TEMPLATES, PromptTemplate
 from pipeline.training.grpo_config import (
     MODEL_LOADING_OPTIONS,

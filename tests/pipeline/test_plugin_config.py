@@ -13,8 +13,9 @@ import yaml
 from pipeline.core.io import InputError
 from pipeline.core.source_digest import source_digest
 from pipeline.credit.method import credit_method
-from pipeline.study.config import MethodConfig, Study
+from pipeline.study.config import Study
 from pipeline.study.schema import load_schema
+from pipeline.study.sections import MethodConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
