@@ -25,8 +25,9 @@ from pipeline.core.exit_codes import (
 from pipeline.core.io import InputError
 from pipeline.core.locks import controller_problem
 from pipeline.core.orphans import die_with_parent
-from pipeline.runtime.launching import TRAINING_ENGINES, plan_launch, run_child, supervise, visible_cuda_devices
+from pipeline.runtime.launching import TRAINING_ENGINES, plan_launch, visible_cuda_devices
 from pipeline.runtime.preemption import PreemptionSignals
+from pipeline.runtime.supervision import run_child, supervise
 from pipeline.runtime.time_windows import close_window, may_requeue
 
 

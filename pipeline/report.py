@@ -45,7 +45,7 @@ from pipeline.stats.paired_tests import paper_test
 from pipeline.stats.scores import parse_run_path
 from pipeline.stats.variance import VARIANCE_NOTE, variance_markdown
 from pipeline.stats.wording import PLACEMENT_NOTE, key_sections, paper_test_sentence, placement_markdown
-from pipeline.study.calibration import comparison_rows
+from pipeline.study.actuals import comparison_rows
 from pipeline.study.config import Study
 from pipeline.tasks.gold_audit import clean_only_warning
 
@@ -351,7 +351,7 @@ def code_changes_section(entries: list[dict[str, Any]]) -> str:
 
 
 def cost_section(config: dict[str, Any], benchmarks_dir: Path, calibration_path: Path | None) -> str:
-    """Predicted against actual wall time per rule (``pipeline.study.calibration.comparison_rows``)."""
+    """Predicted against actual wall time per rule (``pipeline.study.actuals.comparison_rows``)."""
     study = Study.from_config(config)
     items = study.benchmark_sizes
     source, rows = comparison_rows(study, calibration_path, benchmarks_dir, items)

@@ -19,7 +19,7 @@ import pytest
 
 from pipeline import calibrate, power
 from pipeline.report import cost_section
-from pipeline.study import calibration, cost, plan
+from pipeline.study import actuals, calibration, cost, plan
 from pipeline.study.calibration import BENCHMARKS_DIR, CALIBRATION_FILE
 from pipeline.study.config import Study
 from pipeline.study.load import load_study
@@ -88,12 +88,12 @@ def test_a_process_competing_for_the_cpus_is_counted_and_the_measurements_own_ch
 
 def test_benchmark_files_match_jobs_by_their_wildcard_values_in_either_evaluation_layout() -> None:
     job = {"model": "tiny", "method": "grpo", "seed": "0", "checkpoint": "final"}
-    assert calibration.labels_match(("tiny", "grpo", "seed0", "final"), job)
-    assert calibration.labels_match(("final", "seed0", "grpo", "tiny"), job)  # no fixed order
-    assert not calibration.labels_match(("tiny", "grpo", "seed1", "final"), job)
-    assert not calibration.labels_match(("tiny", "grpo", "seed0", "final", "arith_add"), job)
-    per_checkpoint = calibration.benchmarked_jobs(study(DEFAULT), "evaluate")
-    per_benchmark = calibration.benchmarked_jobs(
+    assert actuals.labels_match(("tiny", "grpo", "seed0", "final"), job)
+    assert actuals.labels_match(("final", "seed0", "grpo", "tiny"), job)  # no fixed order
+    assert not actuals.labels_match(("tiny", "grpo", "seed1", "final"), job)
+    assert not actuals.labels_match(("tiny", "grpo", "seed0", "final", "arith_add"), job)
+    per_checkpoint = actuals.benchmarked_jobs(study(DEFAULT), "evaluate")
+    per_benchmark = actuals.benchmarked_jobs(
         load_study([DEFAULT], {"evaluation": {"job_per": "benchmark"}}), "evaluate"
     )
     # 6 runs at final and 2 baselines on both benchmarks, 2 GRAIL runs at the step only the token analysis needs
@@ -103,7 +103,7 @@ def test_benchmark_files_match_jobs_by_their_wildcard_values_in_either_evaluatio
     ]
     assert len(per_benchmark) == 18 and all(rule == "evaluate" for rule, _, _ in per_benchmark)
     file = ("tiny", "grail", "seed0", "step-125")
-    assert [job for job in per_checkpoint if calibration.labels_match(file, job[1])] == [
+    assert [job for job in per_checkpoint if actuals.labels_match(file, job[1])] == [
         (
             "evaluate_analysed",
             {"model": "tiny", "method": "grail", "seed": "0", "checkpoint": "step-125"},
@@ -169,12 +169,12 @@ def test_an_evaluation_job_per_checkpoint_starts_its_engine_once_for_all_its_ben
 
     # a finished study's benchmark files against the prediction: the per-checkpoint job's file is compared (60 s
     # against 58 s predicted), a per-benchmark file of an earlier plan is left out, other rules are not calibrated
-    actuals = [
-        calibration.Actual("evaluate", ("tiny", "grpo", "seed0", "final"), 60.0),
-        calibration.Actual("evaluate", ("tiny", "grpo", "seed0", "final", "arith_add"), 30.0),
-        calibration.Actual("report", (), 3.0),
+    finished = [
+        actuals.Actual("evaluate", ("tiny", "grpo", "seed0", "final"), 60.0),
+        actuals.Actual("evaluate", ("tiny", "grpo", "seed0", "final", "arith_add"), 30.0),
+        actuals.Actual("report", (), 3.0),
     ]
-    evaluate, report = calibration.compare(default, record, actuals, items)
+    evaluate, report = actuals.compare(default, record, finished, items)
     assert (evaluate.jobs, evaluate.measured_jobs, evaluate.unplanned) == (1, 1, 1)
     assert evaluate.ratio == pytest.approx(60 / 58)
     assert (report.rule, report.jobs, report.predicted_hours) == ("report", 1, None)

@@ -27,13 +27,13 @@ from pipeline.runtime.launching import (
     GPU_DDP_ACCELERATE_CONFIG,
     THREAD_VARIABLES,
     UPSTREAM_MAIN_PORT,
-    agreed_exit_status,
     default_main_port,
     first_host,
     plan_launch,
     threads_per_process,
     training_processes,
 )
+from pipeline.runtime.supervision import agreed_exit_status
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_ARGS = ["--seed", "3", "--out", "results/runs/m/grail/seed3"]
