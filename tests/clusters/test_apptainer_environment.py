@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import preflight
+from pipeline.clusters import hub
 from pipeline.models.hub_cache import job_hf_home, repo_cache_dir
 
 from .conftest import REPO, study
@@ -63,7 +63,7 @@ def test_an_apptainer_style_job_reads_the_cache_the_preflight_checked(
     the image's path and finds none; by a Snakefile that leaves a study's hf_home unset in the jobs: the job reads
     the controller's empty cache."""
     paper = study(PAPER)
-    references = preflight.hub_revisions(paper)
+    references = hub.hub_revisions(paper)
     controller_home, study_home = tmp_path / "controller-hf", tmp_path / "shared-hf"
     monkeypatch.setenv("HF_HOME", str(controller_home))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
@@ -72,12 +72,12 @@ def test_an_apptainer_style_job_reads_the_cache_the_preflight_checked(
     job_environment = dict(os.environ)
     job_hf_home(paper.hf_home, job_environment)  # what the Snakefile sets for every job
     monkeypatch.setenv("HF_HOME", job_environment["HF_HOME"])  # the preflight sets the same before its check
-    empty = preflight.hub_check(paper, allow_downloads=False)  # its downloads go where the jobs read
+    empty = hub.hub_check(paper, allow_downloads=False)  # its downloads go where the jobs read
     assert empty.status == "fail" and empty.fix.startswith(
         f"export HF_HOME={job_environment['HF_HOME']} && hf download"
     )
     cache(study_home if configured else controller_home, references)
-    assert preflight.hub_check(paper, allow_downloads=False).status == "pass"
+    assert hub.hub_check(paper, allow_downloads=False).status == "pass"
 
     in_image = {**job_environment, **image_environment()}
     # huggingface_hub's own lookup, offline, as a stage loads a pinned revision

@@ -135,7 +135,7 @@ def test_flash_attn_is_a_build_argument_the_image_and_preflight_report() -> None
     for mode in ("none)", "source)", "*)"):
         assert mode in flash_run
     assert '--build-arg "FLASH_ATTN=$FLASH_ATTN"' in (CONTAINERS / "build.sh").read_text()
-    assert "GRAIL_FLASH_ATTN" in (REPO / "pipeline" / "preflight.py").read_text()
+    assert "GRAIL_FLASH_ATTN" in (REPO / "pipeline" / "clusters" / "software.py").read_text()
 
 
 @pytest.mark.parametrize(("variant", "extra"), [("cpu", None), ("gpu", "gpu")])

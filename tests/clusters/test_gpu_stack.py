@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import preflight
+from pipeline.clusters import compute_job
 from pipeline.runtime import gpu_floor
 from pipeline.study import cost
 
@@ -41,12 +41,12 @@ def test_the_floor_passes_a_current_node_and_names_what_an_old_one_lacks() -> No
 
 
 def test_the_node_check_fails_naming_the_floor() -> None:
-    check = preflight.gpu_stack_check("7", V100_NODE)
+    check = compute_job.gpu_stack_check("7", V100_NODE)
     assert check.status == "fail" and "driver >= 580.65.06 and compute capability >= 7.5" in check.detail
     assert "CUDA 12" in check.fix
-    assert preflight.gpu_stack_check("7", NO_DRIVER).status == "fail"
-    assert preflight.gpu_stack_check("7", "nvidia-smi is not on PATH\n").status == "fail"
-    assert preflight.gpu_stack_check("7", H100_NODE).status == "pass"
+    assert compute_job.gpu_stack_check("7", NO_DRIVER).status == "fail"
+    assert compute_job.gpu_stack_check("7", "nvidia-smi is not on PATH\n").status == "fail"
+    assert compute_job.gpu_stack_check("7", H100_NODE).status == "pass"
 
 
 @pytest.mark.slurm
@@ -72,21 +72,23 @@ def test_the_test_job_reports_the_node_gpus_and_the_hub_cache(tmp_path: Path, mo
         "slurm-qos": "grail-gpu",
         "slurm-reservation": "grail-resv",
     }
-    flags = preflight.compute_job_site_flags(site, train)
+    flags = compute_job.compute_job_site_flags(site, train)
     assert flags == ["-p", "gpu", "-A", "grail-lab", "--qos", "grail-gpu", "--reservation", "grail-resv"]
-    checks = preflight.compute_job_checks(tmp_path / "results", site, train, hub, preflight.COMPUTE_JOB_SECONDS)
+    checks = compute_job.compute_job_checks(tmp_path / "results", site, train, hub, compute_job.COMPUTE_JOB_SECONDS)
     assert [(check.name, check.status) for check in checks] == [
-        (preflight.COMPUTE_JOB, "pass"),
-        (preflight.COMPUTE_GPU, "fail"),
-        (preflight.COMPUTE_HUB, "pass"),
+        (compute_job.COMPUTE_JOB, "pass"),
+        (compute_job.COMPUTE_GPU, "fail"),
+        (compute_job.COMPUTE_HUB, "pass"),
     ], checks
     assert "2x Tesla V100-SXM2-32GB (compute capability 7.0), driver 535.104.05" in checks[1].detail
     assert not (tmp_path / "results" / ".preflight").exists()  # the token and the reports are cleaned up
-    checks = preflight.compute_job_checks(tmp_path / "results", site, None, unreadable, preflight.COMPUTE_JOB_SECONDS)
+    checks = compute_job.compute_job_checks(
+        tmp_path / "results", site, None, unreadable, compute_job.COMPUTE_JOB_SECONDS
+    )
     assert [(check.name, check.status) for check in checks] == [
-        (preflight.COMPUTE_JOB, "pass"),
-        (preflight.COMPUTE_GPU, "skipped"),
-        (preflight.COMPUTE_HUB, "fail"),
+        (compute_job.COMPUTE_JOB, "pass"),
+        (compute_job.COMPUTE_GPU, "skipped"),
+        (compute_job.COMPUTE_HUB, "fail"),
     ], checks
 
 
@@ -97,14 +99,16 @@ def test_the_test_job_names_a_refused_site_flag_and_a_job_still_queued(tmp_path:
     if reason := site_scheduler():
         pytest.skip(reason)
     wrong = {"default-resources": {"slurm_account": "grail-lab"}, "slurm-reservation": "no-such-reservation"}
-    refused = preflight.compute_job_checks(tmp_path / "results", wrong, None, None, preflight.COMPUTE_JOB_SECONDS)[0]
+    refused = compute_job.compute_job_checks(tmp_path / "results", wrong, None, None, compute_job.COMPUTE_JOB_SECONDS)[
+        0
+    ]
     assert refused.status == "fail" and "--reservation no-such-reservation" in refused.detail, refused
     held = subprocess.run(
         ["sbatch", "--parsable", "--hold", "-A", "grail-lab", "-o", "/dev/null", "--wrap", "true"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     try:
-        queued = preflight.await_token(held, tmp_path / "token", "token", wait=2)
+        queued = compute_job.await_token(held, tmp_path / "token", "token", wait=2)
     finally:
         subprocess.run(["scancel", held], check=False)
     assert queued.status == "skipped" and "still queued after 2 s (Slurm's reason: JobHeldUser)" in queued.detail

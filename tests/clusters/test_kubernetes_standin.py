@@ -232,7 +232,8 @@ def test_standin_runs_a_valid_job_and_reports_its_exit_code(standin: dict[str, P
 def test_preflight_s3_checks_name_each_problem_in_one_line(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The preflight's S3 checks against the moto server: a usable bucket passes all four; a missing bucket and an
     endpoint nobody serves each fail one named check and skip the ones after it, without a traceback."""
-    from pipeline import preflight
+    from pipeline.clusters.check import Check
+    from pipeline.clusters.kubernetes import s3_checks
 
     for variable in [name for name in os.environ if name.startswith("SNAKEMAKE_STORAGE_S3_")]:
         monkeypatch.delenv(variable)
@@ -243,10 +244,10 @@ def test_preflight_s3_checks_name_each_problem_in_one_line(s3_endpoint: str, mon
         "storage-s3-secret-key": S3_KEY,
     }
 
-    def statuses(checks: list[preflight.Check]) -> list[tuple[str, str]]:
+    def statuses(checks: list[Check]) -> list[tuple[str, str]]:
         return [(check.name, check.status) for check in checks]
 
-    assert statuses(preflight.s3_checks({**profile, "default-storage-prefix": f"s3://{BUCKET}/run"})) == [
+    assert statuses(s3_checks({**profile, "default-storage-prefix": f"s3://{BUCKET}/run"})) == [
         ("S3 keys", "pass"),
         ("S3 endpoint", "pass"),
         ("S3 bucket", "pass"),
@@ -254,7 +255,7 @@ def test_preflight_s3_checks_name_each_problem_in_one_line(s3_endpoint: str, mon
     ]
     client = s3_client(s3_endpoint)
     assert client.list_objects_v2(Bucket=BUCKET).get("KeyCount", 0) == 0  # the write probe cleaned up
-    missing = preflight.s3_checks({**profile, "default-storage-prefix": "s3://no-such-bucket/run"})
+    missing = s3_checks({**profile, "default-storage-prefix": "s3://no-such-bucket/run"})
     assert statuses(missing) == [
         ("S3 keys", "pass"),
         ("S3 endpoint", "pass"),
@@ -263,7 +264,7 @@ def test_preflight_s3_checks_name_each_problem_in_one_line(s3_endpoint: str, mon
     ]
     assert "has no bucket 'no-such-bucket'" in missing[2].detail
     nobody = f"http://127.0.0.1:{free_port()}"
-    unreachable = preflight.s3_checks(
+    unreachable = s3_checks(
         {**profile, "default-storage-prefix": f"s3://{BUCKET}/run", "storage-s3-endpoint-url": nobody}
     )
     assert statuses(unreachable) == [

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import preflight
+from pipeline.clusters import software
+from pipeline.study import cost
 
 from .conftest import REPO, run_command, study
 
@@ -55,8 +56,8 @@ def test_the_software_check_names_the_image_where_torch_is_not_installed(monkeyp
 
     monkeypatch.setattr(importlib.metadata, "version", without_torch)
     paper = study(PAPER)
-    job = preflight.cost.PlannedJob(rule="train", wildcards={}, gpus=4)
-    check = preflight.local_software_check(paper, [job])
+    job = cost.PlannedJob(rule="train", wildcards={}, gpus=4)
+    check = software.local_software_check(paper, [job])
     assert check.status == "fail"
     assert "torch is not installed" in check.detail
     assert "--sdm apptainer" in check.fix

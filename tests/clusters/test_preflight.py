@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import preflight
+from pipeline.clusters import disk, kubernetes, slurm, software
 from pipeline.runtime import cluster, disk_space
 from pipeline.study import cost, plan
 from tools.docs_numbers import render
@@ -40,7 +40,7 @@ def job(rule: str, **request: object) -> cost.PlannedJob:
 
 
 def test_sinfo_lines_give_gres_types_counts_and_time_limits() -> None:
-    nodes = preflight.parse_sinfo(SINFO)
+    nodes = slurm.parse_sinfo(SINFO)
     assert [(n.name, n.partition, n.default) for n in nodes] == [
         ("gpu1", "gpu", True),
         ("gpu2", "gpu", True),
@@ -48,21 +48,21 @@ def test_sinfo_lines_give_gres_types_counts_and_time_limits() -> None:
     ]
     assert nodes[0].gpus == {"h200": 4} and nodes[2].gpus == {}
     assert (nodes[0].time_limit, nodes[2].time_limit) == (2880, None)
-    assert preflight.gres_gpus("gpu:2,gpu:a100:1,shard:4") == {"": 2, "a100": 1}
-    assert [preflight.slurm_minutes(text) for text in ("30", "1:30", "2:00:00", "1-00:00:30")] == [30, 1, 120, 1440]
+    assert slurm.gres_gpus("gpu:2,gpu:a100:1,shard:4") == {"": 2, "a100": 1}
+    assert [slurm.slurm_minutes(text) for text in ("30", "1:30", "2:00:00", "1-00:00:30")] == [30, 1, 120, 1440]
 
 
 def test_resource_checks_name_the_shortfall_and_the_fix() -> None:
-    nodes = preflight.parse_sinfo(SINFO)
+    nodes = slurm.parse_sinfo(SINFO)
     fits = job("train", threads=32, gpus=4, runtime=960, mem_mb=384000, gpu_model="h200")
-    checks = preflight.resource_checks([fits, job("evaluate", gpus=4, runtime=240)], nodes, retries=2)
+    checks = slurm.resource_checks([fits, job("evaluate", gpus=4, runtime=240)], nodes, retries=2)
     assert [c.status for c in checks] == ["pass", "pass"]
 
     wrong_type = job("train", gpus=4, runtime=600, gpu_model="a100")
     too_long = job("evaluate", gpus=1, runtime=3000)
     retried = job("token_analysis", gpus=1, runtime=1000)  # attempt 3 asks for 3000 min
     missing = job("report", partition="bigmem")
-    checks = {c.name: c for c in preflight.resource_checks([wrong_type, too_long, retried, missing], nodes, 2)}
+    checks = {c.name: c for c in slurm.resource_checks([wrong_type, too_long, retried, missing], nodes, 2)}
     assert checks["resources: train"].status == "fail"
     assert "no node of partition gpu has 4 a100 GPUs on a node" in checks["resources: train"].detail
     assert "slurm_partition" in checks["resources: train"].fix
@@ -87,8 +87,8 @@ def test_a_retried_training_job_keeps_its_time_limit() -> None:
     """A retry of training resumes from its checkpoint: attempt 3 asks for the configured limit, so a 48 h limit
     fits a 48 h partition with `retries: 2`; other rules still ask for attempt x the limit. Broken by scaling every
     rule's runtime by the attempt: training's attempt 3 asked for 144 h."""
-    nodes = preflight.parse_sinfo(SINFO)
-    (check,) = preflight.resource_checks([job("train", gpus=4, runtime=2880)], nodes, 2)
+    nodes = slurm.parse_sinfo(SINFO)
+    (check,) = slurm.resource_checks([job("train", gpus=4, runtime=2880)], nodes, 2)
     assert check.status == "pass", check.detail
     assert cluster.attempt_runtime("train", 960, 3) == 960 and cluster.attempt_runtime("evaluate", 240, 3) == 720
 
@@ -146,18 +146,18 @@ def test_the_docs_disk_figure_is_the_estimate() -> None:
 def test_the_engine_check_reports_each_training_job_and_refuses_a_deepspeed_precision_conflict() -> None:
     paper = study(PAPER)
     runs = paper.runs()
-    check = preflight.engine_check(paper, [job("train", gpus=4, wildcards=run) for run in runs])
+    check = software.engine_check(paper, [job("train", gpus=4, wildcards=run) for run in runs])
     assert check.status == "pass" and check.detail.startswith("training_engine auto: ")
     assert check.detail.count("DeepSpeed ZeRO-2 on 4 GPUs, bf16 precision") == len(
         {(r["model"], r["method"]) for r in runs}
     )
     # the paper's bf16 on two CPU processes: DDP takes it (use_cpu), DeepSpeed's refusal is named before submission
     cpu_jobs = [job("train", gpus=0, nodes=2, wildcards=run) for run in runs[:1]]
-    assert preflight.engine_check(paper, cpu_jobs).status == "pass"
-    check = preflight.engine_check(dataclasses.replace(paper, training_engine="zero2"), cpu_jobs)
+    assert software.engine_check(paper, cpu_jobs).status == "pass"
+    check = software.engine_check(dataclasses.replace(paper, training_engine="zero2"), cpu_jobs)
     assert check.status == "fail"
     assert check.detail.startswith("training.bf16: bf16 conflicts with DeepSpeed ZeRO-2 on 2 CPU processes")
-    single = preflight.engine_check(paper, [job("train", gpus=1, wildcards=runs[0])])
+    single = software.engine_check(paper, [job("train", gpus=1, wildcards=runs[0])])
     assert single.status == "pass" and single.detail.endswith(": one process")
 
 
@@ -170,7 +170,7 @@ def test_a_study_asking_flash_attention_2_fails_without_flash_attn_naming_the_bu
         importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real_find_spec(name, *a)
     )
     monkeypatch.setenv("GRAIL_FLASH_ATTN", "none")
-    check = preflight.attention_check(study(PAPER))
+    check = software.attention_check(study(PAPER))
     assert check.status == "fail"
     assert check.detail == (
         "training.attn_implementation: flash_attention_2, but flash_attn does not import"
@@ -181,15 +181,15 @@ def test_a_study_asking_flash_attention_2_fails_without_flash_attn_naming_the_bu
     paper = study(PAPER)
     assert (
         "flash_attn"
-        not in preflight.local_software_check(paper, [job("train", gpus=4, wildcards=paper.runs()[0])]).detail
+        not in software.local_software_check(paper, [job("train", gpus=4, wildcards=paper.runs()[0])]).detail
     )
     monkeypatch.delenv("GRAIL_FLASH_ATTN")
-    assert "not installed in this environment" in preflight.attention_check(study(PAPER)).detail
+    assert "not installed in this environment" in software.attention_check(study(PAPER)).detail
     # with flash_attn importable it passes, and a study on sdpa (the default study) never needs it
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "flash_attn" else None)
-    assert preflight.attention_check(study(PAPER)).status == "pass"
+    assert software.attention_check(study(PAPER)).status == "pass"
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    assert preflight.attention_check(study(DEFAULT)).status == "pass"
+    assert software.attention_check(study(DEFAULT)).status == "pass"
 
 
 def test_software_only_runs_without_a_profile(tmp_path: Path) -> None:
@@ -293,16 +293,16 @@ def test_kubernetes_profile_checks_the_image_and_the_bucket(tmp_path: Path, monk
     that is not the repository's fail, naming what to build and push."""
     profile = yaml.safe_load((REPO / "profiles" / "kubernetes" / "config.yaml").read_text())
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
-    checks = {c.name: c for c in preflight.kubernetes_static_checks(profile, study(PAPER))}
+    checks = {c.name: c for c in kubernetes.kubernetes_static_checks(profile, study(PAPER))}
     assert checks["image reference"].status == "fail" and "carries no commit" in checks["image reference"].detail
     assert "IMAGE=registry.example.org/grail/grail-pipeline containers/build.sh push" in checks["image reference"].fix
     assert checks["storage prefix"].status == "fail"  # the profile's example bucket
-    (api,) = preflight.kubernetes_api_checks([job("train", gpus=4)], profile)
+    (api,) = kubernetes.kubernetes_api_checks([job("train", gpus=4)], profile)
     assert (api.name, api.status) == ("namespace and gpu resource", "skipped")  # no API server configured
     head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    built = preflight.image_check(f"registry.example.org/grail/grail-pipeline:0.1.0-{head.stdout.strip()}-gpu")
+    built = kubernetes.image_check(f"registry.example.org/grail/grail-pipeline:0.1.0-{head.stdout.strip()}-gpu")
     assert built.status == "pass", built
-    foreign = preflight.image_check("registry.example.org/grail/grail-pipeline:0.1.0-0123456789ab-gpu")
+    foreign = kubernetes.image_check("registry.example.org/grail/grail-pipeline:0.1.0-0123456789ab-gpu")
     assert foreign.status == "fail" and "0123456789ab is not a commit of this repository" in foreign.detail
 
 
@@ -311,19 +311,19 @@ def test_the_checkpoint_claim_check_holds_checkpoint_volume_to_a_claims_mount_pa
     would leave the checkpoints in the pod (fail), and no checkpoint_volume at all is a warning."""
     profile = yaml.safe_load((REPO / "profiles" / "kubernetes" / "config.yaml").read_text())
     paper = study(PAPER)
-    shipped = preflight.checkpoint_claim_check(profile, paper)
+    shipped = kubernetes.checkpoint_claim_check(profile, paper)
     assert (shipped.status, shipped.detail) == (
         "pass",
         "training checkpoints on claim grail-checkpoints at /checkpoints",
     )
-    moved = preflight.checkpoint_claim_check(
+    moved = kubernetes.checkpoint_claim_check(
         {**profile, "kubernetes-persistent-volumes": ["grail-checkpoints:/ckpt"]}, paper
     )
     assert moved.status == "fail" and "checkpoint_volume /checkpoints is not the mount path of a claim (/ckpt)" in (
         moved.detail
     )
     bare = {key: value for key, value in profile.items() if key not in ("config", "kubernetes-persistent-volumes")}
-    assert preflight.checkpoint_claim_check(bare, paper).status == "warn"
+    assert kubernetes.checkpoint_claim_check(bare, paper).status == "warn"
 
 
 def test_kubernetes_preflight_without_s3_keys_names_them_after_the_static_checks(tmp_path: Path) -> None:
@@ -362,18 +362,18 @@ def test_disk_check_names_the_checkpoints_reruns_set_aside(tmp_path: Path) -> No
     kept = tmp_path / "results/runs/tiny/grail/seed0/set_aside/20260101T000000Z/checkpoints/checkpoint-4"
     kept.mkdir(parents=True)
     (kept / "model.safetensors").write_bytes(b"\0" * (cost.GIB // 8))
-    passing = preflight.disk_check(tmp_path / "results", needed=0)
+    passing = disk.disk_check(tmp_path / "results", needed=0)
     assert passing.status == "pass" and "0.1 GiB are checkpoints set aside by reruns" in passing.detail
-    failing = preflight.disk_check(tmp_path / "results", needed=1 << 62)
+    failing = disk.disk_check(tmp_path / "results", needed=1 << 62)
     assert failing.status == "fail" and "rm -r" in failing.fix and "set_aside" in failing.fix
 
 
 def test_disk_check_warns_about_results_under_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
-    check = preflight.disk_check(tmp_path / "home" / "grail" / "results", needed=0)
+    check = disk.disk_check(tmp_path / "home" / "grail" / "results", needed=0)
     assert check.status == "warn" and "results_dir is under $HOME" in check.detail and "scratch" in check.fix
-    assert preflight.disk_check(tmp_path / "scratch" / "results", needed=0).status == "pass"
+    assert disk.disk_check(tmp_path / "scratch" / "results", needed=0).status == "pass"
 
 
 # The preflight run as `python -m pipeline.preflight`, in a process where the named modules cannot be imported (a

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline import preflight
+from pipeline.clusters import disk
 from pipeline.runtime import quotas
 
 GIB = 1 << 30
@@ -40,7 +40,7 @@ def test_the_check_fails_an_owner_whose_quota_cannot_hold_the_study(tmp_path: Pa
     """Broken by comparing the free disk only (no quota read): the 3.8 GiB study passes on a 0.0 GiB quota left."""
     tool(tmp_path, "quota", {"-u": QUOTA_USER, "-g": QUOTA_NONE})
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    check = preflight.quota_check(tmp_path / "results", needed=GIB)
+    check = disk.quota_check(tmp_path / "results", needed=GIB)
     assert check.status == "fail" and check.detail.startswith("user "), check
     assert "4.0 of 3.8 GiB used" in check.detail and "lower save_total_limit" in check.fix
 
@@ -52,11 +52,11 @@ def test_lustre_reads_user_group_and_project(tmp_path: Path, monkeypatch) -> Non
     commands = quotas.quota_commands(tmp_path)
     assert [owner.split()[0] for owner, _ in commands] == ["user", "group", "project"]
     assert commands[1][1][:4] == ["lfs", "quota", "-q", "-g"] and commands[1][1][-1] == "/lustre/scratch01"
-    check = preflight.quota_check(tmp_path, needed=GIB)
+    check = disk.quota_check(tmp_path, needed=GIB)
     assert check.status == "pass" and "1.0 of 2048.0 GiB used" in check.detail, check
 
 
 def test_without_a_tool_the_check_is_skipped_with_the_reason(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    check = preflight.quota_check(tmp_path / "results", needed=GIB)
+    check = disk.quota_check(tmp_path / "results", needed=GIB)
     assert check.status == "skipped" and "`quota`" in check.detail and "`lfs`" in check.detail

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import preflight
+from pipeline.clusters import compute_job, slurm
 from pipeline.study import cost, plan
 
 from .conftest import REPO, run_command, site_profile, study
@@ -70,7 +70,7 @@ def test_training_above_the_qos_wall_is_refused_naming_the_wall(site_plan) -> No
     jobs, profile = site_plan
     train = next(job for job in jobs if job.rule == "train")
     longer = dataclasses.replace(train, runtime=1500, resources={**train.resources, "runtime": 1500})
-    (check,) = preflight.scheduler_verdicts([longer], profile)
+    (check,) = slurm.scheduler_verdicts([longer], profile)
     assert check.status == "fail"
     assert "asked 1500 min" in check.detail and "QoS grail-gpu MaxWall 1-00:00:00" in check.detail, check.detail
     assert "partition gpu MaxTime 1-00:00:00" in check.detail
@@ -82,19 +82,19 @@ def test_constraint_in_slurm_extra_is_refused_by_name_offering_the_resource() ->
     flag and the resource that sets it, without asking Slurm. Broken by not running validate_slurm_extra: sbatch
     would be asked (and the plugin would refuse at submission)."""
     constrained = cost.PlannedJob("train", gpus=4, runtime=60, resources={"slurm_extra": "--constraint=a100"})
-    (check,) = preflight.scheduler_verdicts([constrained], {})
+    (check,) = slurm.scheduler_verdicts([constrained], {})
     assert check.status == "fail" and "(node constraints)" in check.detail, check.detail
     assert "the `constraint` resource (set-resources: train: constraint: FEATURES)" in check.fix
     qos = dataclasses.replace(constrained, resources={"slurm_extra": "--qos=long"})
-    assert "slurm-qos" in preflight.scheduler_verdicts([qos], {})[0].fix
+    assert "slurm-qos" in slurm.scheduler_verdicts([qos], {})[0].fix
 
 
 def test_checks_the_scheduler_cannot_answer_show_as_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without sinfo every per-rule check is listed as skipped with the reason. Broken by returning the scheduler
     check alone: the per-rule checks vanished."""
-    monkeypatch.setattr(preflight.shutil, "which", lambda name: None)
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: None)
     jobs = [cost.PlannedJob("train", gpus=4), cost.PlannedJob("report")]
-    checks = preflight.slurm_checks(jobs, {}, study(PAPER), compute_wait=preflight.COMPUTE_JOB_SECONDS)
+    checks = slurm.slurm_checks(jobs, {}, study(PAPER), compute_wait=compute_job.COMPUTE_JOB_SECONDS)
     assert [(check.name, check.status) for check in checks] == [
         ("scheduler", "fail"),
         ("resources: train", "skipped"),
