@@ -31,7 +31,7 @@ import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 from tqdm import tqdm
@@ -46,6 +46,7 @@ from pipeline.core.io import (
     read_jsonl,
     run_cli,
 )
+from pipeline.core.specs import dataclass_from_mapping
 from pipeline.models.hub_cache import dataset_commit
 from pipeline.tasks import gsm
 from pipeline.tasks.arith import arithmetic_problems
@@ -58,23 +59,9 @@ from pipeline.tasks.benchmarks import (
     load_hub_rows,
 )
 from pipeline.tasks.prompts import PROMPT_TEMPLATES, build_prompt
+from pipeline.tasks.training_sources import Decontamination, DeepMathSource, JsonlSource, Shuffle
 
 SPEC_KEYS = {"source", "prompt_template", "deepmath", "generated", "gsm_symbolic", "jsonl", "decontaminate"}
-DEEPMATH_KEYS = {"hub_id", "revision", "split", "cache_dir", "max_rows", "shuffle_seed", "shuffle"}
-SHUFFLES = ("python_random", "datasets")
-JSONL_KEYS = {"path", "max_rows", "shuffle_seed"}
-DECONTAMINATE_KEYS = {"enabled", "ngram"}
-DEEPMATH_DEFAULTS = {
-    "hub_id": "trl-lib/DeepMath-103K",
-    # No published commit of trl-lib/DeepMath-103K was found; pin one in the config for a fixed study.
-    "revision": "main",
-    "split": "train",
-    "cache_dir": None,
-    "max_rows": None,
-    "shuffle_seed": 42,  # upstream shuffles the training split with seed 42 (spec 5)
-    "shuffle": "python_random",
-}
-DEFAULT_NGRAM = 13
 SKIP_EXAMPLES = 20
 # Words and single non-space symbols: "3+4=?" keeps its operators, so 3+4 and 3*4 differ.
 TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -221,8 +208,8 @@ def shuffled_prefix(
     for key, value in (("shuffle_seed", seed), ("max_rows", max_rows)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
             raise InputError(f"{where}.{key}: expected a non-negative integer, got {value!r}")
-    if shuffle not in SHUFFLES:
-        raise InputError(f"{where}.shuffle: expected one of {', '.join(SHUFFLES)}, got {shuffle!r}")
+    if shuffle not in get_args(Shuffle):
+        raise InputError(f"{where}.shuffle: expected one of {', '.join(get_args(Shuffle))}, got {shuffle!r}")
     if shuffle == "datasets":
         order = [records[index] for index in datasets_permutation(len(records), seed)]
     else:
@@ -264,37 +251,34 @@ def load_records(spec: dict[str, Any]) -> tuple[list[Record], list[dict], dict[s
         provenance = {"gsm_symbolic": settings | {"templates": "training", "package": gsm.package_version()}}
         return records, [], provenance, {"shuffle_seed": None, "max_rows": None}
     if source == "deepmath":
-        settings = DEEPMATH_DEFAULTS | check_keys(spec.get("deepmath", {}), DEEPMATH_KEYS, "data.deepmath")
+        deepmath = dataclass_from_mapping(DeepMathSource, spec.get("deepmath"), "data.deepmath")
         rows = load_hub_rows(
-            settings["hub_id"],
-            config=None,
-            split=settings["split"],
-            revision=str(settings["revision"]),
-            cache_dir=settings["cache_dir"],
+            deepmath.hub_id, config=None, split=deepmath.split, revision=deepmath.revision, cache_dir=deepmath.cache_dir
         )
         records, skipped = validated_records(rows, deepmath_record, "deepmath")
-        provenance = {key: settings[key] for key in ("hub_id", "revision", "split")}
-        provenance["commit"] = dataset_commit(settings["hub_id"], str(settings["revision"]), settings["cache_dir"])
-        return records, skipped, provenance, {key: settings[key] for key in ("shuffle_seed", "max_rows", "shuffle")}
+        provenance = {"hub_id": deepmath.hub_id, "revision": deepmath.revision, "split": deepmath.split}
+        provenance["commit"] = dataset_commit(deepmath.hub_id, deepmath.revision, deepmath.cache_dir)
+        order = {"shuffle_seed": deepmath.shuffle_seed, "max_rows": deepmath.max_rows, "shuffle": deepmath.shuffle}
+        return records, skipped, provenance, order
     if source == "jsonl":
-        settings = check_keys(spec.get("jsonl", {}), JSONL_KEYS, "data.jsonl")
-        if "path" not in settings:
+        if "path" not in (spec.get("jsonl") or {}):
             raise InputError("data.jsonl.path: required for source 'jsonl'")
-        path = str(settings["path"])
-        prefix = Path(path).stem
-        records, skipped = validated_records(read_jsonl(path), lambda row, i: plain_record(row, i, prefix), path)
-        order = {"shuffle_seed": settings.get("shuffle_seed", 42), "max_rows": settings.get("max_rows")}
-        return records, skipped, {"path": path}, order
+        jsonl = dataclass_from_mapping(JsonlSource, spec["jsonl"], "data.jsonl")
+        prefix = Path(jsonl.path).stem
+        records, skipped = validated_records(
+            read_jsonl(jsonl.path), lambda row, i: plain_record(row, i, prefix), jsonl.path
+        )
+        return records, skipped, {"path": jsonl.path}, {"shuffle_seed": jsonl.shuffle_seed, "max_rows": jsonl.max_rows}
     raise InputError(f"data.source: expected one of deepmath, generated, gsm_symbolic, jsonl, got {source!r}")
 
 
 def decontamination_settings(spec: dict[str, Any], against: list[str]) -> dict[str, Any]:
     """{enabled, ngram}: decontamination runs when benchmark files are given; enabling it without them is refused."""
-    settings = check_keys(spec.get("decontaminate", {}), DECONTAMINATE_KEYS, "data.decontaminate")
-    ngram = settings.get("ngram", DEFAULT_NGRAM)
-    if not isinstance(ngram, int) or isinstance(ngram, bool) or ngram < 1:
+    settings = dataclass_from_mapping(Decontamination, spec.get("decontaminate"), "data.decontaminate")
+    ngram = settings.ngram
+    if ngram < 1:
         raise InputError(f"data.decontaminate.ngram: expected a positive integer, got {ngram!r}")
-    if settings.get("enabled", False) and not against:
+    if settings.enabled and not against:
         raise InputError("data.decontaminate.enabled is true but no --decontaminate-against files were given")
     return {"enabled": bool(against), "ngram": ngram}
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.study.config import Study
-from pipeline.study.plan import DEEPMATH_DEFAULTS
 from pipeline.tasks.benchmarks import SOURCE_FORMATS
+from pipeline.tasks.training_sources import DeepMathSource
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,8 @@ def hub_references(study: Study) -> list[HubReference]:
         if model.path and not Path(model.path).exists()
     ]
     if study.data.get("source") == "deepmath":
-        deepmath = DEEPMATH_DEFAULTS | study.data.get("deepmath", {})
+        defaults = DeepMathSource()
+        deepmath = {"hub_id": defaults.hub_id, "revision": defaults.revision} | study.data.get("deepmath", {})
         references.append(
             HubReference(("data", "deepmath", "revision"), deepmath["hub_id"], "dataset", str(deepmath["revision"]))
         )

@@ -20,8 +20,6 @@ from pipeline.study import cost
 from pipeline.study.config import Study
 from pipeline.study.gpu_sizing import sizing_summary
 
-DEEPMATH_DEFAULTS = {"hub_id": "trl-lib/DeepMath-103K", "revision": "main"}  # pipeline.prepare_data's defaults
-
 
 def planned_job(record: dict[str, Any]) -> cost.PlannedJob:
     """One job of ``pipeline.study.dry_run``'s records; a resource not known before the run (None) counts as unset."""

@@ -21,6 +21,7 @@ from pipeline.study.gpu_sizing import GpuSizing
 from pipeline.study.schema import load_schema
 from pipeline.study.sections import TOKEN_ANALYSIS_PLAN_KEYS, CalibrationConfig
 from pipeline.tasks.prompts import PROMPT_TEMPLATES, PromptTemplate
+from pipeline.tasks.training_sources import Decontamination, DeepMathSource
 from pipeline.training.grpo_config import (
     MODEL_LOADING_OPTIONS,
     GrailGRPOConfig,
@@ -121,6 +122,8 @@ def test_recorded_trl_defaults_are_grpo_configs(tmp_path):
         (("watchdog",), WatchdogConfig, set()),
         (("health",), HealthConfig, set()),
         (("calibration",), CalibrationConfig, set()),
+        (("data", "deepmath"), DeepMathSource, set()),
+        (("data", "decontaminate"), Decontamination, set()),
     ],
 )
 def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
@@ -139,6 +142,8 @@ def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
         (("watchdog",), WatchdogConfig),
         (("health",), HealthConfig),
         (("calibration",), CalibrationConfig),
+        (("data", "deepmath"), DeepMathSource),
+        (("data", "decontaminate"), Decontamination),
     ],
 )
 def test_schema_defaults_are_the_stage_defaults(path, cls):
