@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import math
 import pkgutil
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
+from pipeline.core.declared import Range
 from pipeline.core.deferred import DeferredModule
 from pipeline.core.io import InputError
 from pipeline.core.specs import dataclass_from_mapping
@@ -57,29 +57,6 @@ __all__ = [
     "logps_and_entropies_from_logits",
     "scaled",
 ]
-
-
-@dataclass(frozen=True)
-class Range:
-    """An interval of allowed values; ``None`` is unbounded. Exclusive ends are open."""
-
-    minimum: float | None = None
-    maximum: float | None = None
-    exclusive_minimum: float | None = None
-    exclusive_maximum: float | None = None
-
-    def problem(self, value: float) -> str | None:
-        """Why ``value`` is outside the range (e.g. "must be > 0"), or None when it is inside."""
-        bounds = [
-            (self.minimum, ">=", lambda b: value >= b),
-            (self.exclusive_minimum, ">", lambda b: value > b),
-            (self.maximum, "<=", lambda b: value <= b),
-            (self.exclusive_maximum, "<", lambda b: value < b),
-        ]
-        for bound, sign, holds in bounds:
-            if bound is not None and not (isinstance(value, int | float) and not math.isnan(value) and holds(bound)):
-                return f"must be {sign} {bound}"
-        return None
 
 
 class CreditHost(Protocol):

@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.core.declared import Range, refuse_out_of_range, setting
 from pipeline.core.io import InputError
 
 # The signals of the flat check, with the words the messages use.
@@ -61,28 +62,43 @@ VERDICTS = ("tripped", "near", "healthy", "off")
 
 @dataclass(frozen=True)
 class HealthConfig:
-    """The ``health`` section of the study config (configs/schema.yaml declares the same keys, defaults and ranges);
-    it reaches a training job with the run-time settings (pipeline.runtime.settings), and is checked here.
+    """The training health check: at every logging step, a run whose reward, entropy and gradient norm all stay flat
+    (within flat_tolerance, zero included) for flat_window logged steps, or whose weights' L2 norm reaches
+    weight_growth times the start model's, has collapsed: it stops with exit 80 (final: a retry exits at once),
+    naming the step, the check and the last healthy checkpoint, and keeps no checkpoint of the collapsed state as
+    resumable (they are set aside like stale checkpoints). The report lists runs that came within 2x of a
+    threshold. Run-time settings: changing them reruns no training, only the report. docs/troubleshooting.md
+
+    The ``health`` section of the study config, declared here (``pipeline.core.declared``); it reaches a training
+    job with the run-time settings (pipeline.runtime.settings).
 
     The defaults trip none of the logged runs of the default, ablation and SmolLM2 studies (docs/troubleshooting.md):
     over any 5 logged steps the liveliest of the three signals moved at least 0.05 (entropy alone 0.0022; tolerance
     1e-6), no two consecutive rows were flat, and the weights grew at most 1.0034x in 250 steps. A window of 2 would
     be thin: healthy rows repeat reward and gradient norm exactly, and entropy moved as little as 2.3e-5."""
 
-    enabled: bool = True
-    flat_window: int = 5
-    flat_tolerance: float = 1e-6
-    weight_growth: float = 2.0
+    enabled: bool = setting(True, "false switches the check off (the weight norm is still logged)")
+    # one row is always "flat" (no spread); a growth threshold at or below 1 would stop every run at its start
+    flat_window: int = setting(
+        5,
+        "logged steps (rows of metrics.jsonl, not optimizer steps) over which reward, entropy and gradient norm "
+        "must all stay flat to trip",
+        Range(minimum=2),
+    )
+    flat_tolerance: float = setting(
+        1e-6, "the largest spread (max - min over the window) of a signal that counts as flat", Range(minimum=0)
+    )
+    weight_growth: float = setting(
+        2.0,
+        "trip when the global L2 norm of the trainable weights reaches this many times the start model's (healthy "
+        "runs of the tiny study: 1.0034 after 250 steps)",
+        Range(exclusive_minimum=1),
+    )
 
     def __post_init__(self) -> None:
-        # one row is always "flat" (no spread); a growth threshold at or below 1 would stop every run at its start
-        for name, valid in (
-            ("flat_window", self.flat_window >= 2),
-            ("flat_tolerance", self.flat_tolerance >= 0 and math.isfinite(self.flat_tolerance)),
-            ("weight_growth", self.weight_growth > 1),
-        ):
-            if not valid:
-                raise InputError(f"health.{name}: invalid value {getattr(self, name)!r}")
+        refuse_out_of_range(self, "health")
+        if not math.isfinite(self.flat_tolerance):
+            raise InputError(f"health.flat_tolerance: invalid value {self.flat_tolerance!r} (must be finite)")
 
 
 @dataclass(frozen=True)

@@ -28,30 +28,44 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+from pipeline.core.declared import Range, refuse_out_of_range, setting
 from pipeline.core.exit_codes import STALL_EXIT_CODE
-from pipeline.core.io import InputError
 from pipeline.core.launch_dir import record_exit_status
 
 
 @dataclass(frozen=True)
 class WatchdogConfig:
-    """The ``watchdog`` section of the study config (configs/schema.yaml declares the same keys, defaults and
-    ranges); it reaches a job with the run-time settings (pipeline.runtime.settings), and is checked here."""
+    """The stall watchdog of training and evaluation: a training step or evaluation batch (or the gap after one)
+    without progress for longer than its bound (first_step_s before the first one completed, then
+    max(stall_floor_s, stall_multiple x the median duration so far)) makes every rank dump its threads' stacks and
+    exit 79 (retried). Changing it reruns no training or evaluation, only the report. docs/cluster.md
 
-    enabled: bool = True
-    stall_multiple: float = 5.0
-    stall_floor_s: float = 1200.0
-    first_step_s: float = 1500.0
+    The ``watchdog`` section of the study config, declared here (``pipeline.core.declared``); it reaches a job with
+    the run-time settings (pipeline.runtime.settings)."""
+
+    enabled: bool = setting(True, "false switches the watchdog off")
+    # a multiple below 1 would stop steps of the run's usual length; a bound of 0 s every step
+    stall_multiple: float = setting(
+        5.0,
+        "the bound in median step (batch) durations; keep stall_multiple x the median step below "
+        "training.ddp_timeout, so that every rank reports a stall",
+        Range(minimum=1),
+    )
+    stall_floor_s: float = setting(
+        1200.0,
+        "the least bound (seconds) once a step (batch) completed; keep it above the longest checkpoint save and "
+        "below training.ddp_timeout",
+        Range(exclusive_minimum=0),
+    )
+    first_step_s: float = setting(
+        1500.0,
+        "the bound (seconds) before the first step (batch) completed: it pays for warm-up and compilation; below "
+        "training.ddp_timeout, so that every rank reports a stall in it",
+        Range(exclusive_minimum=0),
+    )
 
     def __post_init__(self) -> None:
-        # a multiple below 1 would stop steps of the run's usual length; a bound of 0 s every step
-        for name, valid in (
-            ("stall_multiple", self.stall_multiple >= 1),
-            ("stall_floor_s", self.stall_floor_s > 0),
-            ("first_step_s", self.first_step_s > 0),
-        ):
-            if not valid:
-                raise InputError(f"watchdog.{name}: invalid value {getattr(self, name)!r}")
+        refuse_out_of_range(self, "watchdog")
 
 
 def stall_bound(durations: Sequence[float], config: WatchdogConfig) -> float:

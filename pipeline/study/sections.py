@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.core.io import InputError
+from pipeline.core.declared import Range, refuse_out_of_range, setting
 from pipeline.study.checks import is_credit_key
 from pipeline.study.gpu_sizing import GpuSizing
 
@@ -157,17 +157,27 @@ class CreditTruthConfig:
 
 @dataclass(frozen=True)
 class CalibrationConfig:
-    """The ``calibration`` section of the study config (configs/schema.yaml declares the same keys and defaults)."""
+    """The expected cost (python -m pipeline.calibrate measures the study on the target hardware; the preflight,
+    the planner and the report predict each job from its file, results_dir/calibration.json). It changes no job,
+    only what they are predicted to cost. docs/cluster.md
 
-    train_steps: int = 8  # training steps a calibration runs per (model, method); the first counts as warm-up
-    length_growth: float = 1.5  # the completions' length at the end of RL over the measured one (the high bound)
-    time_limit_margin: float = 1.5  # a proposed time limit is the longest high prediction times this
+    The ``calibration`` section of the study config, declared here (``pipeline.core.declared``)."""
+
+    train_steps: int = setting(
+        8,
+        "training steps the calibration runs per (model, method); the first is counted as warm-up, the others give "
+        "the seconds a step and their spread",
+        Range(minimum=2),
+    )
+    length_growth: float = setting(
+        1.5,
+        "how many times longer the completions may get during RL than the calibration measured (capped at the "
+        "token limit); only the high prediction uses it",
+        Range(minimum=1),
+    )
+    time_limit_margin: float = setting(
+        1.5, "a proposed time limit is the rule's longest high prediction times this margin", Range(minimum=1)
+    )
 
     def __post_init__(self) -> None:
-        for name, valid in (
-            ("train_steps", self.train_steps >= 2),
-            ("length_growth", self.length_growth >= 1),
-            ("time_limit_margin", self.time_limit_margin >= 1),
-        ):
-            if not valid:
-                raise InputError(f"calibration.{name}: invalid value {getattr(self, name)!r}")
+        refuse_out_of_range(self, "calibration")

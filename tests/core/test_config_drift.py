@@ -1,5 +1,6 @@
-"""Each option is declared once: these tests fail when configs/schema.yaml, the recorded TRL defaults or a stage's
-spec dataclass disagree with the declaration they mirror (keys, choices, ranges, defaults)."""
+"""Where an option is still written twice, these tests fail when configs/schema.yaml, the recorded TRL defaults or a
+stage's spec dataclass disagree with the declaration they mirror (keys, choices, ranges, defaults). A section
+declared with ``pipeline.core.declared`` has its schema entry generated instead (tests/core/test_declared.py)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,12 @@ from trl import GRPOConfig
 from pipeline.credit.method import Range
 from pipeline.evaluation.eval_spec import EvalSpec, VllmSettings
 from pipeline.evaluation.token_weights import TokenAnalysisSpec
-from pipeline.runtime.health import HealthConfig
 from pipeline.runtime.launching import TRAINING_ENGINES, TrainingEngine
-from pipeline.runtime.watchdog import WatchdogConfig
 from pipeline.study.checks import TRL_DEFAULTS
 from pipeline.study.config import Study
 from pipeline.study.gpu_sizing import GpuSizing
 from pipeline.study.schema import load_schema
-from pipeline.study.sections import TOKEN_ANALYSIS_PLAN_KEYS, CalibrationConfig
+from pipeline.study.sections import TOKEN_ANALYSIS_PLAN_KEYS
 from pipeline.tasks.prompts import PROMPT_TEMPLATES, PromptTemplate
 from pipeline.tasks.training_sources import Decontamination, DeepMathSource
 from pipeline.training.grpo_config import (
@@ -119,9 +118,6 @@ def test_recorded_trl_defaults_are_grpo_configs(tmp_path):
         (("evaluation", "vllm"), VllmSettings, set()),
         (("evaluation", "gpu_sizing"), GpuSizing, set()),
         (("token_analysis",), TokenAnalysisSpec, set(TOKEN_ANALYSIS_PLAN_KEYS)),
-        (("watchdog",), WatchdogConfig, set()),
-        (("health",), HealthConfig, set()),
-        (("calibration",), CalibrationConfig, set()),
         (("data", "deepmath"), DeepMathSource, set()),
         (("data", "decontaminate"), Decontamination, set()),
     ],
@@ -139,9 +135,6 @@ def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
         (("evaluation",), EvalSpec),
         (("evaluation", "vllm"), VllmSettings),
         (("evaluation", "gpu_sizing"), GpuSizing),
-        (("watchdog",), WatchdogConfig),
-        (("health",), HealthConfig),
-        (("calibration",), CalibrationConfig),
         (("data", "deepmath"), DeepMathSource),
         (("data", "decontaminate"), Decontamination),
     ],

@@ -1,0 +1,129 @@
+"""Settings declared once: a config section is a frozen dataclass whose fields carry their type (the annotation),
+default, range and help, and everything else is derived from it.
+
+    @dataclass(frozen=True)
+    class WatchdogConfig:
+        '''The stall watchdog: ... (the first paragraph is the section's help)'''
+
+        stall_floor_s: float = setting(1200.0, "the least bound (seconds) ...", Range(exclusive_minimum=0))
+
+        def __post_init__(self) -> None:
+            refuse_out_of_range(self, "watchdog")
+
+- ``section_schema(cls)`` is the section's JSON schema (configs/schema.yaml's ``$defs`` entry, which
+  ``python -m tools.schema`` writes from it and a test holds current): ``type`` from the annotation (bool ->
+  boolean, int -> integer, float -> number, str -> string, ``X | None`` adds null, a ``Literal`` is an enum), the
+  default, the range's keywords (minimum, maximum, exclusiveMinimum, exclusiveMaximum) and the help as
+  ``description``; the class docstring's first paragraph describes the section. docs/parameters.md is rendered
+  from the schema, so it follows too.
+- ``refuse_out_of_range(instance, where)`` checks every field against its range when the section is built (a stage
+  run on its own gets the same check as a planned study).
+
+The credit methods declare their options the same way (``pipeline.credit.method``: ``metadata["help"]`` and
+``metadata["range"]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.core.io import InputError
+
+
+@dataclass(frozen=True)
+class Range:
+    """An interval of allowed values; ``None`` is unbounded. Exclusive ends are open."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: float | None = None
+    exclusive_maximum: float | None = None
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is outside the range (e.g. "must be > 0"), or None when it is inside."""
+        bounds = [
+            (self.minimum, ">=", lambda b: value >= b),
+            (self.exclusive_minimum, ">", lambda b: value > b),
+            (self.maximum, "<=", lambda b: value <= b),
+            (self.exclusive_maximum, "<", lambda b: value < b),
+        ]
+        for bound, sign, holds in bounds:
+            if bound is not None and not (isinstance(value, int | float) and not math.isnan(value) and holds(bound)):
+                return f"must be {sign} {bound}"
+        return None
+
+    def schema(self) -> dict[str, float]:
+        """The JSON schema keywords of this range."""
+        keywords = {
+            "minimum": self.minimum,
+            "maximum": self.maximum,
+            "exclusiveMinimum": self.exclusive_minimum,
+            "exclusiveMaximum": self.exclusive_maximum,
+        }
+        return {keyword: bound for keyword, bound in keywords.items() if bound is not None}
+
+
+def setting(default: Any, help: str, range: Range | None = None) -> Any:
+    """A dataclass field declaring one setting: its default, its help and, where numeric, its allowed range."""
+    metadata: dict[str, Any] = {"help": help}
+    if range is not None:
+        metadata["range"] = range
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def refuse_out_of_range(instance: Any, where: str) -> None:
+    """InputError naming the first field of ``instance`` outside its declared range (``where.name``)."""
+    for option in dataclasses.fields(instance):
+        declared = option.metadata.get("range")
+        value = getattr(instance, option.name)
+        if declared is not None and value is not None and (problem := declared.problem(value)):
+            raise InputError(f"{where}.{option.name}: invalid value {value!r} ({problem})")
+
+
+def annotation_schema(annotation: Any) -> dict[str, Any]:
+    """The JSON schema type of a setting's annotation (bool, int, float, str, a Literal, or one of them | None)."""
+    origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return {"enum": list(arguments)}
+    if origin in (typing.Union, types.UnionType):
+        members = [annotation_schema(member) for member in arguments if member is not type(None)]
+        if len(members) != 1 or "type" not in members[0] or len(arguments) != 2:
+            raise TypeError(f"a setting's annotation is one type or one type | None, not {annotation!r}")
+        return {"type": [members[0]["type"], "null"]}
+    names = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    if annotation not in names:
+        raise TypeError(f"no JSON schema type for a setting annotated {annotation!r}")
+    return {"type": names[annotation]}
+
+
+def section_help(cls: type) -> str:
+    """The section's help: the first paragraph of its class docstring, on one line."""
+    return " ".join(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].split())
+
+
+def section_schema(cls: type) -> dict[str, Any]:
+    """The JSON schema of a declared section (module docstring)."""
+    annotations = typing.get_type_hints(cls)
+    properties = {}
+    for option in dataclasses.fields(cls):
+        if "help" not in option.metadata:
+            raise TypeError(f"{cls.__name__}.{option.name}: declared without help (use setting())")
+        node = annotation_schema(annotations[option.name])
+        if "range" in option.metadata:
+            node |= option.metadata["range"].schema()
+        node["default"] = option.default
+        node["description"] = option.metadata["help"]
+        properties[option.name] = node
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "default": {},
+        "description": section_help(cls),
+        "properties": properties,
+    }

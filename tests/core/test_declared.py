@@ -1,0 +1,111 @@
+"""Settings declared once (pipeline.core.declared): the schema entry of a declared section follows from its
+dataclass, configs/schema.yaml holds it current, and a key added to the declaration reaches the schema, the
+documentation and the validation of a study with no other edit."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from pipeline.core.declared import Range, refuse_out_of_range, section_schema, setting
+from pipeline.core.io import InputError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Example:
+    """What the example section does, on one line
+    when read.
+
+    Implementation notes after the first paragraph stay out of the help."""
+
+    steps: int = setting(8, "how many", Range(minimum=2))
+    ratio: float = setting(0.5, "a share", Range(exclusive_minimum=0, maximum=1))
+    mode: Literal["fast", "exact"] = setting("exact", "which way")
+    path: str | None = setting(None, "where (null: nowhere)")
+    enabled: bool = setting(True, "false switches it off")
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "example")
+
+
+def test_a_sections_schema_follows_from_its_declaration() -> None:
+    assert section_schema(Example) == {
+        "type": "object",
+        "additionalProperties": False,
+        "default": {},
+        "description": "What the example section does, on one line when read.",
+        "properties": {
+            "steps": {"type": "integer", "minimum": 2, "default": 8, "description": "how many"},
+            "ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.5, "description": "a share"},
+            "mode": {"enum": ["fast", "exact"], "default": "exact", "description": "which way"},
+            "path": {"type": ["string", "null"], "default": None, "description": "where (null: nowhere)"},
+            "enabled": {"type": "boolean", "default": True, "description": "false switches it off"},
+        },
+    }
+
+
+@pytest.mark.parametrize(("values", "message"), [({"steps": 1}, r"example\.steps: invalid value 1 \(must be >= 2\)"),
+                                                 ({"ratio": 0.0}, r"example\.ratio: invalid value 0.0 \(must be > 0\)")])  # fmt: skip
+def test_a_value_outside_its_declared_range_is_refused_by_name(values: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        Example(**values)
+
+
+def test_the_schemas_declared_entries_are_current() -> None:
+    done = subprocess.run([sys.executable, "-m", "tools.schema", "--check"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+NEW_KEY = """    grace_s: float = setting(30.0, "seconds a new key gives", Range(minimum=0))
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "watchdog")
+"""
+LOAD = """
+import sys
+from pipeline.core.io import InputError
+from pipeline.study.load import load_study
+study = load_study(["configs/default.yaml"], {"watchdog": {"grace_s": float(sys.argv[1])}}, check_inputs=False)
+print(study.runtime.watchdog.grace_s)
+"""
+
+
+def test_a_key_added_to_a_declaration_reaches_the_schema_the_docs_and_the_validation(tmp_path: Path) -> None:
+    """docs/contributing.md's worked example, done on a scratch copy of the repository: one edit (a field of
+    WatchdogConfig), then the two generators; the schema, docs/parameters.md and a study's validation agree."""
+    copy = tmp_path / "repo"
+    for part in ("pipeline", "tools", "configs", "docs", "eval_data"):
+        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    watchdog = copy / "pipeline" / "runtime" / "watchdog.py"
+    text = watchdog.read_text(encoding="utf-8")
+    declared_end = """
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "watchdog")
+"""
+    assert declared_end in text
+    watchdog.write_text(text.replace(declared_end, "\n" + NEW_KEY, 1), encoding="utf-8")
+
+    def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, *arguments], cwd=copy, capture_output=True, text=True, env={"PYTHONPATH": str(copy)}
+        )
+
+    assert run("-m", "tools.schema", "--check").returncode == 1  # the schema is stale until regenerated
+    assert run("-m", "tools.schema").returncode == 0
+    assert run("-m", "tools.docs_parameters").returncode == 0
+    assert "grace_s: {type: number, minimum: 0, default: 30.0" in (copy / "configs" / "schema.yaml").read_text()
+    assert "| `watchdog.grace_s` | number (&gt;= 0) | `30.0` | seconds a new key gives |" in (
+        copy / "docs" / "parameters.md"
+    ).read_text(encoding="utf-8")
+    accepted = run("-c", LOAD, "12")
+    assert accepted.returncode == 0 and accepted.stdout.split()[-1] == "12.0", accepted.stderr[-2000:]
+    refused = run("-c", LOAD, "-1")
+    assert refused.returncode != 0 and "watchdog.grace_s" in refused.stderr, refused.stderr[-2000:]

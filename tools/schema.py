@@ -1,0 +1,100 @@
+"""Command: write the config sections that are declared in code into configs/schema.yaml.
+
+    python -m tools.schema            # rewrite each generated $defs entry from its declaration
+    python -m tools.schema --check    # exit 1 when one is stale
+
+A declared section (``pipeline.core.declared``) is one frozen dataclass; its ``$defs`` entry in the schema sits
+between two marker lines and is never edited by hand:
+
+    # declared: pipeline.runtime.watchdog.WatchdogConfig (python -m tools.schema writes this entry)
+    watchdog:
+      ...
+    # /declared
+
+After it, `python -m tools.docs_parameters` renders docs/parameters.md from the schema (docs/contributing.md,
+"Adding a setting").
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import re
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.core.declared import section_schema
+from pipeline.core.repo import SCHEMA_PATH
+
+BLOCK = re.compile(
+    r"^(?P<indent> *)# declared: (?P<target>[\w.]+) \(python -m tools\.schema writes this entry\)\n"
+    r"(?P<body>.*?)"
+    r"^(?P=indent)# /declared\n",
+    re.MULTILINE | re.DOTALL,
+)
+WIDTH = 116
+
+
+def declaration(target: str) -> type:
+    """The dataclass ``module.Class`` a marker names."""
+    module, _, name = target.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def flow(value: Any) -> str:
+    """A value as one line of YAML flow text (PyYAML's writer: a float such as 1e-06 keeps the dot YAML 1.1 needs to
+    read it back as a float, ``1.0e-06``)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=math.inf, sort_keys=False, allow_unicode=True)
+    return text.removesuffix("\n...\n").strip()  # a scalar is written as a document, with its end marker
+
+
+def entry_text(name: str, schema: dict[str, Any], indent: str) -> str:
+    """The YAML of one ``$defs`` entry: the section's keys, its description folded, one line per property."""
+    inner = indent + "  "
+    lines = [f"{indent}{name}:"]
+    for key in ("type", "additionalProperties", "default"):
+        lines.append(f"{inner}{key}: {flow(schema[key])}")
+    lines.append(f"{inner}description: >")
+    lines += textwrap.wrap(schema["description"], WIDTH, initial_indent=inner + "  ", subsequent_indent=inner + "  ")
+    lines.append(f"{inner}properties:")
+    lines += [f"{inner}  {option}: {flow(node)}" for option, node in schema["properties"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def rendered(text: str) -> str:
+    """The schema text with every declared entry written from its declaration."""
+
+    def block(match: re.Match[str]) -> str:
+        indent, target = match["indent"], match["target"]
+        name = match["body"].split(":", 1)[0].strip()
+        entry = entry_text(name, section_schema(declaration(target)), indent)
+        return f"{indent}# declared: {target} (python -m tools.schema writes this entry)\n{entry}{indent}# /declared\n"
+
+    return BLOCK.sub(block, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.schema", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when a declared entry is stale")
+    parser.add_argument("--schema", type=Path, default=SCHEMA_PATH, help="the schema file (default: %(default)s)")
+    args = parser.parse_args(argv)
+    text = args.schema.read_text(encoding="utf-8")
+    new = rendered(text)
+    if args.check:
+        if new != text:
+            print(f"{args.schema}: a declared entry is stale; rerun: python -m tools.schema", file=sys.stderr)
+            return 1
+        return 0
+    if new != text:
+        args.schema.write_text(new, encoding="utf-8")
+        print(f"{args.schema}: declared entries written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
