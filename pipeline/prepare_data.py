@@ -276,8 +276,6 @@ def decontamination_settings(spec: dict[str, Any], against: list[str]) -> dict[s
     """{enabled, ngram}: decontamination runs when benchmark files are given; enabling it without them is refused."""
     settings = dataclass_from_mapping(Decontamination, spec.get("decontaminate"), "data.decontaminate")
     ngram = settings.ngram
-    if ngram < 1:
-        raise InputError(f"data.decontaminate.ngram: expected a positive integer, got {ngram!r}")
     if settings.enabled and not against:
         raise InputError("data.decontaminate.enabled is true but no --decontaminate-against files were given")
     return {"enabled": bool(against), "ngram": ngram}

@@ -57,8 +57,9 @@ def entry_text(name: str, schema: dict[str, Any], indent: str) -> str:
     """The YAML of one ``$defs`` entry: the section's keys, its description folded, one line per property."""
     inner = indent + "  "
     lines = [f"{indent}{name}:"]
-    for key in ("type", "additionalProperties", "default"):
-        lines.append(f"{inner}{key}: {flow(schema[key])}")
+    lines += [
+        f"{inner}{key}: {flow(schema[key])}" for key in ("type", "additionalProperties", "default") if key in schema
+    ]
     lines.append(f"{inner}description: >")
     lines += textwrap.wrap(schema["description"], WIDTH, initial_indent=inner + "  ", subsequent_indent=inner + "  ")
     lines.append(f"{inner}properties:")

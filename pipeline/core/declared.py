@@ -16,6 +16,8 @@ default, range and help, and everything else is derived from it.
   default, the range's keywords (minimum, maximum, exclusiveMinimum, exclusiveMaximum) and the help as
   ``description``; the class docstring's first paragraph describes the section. docs/parameters.md is rendered
   from the schema, so it follows too.
+A section that only some studies read (``data.deepmath``) sets ``filled_by_default: ClassVar[bool] = False``: its
+schema entry has no default, so a study that leaves it out has no such key.
 - ``refuse_out_of_range(instance, where)`` checks every field against its range when the section is built (a stage
   run on its own gets the same check as a planned study).
 
@@ -69,11 +71,14 @@ class Range:
         return {keyword: bound for keyword, bound in keywords.items() if bound is not None}
 
 
-def setting(default: Any, help: str, range: Range | None = None) -> Any:
-    """A dataclass field declaring one setting: its default, its help and, where numeric, its allowed range."""
+def setting(default: Any, help: str, range: Range | None = None, *, non_empty: bool = False) -> Any:
+    """A dataclass field declaring one setting: its default, its help, where numeric its allowed range, and for a
+    string whether it may be empty."""
     metadata: dict[str, Any] = {"help": help}
     if range is not None:
         metadata["range"] = range
+    if non_empty:
+        metadata["non_empty"] = True
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -84,6 +89,10 @@ def refuse_out_of_range(instance: Any, where: str) -> None:
         value = getattr(instance, option.name)
         if declared is not None and value is not None and (problem := declared.problem(value)):
             raise InputError(f"{where}.{option.name}: invalid value {value!r} ({problem})")
+        if option.metadata.get("non_empty") and value == "":
+            raise InputError(f"{where}.{option.name}: must not be empty")
+        if option.metadata.get("non_empty") and value == "":
+            raise InputError(f"{where}.{option.name}: must not be empty")
 
 
 def annotation_schema(annotation: Any) -> dict[str, Any]:
@@ -117,13 +126,17 @@ def section_schema(cls: type) -> dict[str, Any]:
         node = annotation_schema(annotations[option.name])
         if "range" in option.metadata:
             node |= option.metadata["range"].schema()
-        node["default"] = option.default
+        if option.metadata.get("non_empty"):
+            node["minLength"] = 1
+        if option.metadata.get("non_empty"):
+            node["minLength"] = 1
+        # an integral float as an integer: the filled-in config (and every param made from it) stays what the
+        # hand-written schema gave before its section was declared
+        default = option.default
+        node["default"] = int(default) if isinstance(default, float) and default.is_integer() else default
         node["description"] = option.metadata["help"]
         properties[option.name] = node
-    return {
-        "type": "object",
-        "additionalProperties": False,
-        "default": {},
-        "description": section_help(cls),
-        "properties": properties,
-    }
+    schema: dict[str, Any] = {"type": "object", "additionalProperties": False}
+    if getattr(cls, "filled_by_default", True):
+        schema["default"] = {}
+    return schema | {"description": section_help(cls), "properties": properties}

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from pipeline.core.declared import Range, refuse_out_of_range, setting
 from pipeline.core.io import InputError
 from pipeline.core.specs import dataclass_from_mapping
 from pipeline.tasks.boxed import ExtractionMode
@@ -23,22 +24,36 @@ BackendName = Literal["auto", "hf", "vllm"]
 
 @dataclass(frozen=True)
 class VllmSettings:
-    """Engine settings of the vllm backend (``data_parallel_size`` engines of ``tensor_parallel_size`` GPUs).
+    """Engine settings of the vllm backend: data_parallel_size engines of tensor_parallel_size GPUs.
 
-    ``gpu_memory_utilization``: the fraction of the GPU's memory the engine may use; on vLLM's CPU platform, the
-    fraction of the NUMA node's memory its worker may hold, whose rest after the process's resident memory becomes
-    the KV cache. None: 0.9 on a GPU; on the CPU a fixed KV cache of ``pipeline.models.vllm_cpu.CPU_KV_CACHE_GIB`` GiB
-    (``kv_cache_memory_bytes``; vLLM's ``VLLM_CPU_KVCACHE_SPACE`` overrides it), because the fraction's cache
-    depends on the machine's state: 0.3 reserved 6.4 GiB for the tiny model and the OOM killer ended the run on a
-    24 GiB machine, and 0.1 left SmolLM2-135M 0.11 GiB (0.1 x 13.6 GiB of node memory under a memory balloon, less
-    1.24 GiB resident), too little for one 8,192-token sequence, so the engine refused to start.
+    ``evaluation.vllm``, declared here once (``pipeline.core.declared``). ``gpu_memory_utilization`` None on vLLM's
+    CPU platform: a fixed KV cache of ``pipeline.models.vllm_cpu.CPU_KV_CACHE_GIB`` GiB (``kv_cache_memory_bytes``;
+    vLLM's ``VLLM_CPU_KVCACHE_SPACE`` overrides it), because the fraction's cache depends on the machine's state: 0.3
+    reserved 6.4 GiB for the tiny model and the OOM killer ended the run on a 24 GiB machine, and 0.1 left
+    SmolLM2-135M 0.11 GiB (0.1 x 13.6 GiB of node memory under a memory balloon, less 1.24 GiB resident), too little
+    for one 8,192-token sequence, so the engine refused to start.
     """
 
-    tensor_parallel_size: int = 1
-    data_parallel_size: int = 1
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
-    enable_prefix_caching: bool = True
+    tensor_parallel_size: int = setting(
+        1,
+        "GPUs per engine; the evaluate job asks for tensor x data parallel GPUs (layout sized: chosen per job, "
+        "evaluation.gpu_sizing)",
+        Range(minimum=1),
+    )
+    data_parallel_size: int = setting(1, "engines (layout sized: chosen per job)", Range(minimum=1))
+    gpu_memory_utilization: float | None = setting(
+        None,
+        "GPU: fraction of its memory; vLLM's CPU platform: fraction of the NUMA node's memory for weights and KV "
+        "cache (null: 0.9 on a GPU; on the CPU a fixed 1 GiB KV cache instead, VLLM_CPU_KVCACHE_SPACE to change it)",
+        Range(exclusive_minimum=0, maximum=1),
+    )
+    max_model_len: int | None = setting(
+        None, "prompt + completion tokens per sequence (null: the model's own limit)", Range(minimum=1)
+    )
+    enable_prefix_caching: bool = setting(True, "vLLM's prefix caching (the prompts' shared prefix computed once)")
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "evaluation.vllm")
 
 
 @dataclass(frozen=True)

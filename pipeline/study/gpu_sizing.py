@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pipeline.core.declared import Range, refuse_out_of_range, setting
+
 EngineLayoutChoice = Literal["fixed", "sized"]  # config key `evaluation.gpu_sizing.layout`
 BF16_BYTES = 2
 GB = 1e9
@@ -38,21 +40,42 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
 @dataclass(frozen=True)
 class GpuSizing:
-    """``evaluation.gpu_sizing``: the layout choice and the sized layout's assumptions, each declared here once.
+    """The GPUs of each evaluation job on the vllm backend (pipeline.study.gpu_sizing; docs/cluster.md,
+    docs/fidelity.md).
 
-    ``gpu_memory_gb``: one GPU's memory (80: an A100/H100 80 GB; a model sized for it also fits an H200's 141 GB,
-    while one sized for 141 GB would not start on an 80 GB GPU). ``kv_cache_gb``: the least KV cache an engine must
-    keep beside the weights (16 GB: about 110,000 tokens of an 8 B model's cache, Qwen3-8B's 144 KiB a token).
-    ``sequences_per_engine``: sequences that keep one engine busy (256: vLLM's max_num_seqs, the sequences an
-    engine decodes at once; fewer per engine leave its batch part empty, so another engine adds only a start-up).
-    ``max_gpus``: the most GPUs one evaluation job asks for.
+    ``evaluation.gpu_sizing``, declared here once (``pipeline.core.declared``). ``gpu_memory_gb``: a model sized for
+    80 GB also fits an H200's 141 GB, while one sized for 141 GB would not start on an 80 GB GPU. ``kv_cache_gb``:
+    16 GB is about 110,000 tokens of an 8 B model's cache (Qwen3-8B's 144 KiB a token). ``sequences_per_engine``:
+    fewer per engine leave its batch part empty, so another engine adds only a start-up.
     """
 
-    layout: EngineLayoutChoice = "fixed"
-    gpu_memory_gb: float = 80.0
-    kv_cache_gb: float = 16.0
-    sequences_per_engine: int = 256
-    max_gpus: int = 4
+    layout: EngineLayoutChoice = setting(
+        "fixed",
+        "fixed: evaluation.vllm's tensor_parallel_size x data_parallel_size for every job (upstream's: 2 x 2); "
+        "sized: tensor_parallel_size 1 when the model's bf16 weights plus kv_cache_gb fit one GPU (else the smallest "
+        "power of two that holds them) and one data-parallel engine per sequences_per_engine sequences (items x "
+        "samples) the job generates, up to max_gpus GPUs; evaluation.vllm's two sizes and resources.evaluate.gpus "
+        "are then left unset",
+    )
+    gpu_memory_gb: float = setting(
+        80.0,
+        "memory of one GPU in GB (80: A100/H100 80 GB, which a model sized for it fits on an H200's 141 GB too)",
+        Range(exclusive_minimum=0),
+    )
+    kv_cache_gb: float = setting(
+        16.0,
+        "the least KV cache an engine keeps beside its weights, in GB (16: about 110,000 tokens of an 8 B model)",
+        Range(minimum=0),
+    )
+    sequences_per_engine: int = setting(
+        256,
+        "sequences that keep one engine busy (vLLM's max_num_seqs, 256: the sequences an engine decodes at once)",
+        Range(minimum=1),
+    )
+    max_gpus: int = setting(4, "the most GPUs one evaluation job asks for", Range(minimum=1))
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "evaluation.gpu_sizing")
 
 
 @dataclass(frozen=True)

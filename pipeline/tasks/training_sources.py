@@ -8,7 +8,9 @@ to these.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
+
+from pipeline.core.declared import Range, refuse_out_of_range, setting
 
 # python_random: random.Random(seed); datasets: upstream's Dataset.shuffle(seed) order over every row (spec 5)
 Shuffle = Literal["python_random", "datasets"]
@@ -16,16 +18,31 @@ Shuffle = Literal["python_random", "datasets"]
 
 @dataclass(frozen=True)
 class DeepMathSource:
-    """``data.deepmath``: DeepMath-103K from the Hub, shuffled, optionally cut to its first ``max_rows``."""
+    """DeepMath-103K from the Hub: the training split, shuffled, optionally cut to its first max_rows.
 
-    hub_id: str = "trl-lib/DeepMath-103K"
+    ``data.deepmath``, declared here once (``pipeline.core.declared``)."""
+
+    # read only under data.source deepmath: a study of another source gets no deepmath key filled in
+    filled_by_default: ClassVar[bool] = False
+
     # No published commit of trl-lib/DeepMath-103K was found; pin one in the config for a fixed study.
-    revision: str = "main"
-    split: str = "train"
-    cache_dir: str | None = None
-    max_rows: int | None = None
-    shuffle_seed: int = 42  # upstream shuffles the training split with seed 42 (spec 5)
-    shuffle: Shuffle = "python_random"
+    hub_id: str = setting("trl-lib/DeepMath-103K", "the dataset's Hub id", non_empty=True)
+    revision: str = setting(
+        "main", "the dataset's revision (pin a commit: python -m pipeline.pin_revisions)", non_empty=True
+    )
+    split: str = setting("train", "the split the training rows come from", non_empty=True)
+    cache_dir: str | None = setting(None, "the datasets cache (null: the library's default under HF_HOME)")
+    max_rows: int | None = setting(None, "keep the first rows after shuffling (null: all)", Range(minimum=1))
+    # upstream shuffles the training split with seed 42 (spec 5)
+    shuffle_seed: int = setting(42, "the seed of the shuffle", Range(minimum=0))
+    shuffle: Shuffle = setting(
+        "python_random",
+        "python_random: random.Random(seed); datasets: upstream's Dataset.shuffle(seed) order (numpy default_rng "
+        "permutation) over every row, no row dropped",
+    )
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "data.deepmath")
 
 
 @dataclass(frozen=True)
@@ -39,7 +56,14 @@ class JsonlSource:
 
 @dataclass(frozen=True)
 class Decontamination:
-    """``data.decontaminate``: drop training rows sharing a word n-gram with a benchmark problem."""
+    """Drop training rows that share a word n-gram with a benchmark problem (the data card lists them).
 
-    enabled: bool = False
-    ngram: int = 13
+    ``data.decontaminate``, declared here once (``pipeline.core.declared``)."""
+
+    enabled: bool = setting(
+        False, "drop training rows that share an n-gram with any benchmark's problems (the data card lists them)"
+    )
+    ngram: int = setting(13, "the n-gram length in words", Range(minimum=1))
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "data.decontaminate")

@@ -11,16 +11,14 @@ import pytest
 from trl import GRPOConfig
 
 from pipeline.credit.method import Range
-from pipeline.evaluation.eval_spec import EvalSpec, VllmSettings
+from pipeline.evaluation.eval_spec import EvalSpec
 from pipeline.evaluation.token_weights import TokenAnalysisSpec
 from pipeline.runtime.launching import TRAINING_ENGINES, TrainingEngine
 from pipeline.study.checks import TRL_DEFAULTS
 from pipeline.study.config import Study
-from pipeline.study.gpu_sizing import GpuSizing
 from pipeline.study.schema import load_schema
 from pipeline.study.sections import TOKEN_ANALYSIS_PLAN_KEYS
 from pipeline.tasks.prompts import PROMPT_TEMPLATES, PromptTemplate
-from pipeline.tasks.training_sources import Decontamination, DeepMathSource
 from pipeline.training.grpo_config import (
     MODEL_LOADING_OPTIONS,
     GrailGRPOConfig,
@@ -115,11 +113,7 @@ def test_recorded_trl_defaults_are_grpo_configs(tmp_path):
     ("path", "cls", "plan_keys"),
     [
         (("evaluation",), EvalSpec, EVALUATION_PLAN_KEYS),
-        (("evaluation", "vllm"), VllmSettings, set()),
-        (("evaluation", "gpu_sizing"), GpuSizing, set()),
         (("token_analysis",), TokenAnalysisSpec, set(TOKEN_ANALYSIS_PLAN_KEYS)),
-        (("data", "deepmath"), DeepMathSource, set()),
-        (("data", "decontaminate"), Decontamination, set()),
     ],
 )
 def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
@@ -133,10 +127,6 @@ def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
     ("path", "cls"),
     [
         (("evaluation",), EvalSpec),
-        (("evaluation", "vllm"), VllmSettings),
-        (("evaluation", "gpu_sizing"), GpuSizing),
-        (("data", "deepmath"), DeepMathSource),
-        (("data", "decontaminate"), Decontamination),
     ],
 )
 def test_schema_defaults_are_the_stage_defaults(path, cls):

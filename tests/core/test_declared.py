@@ -9,7 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pytest
 
@@ -50,6 +50,24 @@ def test_a_sections_schema_follows_from_its_declaration() -> None:
             "enabled": {"type": "boolean", "default": True, "description": "false switches it off"},
         },
     }
+
+
+@dataclass(frozen=True)
+class OnlySometimes:
+    """Read by some studies only."""
+
+    filled_by_default: ClassVar[bool] = False
+    seconds: float = setting(30.0, "an integral float default")
+    name: str = setting("x", "a name", non_empty=True)
+
+
+def test_an_integral_float_default_is_written_as_an_integer_and_a_section_may_have_no_default() -> None:
+    schema = section_schema(OnlySometimes)
+    assert "default" not in schema  # a study that leaves the section out gets no key filled in
+    assert schema["properties"]["seconds"]["default"] == 30 and type(schema["properties"]["seconds"]["default"]) is int
+    assert schema["properties"]["name"]["minLength"] == 1
+    with pytest.raises(InputError, match=r"only\.name: must not be empty"):
+        refuse_out_of_range(OnlySometimes(name=""), "only")
 
 
 @pytest.mark.parametrize(("values", "message"), [({"steps": 1}, r"example\.steps: invalid value 1 \(must be >= 2\)"),
@@ -101,8 +119,8 @@ def test_a_key_added_to_a_declaration_reaches_the_schema_the_docs_and_the_valida
     assert run("-m", "tools.schema", "--check").returncode == 1  # the schema is stale until regenerated
     assert run("-m", "tools.schema").returncode == 0
     assert run("-m", "tools.docs_parameters").returncode == 0
-    assert "grace_s: {type: number, minimum: 0, default: 30.0" in (copy / "configs" / "schema.yaml").read_text()
-    assert "| `watchdog.grace_s` | number (&gt;= 0) | `30.0` | seconds a new key gives |" in (
+    assert "grace_s: {type: number, minimum: 0, default: 30," in (copy / "configs" / "schema.yaml").read_text()
+    assert "| `watchdog.grace_s` | number (&gt;= 0) | `30` | seconds a new key gives |" in (
         copy / "docs" / "parameters.md"
     ).read_text(encoding="utf-8")
     accepted = run("-c", LOAD, "12")
