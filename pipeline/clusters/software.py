@@ -164,16 +164,22 @@ def image_software_check(image: str, study: Study, jobs: list[cost.PlannedJob]) 
     return Check("software (image)", "pass", f"{image} imports {modules}")
 
 
-# The plugins a profile's settings name, by the module Snakemake imports for them, and the project's extra that
-# installs them (pyproject.toml). Without one, Snakemake's own parser prints its whole usage text and
-# "invalid choice", naming neither the package nor the install.
+# The plugins a profile's settings name, by the module Snakemake imports for them, their package, and the install
+# that brings them (from the repository root). Without one, Snakemake's own parser prints its whole usage text and
+# "invalid choice", naming neither the package nor the install. The project's Kubernetes executor is its own
+# distribution, installed non-editable: Snakemake does not find editable installs of executor plugins.
+KUBERNETES_INSTALL = "pip install -e '.[kubernetes]' ./profiles/kubernetes/executor"
 EXECUTOR_PLUGINS = {
-    "slurm": ("snakemake_executor_plugin_slurm", "snakemake-executor-plugin-slurm", "slurm"),
-    "kubernetes": ("snakemake_executor_plugin_kubernetes", "snakemake-executor-plugin-kubernetes", "kubernetes"),
+    "slurm": ("snakemake_executor_plugin_slurm", "snakemake-executor-plugin-slurm", "pip install -e '.[slurm]'"),
+    "grail-kubernetes": (
+        "snakemake_executor_plugin_grail_kubernetes",
+        "snakemake-executor-plugin-grail-kubernetes",
+        KUBERNETES_INSTALL,
+    ),
 }
 STORAGE_PLUGINS = {
-    "s3": ("snakemake_storage_plugin_s3", "snakemake-storage-plugin-s3", "kubernetes"),
-    "fs": ("snakemake_storage_plugin_fs", "snakemake-storage-plugin-fs", "kubernetes"),
+    "s3": ("snakemake_storage_plugin_s3", "snakemake-storage-plugin-s3", KUBERNETES_INSTALL),
+    "fs": ("snakemake_storage_plugin_fs", "snakemake-storage-plugin-fs", KUBERNETES_INSTALL),
 }
 
 
@@ -185,10 +191,10 @@ def missing_plugin(profile_file: Path, profile: dict[str, Any]) -> str | None:
     for key, value, plugins in needed:
         if value not in plugins:
             continue
-        module, package, extra = plugins[value]
+        module, package, install = plugins[value]
         if importlib.util.find_spec(module) is None:
             return (
                 f"{profile_file}: {key} {value!r} needs {package}, which this environment lacks: "
-                f"pip install -e '.[{extra}]' (from the repository root; docs/cluster.md, \"Install on the login node\")"
+                f'{install} (from the repository root; docs/cluster.md, "Install on the login node")'
             )
     return None

@@ -3,7 +3,8 @@ scripts/k8s_standin.py (a stand-in API server: strict schema validation of every
 with S3 storage served by a local moto server.
 
 Covered: the plugin's API calls, the Job manifests (image, namespace, CPU/memory/GPU requests and limits, the
-NVIDIA toleration, secrets for the S3 keys), source deployment and file transfer through S3, job success; a
+NVIDIA toleration, secrets for the S3 keys, the volumes: working directory, checkpoint claim and the memory-backed
+/dev/shm of the profile's executor, grail-kubernetes), source deployment and file transfer through S3, job success; a
 training pod evicted mid-run, retried by Snakemake, resuming from the checkpoint on the profile's claim; the
 preflight's S3 checks.
 Not covered (no Kubernetes can run here): scheduling, image pulls (commands run on the host's Python, not in
@@ -128,6 +129,14 @@ def manifests(records: Path) -> dict[str, dict]:
     return by_rule
 
 
+SHM_MOUNT = {"name": "grail-dshm", "mountPath": "/dev/shm"}
+
+
+def shm_volume(size: str) -> dict:
+    """The pod volume of /dev/shm that the profile's executor (grail-kubernetes) adds: memory-backed, ``size`` at most."""
+    return {"name": "grail-dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}
+
+
 def test_standin_tiny_dag_runs_through_the_kubernetes_profile(
     tmp_path: Path, standin: dict[str, Path], s3_endpoint: str
 ) -> None:
@@ -154,11 +163,22 @@ def test_standin_tiny_dag_runs_through_the_kubernetes_profile(
         pod = job["spec"]["template"]["spec"]
         (container,) = pod["containers"]
         assert container["image"] == profile["container-image"]
-        assert job["metadata"]["namespace"] == profile["kubernetes-namespace"]
+        assert job["metadata"]["namespace"] == profile["grail-kubernetes-namespace"]
         assert (job["spec"]["backoffLimit"], pod["restartPolicy"]) == (0, "Never")
         secrets = {variable["name"] for variable in container["env"] if "valueFrom" in variable}
         assert {"SNAKEMAKE_STORAGE_S3_ACCESS_KEY", "SNAKEMAKE_STORAGE_S3_SECRET_KEY"} <= secrets
         assert container["resources"]["limits"]["memory"] == container["resources"]["requests"]["memory"]
+        # the working directory, the profile's checkpoint claim, and grail-kubernetes's memory-backed /dev/shm
+        assert pod["volumes"] == [
+            {"name": "workdir", "emptyDir": {}},
+            {"name": "grail-checkpoints", "persistentVolumeClaim": {"claimName": "grail-checkpoints"}},
+            shm_volume(profile["grail-kubernetes-shm-size"]),
+        ]
+        assert container["volumeMounts"] == [
+            {"name": "workdir", "mountPath": "/workdir"},
+            {"name": "grail-checkpoints", "mountPath": "/checkpoints"},
+            SHM_MOUNT,
+        ]
 
     cpu = jobs["cpu_step"]["spec"]["template"]["spec"]
     resources = cpu["containers"][0]["resources"]
@@ -303,7 +323,8 @@ def test_an_evicted_training_pod_is_retried_and_resumes_from_the_checkpoint_clai
         command = ["snakemake", "--profile", str(PROFILE), "--configfile", "config.yaml"]
         command += ["--default-storage-prefix", f"s3://{BUCKET}/run", "--storage-s3-endpoint-url", s3_endpoint]
         command += ["--storage-s3-access-key", S3_KEY, "--storage-s3-secret-key", S3_KEY]
-        command += ["--kubernetes-persistent-volumes", f"grail-checkpoints:{claim}"]
+        command += ["--grail-kubernetes-persistent-volumes", f"grail-checkpoints:{claim}"]
+        command += ["--grail-kubernetes-shm-size", "512Mi"]  # the setting reaches the pods' /dev/shm
         command += ["--config", f"checkpoint_volume={claim}", "--seconds-between-status-checks", "1"]
         env = {**os.environ, "KUBECONFIG": str(cluster["kubeconfig"]), "PYTHONPATH": str(REPO)}
         with open(output, "w") as log:
@@ -344,6 +365,7 @@ def test_an_evicted_training_pod_is_retried_and_resumes_from_the_checkpoint_clai
             pod_spec["volumes"]
         )
         assert {"name": "grail-checkpoints", "mountPath": str(claim)} in pod_spec["containers"][0]["volumeMounts"]
+        assert shm_volume("512Mi") in pod_spec["volumes"] and SHM_MOUNT in pod_spec["containers"][0]["volumeMounts"]
     (retry,) = set(jobs) - {evicted}
     (retry_log,) = cluster["work"].glob(f"{retry}-*.log")
     resumed = re.search(r"resuming from (\S+)/checkpoint-2 \(step 2\)", retry_log.read_text())

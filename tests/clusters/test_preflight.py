@@ -317,12 +317,14 @@ def test_the_checkpoint_claim_check_holds_checkpoint_volume_to_a_claims_mount_pa
         "training checkpoints on claim grail-checkpoints at /checkpoints",
     )
     moved = kubernetes.checkpoint_claim_check(
-        {**profile, "kubernetes-persistent-volumes": ["grail-checkpoints:/ckpt"]}, paper
+        {**profile, "grail-kubernetes-persistent-volumes": ["grail-checkpoints:/ckpt"]}, paper
     )
     assert moved.status == "fail" and "checkpoint_volume /checkpoints is not the mount path of a claim (/ckpt)" in (
         moved.detail
     )
-    bare = {key: value for key, value in profile.items() if key not in ("config", "kubernetes-persistent-volumes")}
+    bare = {
+        key: value for key, value in profile.items() if key not in ("config", "grail-kubernetes-persistent-volumes")
+    }
     assert kubernetes.checkpoint_claim_check(bare, paper).status == "warn"
 
 
@@ -387,23 +389,35 @@ runpy.run_module("pipeline.preflight", run_name="__main__", alter_sys=True)
 """
 
 
+KUBERNETES_INSTALL = "pip install -e '.[kubernetes]' ./profiles/kubernetes/executor"
+
+
 @pytest.mark.parametrize(
-    ("profile", "hidden", "named"),
+    ("profile", "hidden", "named", "install"),
     [
-        ("slurm", "snakemake_executor_plugin_slurm", "executor 'slurm' needs snakemake-executor-plugin-slurm"),
+        (
+            "slurm",
+            "snakemake_executor_plugin_slurm",
+            "executor 'slurm' needs snakemake-executor-plugin-slurm",
+            "pip install -e '.[slurm]'",
+        ),
         (
             "kubernetes",
-            "snakemake_executor_plugin_kubernetes",
-            "executor 'kubernetes' needs snakemake-executor-plugin-kubernetes",
+            "snakemake_executor_plugin_grail_kubernetes",
+            "executor 'grail-kubernetes' needs snakemake-executor-plugin-grail-kubernetes",
+            KUBERNETES_INSTALL,
         ),
         (
             "kubernetes",
             "snakemake_storage_plugin_s3",
             "default-storage-provider 's3' needs snakemake-storage-plugin-s3",
+            KUBERNETES_INSTALL,
         ),
     ],
 )
-def test_a_missing_plugin_fails_in_one_line_naming_the_install(tmp_path: Path, profile: str, hidden: str, named: str):
+def test_a_missing_plugin_fails_in_one_line_naming_the_install(
+    tmp_path: Path, profile: str, hidden: str, named: str, install: str
+):
     """Only the preflight's own process lacks the module here (its dry run's Snakemake still has it). Broken by
     dropping the ``missing_plugin`` call in ``run_checks``: the preflight went on to its checks and exit 1, naming
     neither the package nor the install (on a login node without the plugin, Snakemake's usage text and "invalid
@@ -411,8 +425,7 @@ def test_a_missing_plugin_fails_in_one_line_naming_the_install(tmp_path: Path, p
     command = [sys.executable, "-c", WITHOUT_MODULES, hidden, "--profile", str(REPO / "profiles" / profile)]
     result = run_command([*command, "--configfile", str(PAPER)], cwd=REPO, timeout=120)
     assert result.returncode == 2, result.stdout[-2000:]
-    extra = "slurm" if profile == "slurm" else "kubernetes"
     assert result.stdout.strip().splitlines() == [
         f"error: {REPO / 'profiles' / profile / 'config.yaml'}: {named}, which this environment lacks: "
-        f"pip install -e '.[{extra}]' (from the repository root; docs/cluster.md, \"Install on the login node\")"
+        f'{install} (from the repository root; docs/cluster.md, "Install on the login node")'
     ]

@@ -4,8 +4,8 @@
   Snakefile, configs, profiles, eval_data and docs (so nothing is written into the repository);
 - `python -m pipeline.<stage> ...`, `python -m tools.<tool> ...` and `python benchmarks/<script>.py ...`: `--help`
   runs, and every option the command shows is one the stage accepts;
-- `bash scripts/install.sh ...`, `pip install -e '.[extras]'`, `containers/build.sh <target>`: the options, extras
-  and targets exist (installing or building is not a test's job);
+- `bash scripts/install.sh ...`, `pip install -e '.[extras]' [PROJECT_DIR ...]`, `containers/build.sh <target>`: the
+  options, extras, project directories and targets exist (installing or building is not a test's job);
 - the rest is named here with the reason it cannot run in a test (a finished run, a cluster, credentials).
 
 A command that fits none of these fails the test, so a new command in the docs gets a check or a stated reason.
@@ -156,6 +156,8 @@ def test_shown_command(where: str, command: str, tmp_path: Path) -> None:
         declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
         unknown = [extra for extra in extras.group(1).split(",") if extra not in declared]
         assert unknown == [], f"{where}: pyproject.toml has no extra {unknown}"
+        projects = [path for path in words[4:] if not (REPO / path / "pyproject.toml").is_file()]
+        assert projects == [], f"{where}: no project (pyproject.toml) at {projects}"
     elif words[0] == "containers/build.sh":
         script = (REPO / "containers" / "build.sh").read_text()
         assert re.search(rf"^\s*{re.escape(words[1])}\)", script, flags=re.MULTILINE), f"{where}: no target {words[1]}"

@@ -434,7 +434,7 @@ def test_the_kubernetes_profiles_checkpoint_volume_reaches_the_run_time_settings
     profile = yaml.safe_load((REPO / "profiles" / "kubernetes" / "config.yaml").read_text())
     (setting,) = profile["config"]
     key, _, volume = setting.partition("=")
-    mounts = [claim.partition(":")[2] for claim in profile["kubernetes-persistent-volumes"]]
+    mounts = [claim.partition(":")[2] for claim in profile["grail-kubernetes-persistent-volumes"]]
     assert key == "checkpoint_volume" and volume in mounts
     assert load_study([CONFIGS / "paper.yaml"], {key: volume}).runtime.checkpoint_volume == volume
     assert load_study([CONFIGS / "paper.yaml"]).runtime.checkpoint_volume is None
