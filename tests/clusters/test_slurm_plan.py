@@ -90,6 +90,10 @@ def test_sbatch_lines_of_a_training_and_an_evaluation_job_carry_the_config_reque
     for upstream in (f"{results}/data/train.jsonl", f"{results}/data/data_card.json", *benchmark_files, *audits):
         (workdir / upstream).parent.mkdir(parents=True, exist_ok=True)
         (workdir / upstream).touch()
+    # the prepared benchmark files hold their sources' item counts: the Snakefile sizes the evaluation job's GPUs
+    # from the files in its working directory (Study.benchmark_sizes)
+    for name, items in paper.benchmark_sizes.items():
+        (workdir / f"eval_data/{name}.jsonl").write_text("{}\n" * items, encoding="utf-8")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, script in (("sbatch", STAND_IN_SBATCH), ("sinfo", STAND_IN_SINFO)):
