@@ -131,18 +131,10 @@ def parse_eval_spec(mapping: Any) -> EvalSpec:
         "top_p": 0 < spec.top_p <= 1,
         "grading_timeout_seconds": spec.grading_timeout_seconds >= 1,
         "max_answer_chars": spec.max_answer_chars >= 1,
-        "vllm.tensor_parallel_size": spec.vllm.tensor_parallel_size >= 1,
-        "vllm.data_parallel_size": spec.vllm.data_parallel_size >= 1,
-        "vllm.gpu_memory_utilization": spec.vllm.gpu_memory_utilization is None
-        or 0 < spec.vllm.gpu_memory_utilization <= 1,
-        "vllm.max_model_len": spec.vllm.max_model_len is None or spec.vllm.max_model_len >= 1,
-    }
+    }  # the vllm settings check their declared ranges when built (VllmSettings)
     for key, valid in checks.items():
         if not valid:
-            value = spec
-            for part in key.split("."):
-                value = getattr(value, part)
-            raise InputError(f"evaluation spec.{key}: invalid value {value!r}")
+            raise InputError(f"evaluation spec.{key}: invalid value {getattr(spec, key)!r}")
     return spec
 
 

@@ -196,7 +196,7 @@ def test_cli_writes_output_and_refuses_bad_spec(tiny_model_dir, bench, reference
         ),
         ({"top_p": 0}, "evaluation spec.top_p: invalid value 0.0"),
         ({"n_samples": 0}, "evaluation spec.n_samples: invalid value 0"),
-        ({"vllm": {"max_model_len": 0}}, "evaluation spec.vllm.max_model_len: invalid value 0"),
+        ({"vllm": {"max_model_len": 0}}, "evaluation.vllm.max_model_len: invalid value 0 (must be >= 1)"),
         (
             {"vllm": {"max_model_len": "long"}},
             "evaluation spec.vllm.max_model_len: expected int | None, got str 'long'",
