@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.core.specs import dataclass_from_mapping
 from pipeline.study.config import Study
 from pipeline.tasks.benchmarks import SOURCE_FORMATS
 from pipeline.tasks.training_sources import DeepMathSource
@@ -43,11 +44,8 @@ def hub_references(study: Study) -> list[HubReference]:
         if model.path and not Path(model.path).exists()
     ]
     if study.data.get("source") == "deepmath":
-        defaults = DeepMathSource()
-        deepmath = {"hub_id": defaults.hub_id, "revision": defaults.revision} | study.data.get("deepmath", {})
-        references.append(
-            HubReference(("data", "deepmath", "revision"), deepmath["hub_id"], "dataset", str(deepmath["revision"]))
-        )
+        deepmath = dataclass_from_mapping(DeepMathSource, study.data.get("deepmath"), "data.deepmath")
+        references.append(HubReference(("data", "deepmath", "revision"), deepmath.hub_id, "dataset", deepmath.revision))
     for name, spec in study.benchmarks.items():
         source = SOURCE_FORMATS.get(spec.get("kind", ""))
         hub_id = spec.get("hub_id", source.hub_id if source else None)
