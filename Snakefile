@@ -42,7 +42,7 @@ from pipeline.runtime import cluster
 from pipeline.runtime.host_windows import shim_environment
 from pipeline.study import calibration as calibrated
 from pipeline.study.calibration import BENCHMARKS_DIR, CALIBRATION_FILE
-from pipeline.study.integrity import damaged_outputs, missing_outputs, sealed_outputs
+from pipeline.study.integrity import missing_outputs, sealed_outputs, set_aside_damaged
 from pipeline.study.load import load_study
 from pipeline.study.writers import hold_study, refuse_busy_runs, release_study
 
@@ -92,24 +92,11 @@ gpu_determinism.configure(STUDY.gpu_determinism)
 GPU_DETERMINISM = {"gpu_determinism": "on"} if STUDY.gpu_determinism else {}
 
 
-# The DAG whose damaged outputs were handed to Snakemake (force_damaged_outputs)
-SEALS_CHECKED_FOR = []
-
-
-def force_damaged_outputs(wildcards):
-    """No input: once per DAG, while Snakemake builds it, hand every output that does not match its writer's seal
-    (cut, changed: pipeline.study.integrity) to the DAG's forced files, what `--forcerun FILE` fills: the jobs that
-    wrote them run again, with every job downstream, and a dry run plans them. (The command-line setting cannot be
-    extended from here: Snakemake reads this file before it takes its DAG settings.) Only the controller asks; a
-    cluster job's Snakemake runs one job, whose outputs it is about to write."""
-    dag = workflow.dag
-    if workflow.exec_mode == ExecMode.DEFAULT and dag is not None and dag not in SEALS_CHECKED_FOR:
-        SEALS_CHECKED_FOR.append(dag)
-        damaged = damaged_outputs(STUDY)
-        for output in damaged:
-            print(output.message(), file=sys.stderr)
-        dag.forcefiles.update(output.path for output in damaged)
-    return []
+# Before Snakemake plans (the controller; a dry run too, so that its plan is the repair): every output that does not
+# match its writer's seal (cut, changed) is named and set aside with its seal (pipeline.study.integrity): Snakemake
+# finds it missing and runs the job that writes it, with every job downstream. A cluster job's Snakemake runs one
+# job, whose outputs it is about to write.
+SET_ASIDE = set_aside_damaged(STUDY) if workflow.exec_mode == ExecMode.DEFAULT else []
 
 
 IMAGE = cluster.resolve_image(STUDY.container_image, workflow.basedir)
@@ -118,15 +105,13 @@ IMAGE = cluster.resolve_image(STUDY.container_image, workflow.basedir)
 container: IMAGE
 
 
-# Under --sdm apptainer: a missing image file stops the plan naming its build command, and jobs see the node's GPUs.
+# Under --sdm apptainer: a missing image file stops the plan naming its build command, and the apptainer that runs
+# each job is the shim (pipeline.runtime.host_windows): it adds --nv, so jobs see the node's GPUs, and inside a Slurm
+# job it requeues from the host at the end of a time window (the image has no Slurm client).
 if DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method:
     if error := cluster.missing_image_error(IMAGE):
         raise InputError(error)
-    workflow.deployment_settings.apptainer_args = cluster.with_gpu_flag(workflow.deployment_settings.apptainer_args)
-    # Inside a Slurm job the image cannot requeue its job at the end of a time window (it has no Slurm client): the
-    # apptainer that runs each job is the shim that requeues from the host (pipeline.runtime.host_windows).
-    if os.environ.get("SLURM_JOB_ID"):
-        os.environ.update(shim_environment(os.environ))
+    os.environ.update(shim_environment(os.environ))
 
 
 R = STUDY.results_dir
@@ -307,7 +292,7 @@ def published_outputs(wildcards):
     reported = [path for paths in REPORTED.values() for path in ([paths] if isinstance(paths, str) else paths)]
     outputs = list(dict.fromkeys([*sealed_outputs(STUDY), *reported, SIGNIFICANCE_MD, *figures]))
     if workflow.exec_mode == ExecMode.DEFAULT and os.path.isfile(REPORT):
-        for lost in missing_outputs(outputs):
+        for lost in missing_outputs(output for output in outputs if output not in SET_ASIDE):
             print(f"{lost}: missing from the finished study: made again, with everything made from it", file=sys.stderr)
     return outputs
 
@@ -321,7 +306,6 @@ rule all:
         REPORT,
         # every output a finished study holds, so that one it lost is made again (below)
         published=published_outputs,
-        repairs=force_damaged_outputs,
 
 
 rule prepare_benchmarks:
@@ -332,7 +316,6 @@ rule prepare_benchmarks:
             for path in [STUDY.benchmarks[wildcards.benchmark].get("subset_ids_file")]
             if path and Path(path).is_file()
         ],
-        repairs=force_damaged_outputs,
     output:
         benchmark=BENCHMARK_FILE,
         audit=AUDIT,
@@ -354,7 +337,6 @@ rule prepare_benchmarks:
 rule prepare_data:
     input:
         decontaminate_against=expand(BENCHMARK_FILE, benchmark=STUDY.benchmarks) if STUDY.decontaminates() else [],
-        repairs=force_damaged_outputs,
     output:
         data=TRAIN_DATA,
         card=DATA_CARD,
@@ -374,8 +356,6 @@ rule prepare_data:
 
 
 rule prepare_model:
-    input:
-        repairs=force_damaged_outputs,
     output:
         model=directory(SOURCE_MODEL),
     log:
@@ -407,7 +387,6 @@ def warmup_model_argument(wildcards, input):
 rule warmup:
     input:
         unpack(warmup_inputs),
-        repairs=force_damaged_outputs,
     output:
         model=directory(START_MODEL),
     log:
@@ -444,7 +423,6 @@ def train_model_argument(wildcards, input):
 rule train:
     input:
         unpack(train_inputs),
-        repairs=force_damaged_outputs,
     output:
         *[directory(layout.run_model_dir(RUN_DIR, layout.export_label(step))) for step in STUDY.export_steps()],
         final=directory(layout.run_model_dir(RUN_DIR, layout.FINAL_CHECKPOINT)),
@@ -551,7 +529,6 @@ for EVALUATE in STUDY.evaluate_rules():
             EVALUATE.name  # evaluate, evaluate_analysed
         input:
             unpack(evaluate_inputs(EVALUATED)),
-            repairs=force_damaged_outputs,
         output:
             samples=expand(SAMPLES, benchmark=OUTPUT_BENCHMARKS, allow_missing=True),
             provenance=expand(SAMPLES_PROVENANCE, benchmark=OUTPUT_BENCHMARKS, allow_missing=True),
@@ -588,7 +565,6 @@ rule aggregate:
         # a samples file must cover its benchmark's items
         benchmarks=expand(BENCHMARK_FILE, benchmark=STUDY.benchmarks),
         metrics=[RUN_METRICS.format(**run) for run in STUDY.runs()],
-        repairs=force_damaged_outputs,
     output:
         tables=[report(path, category="Tables") if path.endswith(".csv") else path for path in TABLES],
         figures=[report(path, category="Figures") for path in FIGURES],
@@ -623,7 +599,6 @@ rule significance:
     input:
         scores=TABLES[0],
         samples=significance_samples,
-        repairs=force_damaged_outputs,
     output:
         json=SIGNIFICANCE,
         markdown=SIGNIFICANCE_MD,
@@ -669,7 +644,6 @@ def token_analysis_checkpoints(wildcards, input):
 rule token_analysis:
     input:
         unpack(token_analysis_inputs),
-        repairs=force_damaged_outputs,
     output:
         summary=f"{TOKEN_ANALYSIS}/summary.json",
         figure=report(
@@ -717,7 +691,6 @@ def viewer_rollout_arguments(wildcards, input):
 rule token_viewer:
     input:
         unpack(token_viewer_inputs),
-        repairs=force_damaged_outputs,
     output:
         page=report(TOKEN_VIEWER, category="Token weights"),
     log:
@@ -767,7 +740,6 @@ def placement_arguments(wildcards, input):
 rule credit_placement:
     input:
         unpack(credit_placement_inputs),
-        repairs=force_damaged_outputs,
     output:
         summary=f"{CREDIT_PLACEMENT}/placement.json",
         figure=report(f"{CREDIT_PLACEMENT}/placement.png", category="Credit placement", subcategory="{model}"),
@@ -826,7 +798,6 @@ rule report:
         code_changes=[CODE_CHANGES] if os.path.isfile(CODE_CHANGES) else [],
         # the predicted cost (python -m pipeline.calibrate), beside the actual one (the benchmark files, below)
         calibration=[f"{R}/{CALIBRATION_FILE}"] if os.path.isfile(f"{R}/{CALIBRATION_FILE}") else [],
-        repairs=force_damaged_outputs,
     output:
         report=REPORT,
     log:

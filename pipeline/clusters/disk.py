@@ -13,6 +13,19 @@ from pipeline.runtime import quotas
 from pipeline.study import cost
 from pipeline.training.run_state import SET_ASIDE_DIR, set_aside_bytes
 
+# Where reruns set things aside under a results_dir: a run's stale working directories (pipeline.training.run_state)
+# and the study's damaged outputs (pipeline.study.integrity)
+SET_ASIDE_GLOBS = (f"runs/*/*/*/{SET_ASIDE_DIR}", SET_ASIDE_DIR)
+
+
+def set_aside_total(results_dir: Path) -> int:
+    """Bytes of everything reruns set aside under ``results_dir`` (``SET_ASIDE_GLOBS``)."""
+    damaged = results_dir / SET_ASIDE_DIR
+    files = damaged.rglob("*") if damaged.is_dir() else []
+    return set_aside_bytes(results_dir) + sum(
+        path.stat().st_size for path in files if path.is_file() and not path.is_symlink()
+    )
+
 
 def existing_ancestor(path: Path) -> Path:
     """``path``, resolved, or its nearest ancestor that exists (a results directory not made yet)."""
@@ -23,14 +36,15 @@ def existing_ancestor(path: Path) -> Path:
 
 
 def disk_check(results_dir: Path, needed: int) -> Check:
-    """Free space against what the study writes. Checkpoints a rerun set aside (pipeline.training.run_state) stay until
-    removed: their size is named, and removing them is the first remedy offered."""
+    """Free space against what the study writes. What reruns set aside (stale checkpoints: pipeline.training.run_state;
+    damaged outputs: pipeline.study.integrity) stays until removed: its size is named, and removing it is the first
+    remedy offered."""
     existing = existing_ancestor(results_dir)
     free = shutil.disk_usage(existing).free
-    kept = set_aside_bytes(results_dir) if results_dir.is_dir() else 0
+    kept = set_aside_total(results_dir) if results_dir.is_dir() else 0
     detail = f"{free / cost.GIB:.1f} GiB free at {existing}; the study writes up to {needed / cost.GIB:.1f} GiB"
     if kept:
-        detail += f"; {kept / cost.GIB:.1f} GiB are checkpoints set aside by reruns (runs/*/*/*/{SET_ASIDE_DIR})"
+        detail += f"; {kept / cost.GIB:.1f} GiB are set aside by reruns ({', '.join(SET_ASIDE_GLOBS)})"
     home = Path.home().resolve()
     under_home = existing == home or home in existing.parents
     if under_home:
@@ -40,7 +54,8 @@ def disk_check(results_dir: Path, needed: int) -> Check:
     if free < needed:
         fix = f"{scratch} (a larger filesystem) or lower save_total_limit"
         if kept:
-            fix = f"delete the set-aside checkpoints you do not need (rm -r {results_dir}/runs/*/*/*/{SET_ASIDE_DIR}), {fix}"
+            kept_dirs = " ".join(f"{results_dir}/{pattern}" for pattern in SET_ASIDE_GLOBS)
+            fix = f"delete what reruns set aside that you do not need (rm -r {kept_dirs}), {fix}"
         return Check("disk", "fail", detail, fix)
     if under_home:
         return Check("disk", "warn", detail, f"{scratch}: home directories have small quotas and are often backed up")

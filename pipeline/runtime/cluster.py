@@ -74,11 +74,6 @@ def missing_image_error(image: str) -> str | None:
     )
 
 
-def with_gpu_flag(apptainer_args: str) -> str:
-    """Apptainer's arguments with ``--nv`` added once: GPU jobs see the node's GPUs (a CPU node only warns)."""
-    return join_flags(apptainer_args, APPTAINER_GPU_FLAG)
-
-
 def config_file_digests(paths: list[str]) -> str:
     """The ``PLANNED_CONFIG_VARIABLE`` value: JSON ``{absolute path: SHA-256 of its bytes}`` of each config file."""
     digests = {}

@@ -1,11 +1,14 @@
-"""Time windows under Apptainer: the job's host side requeues, since the image has no Slurm client.
+"""The ``apptainer`` of every job under ``--sdm apptainer``: GPUs seen, and time windows closed from the host side.
 
     python -m pipeline.runtime.host_windows ARGS...     # what SHIM_DIR/apptainer runs: the real apptainer ARGS
 
-Inside a Slurm job under ``--sdm apptainer`` the Snakefile puts ``SHIM_DIR`` first on PATH (``shim_environment``),
-so the ``apptainer`` Snakemake runs each job with is the shim, and the shim runs this module around the real one
-(``apptainer``, else ``singularity``, the first on PATH after the shim). For ``apptainer exec`` in a job that may
-requeue (``time_windows.may_requeue``) it names a request file in the job's environment
+Under ``--sdm apptainer`` the Snakefile puts ``SHIM_DIR`` first on PATH (``shim_environment``), so the ``apptainer``
+Snakemake runs each job with is the shim, and the shim runs this module around the real one (``apptainer``, else
+``singularity``, the first on PATH after the shim). Every ``apptainer exec`` gets ``--nv`` once (``with_gpus``), so
+GPU jobs see the node's GPUs (a CPU node only warns) without the study's asking Snakemake to change its settings.
+
+The image has no Slurm client, so inside a Slurm job the shim also requeues: for ``apptainer exec`` in a job that
+may requeue (``time_windows.may_requeue``) it names a request file in the job's environment
 (``time_windows.WINDOW_REQUEST_VARIABLE``; the environment passes into the container, and the file lies in the
 working directory, which Snakemake binds as the container's home). A launcher whose time window ended writes its
 log's path there instead of calling ``scontrol``, and exits 75 as ever; once the container has exited, this side
@@ -26,6 +29,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pipeline.runtime.cluster import APPTAINER_GPU_FLAG
 from pipeline.runtime.time_windows import WINDOW_REQUEST_VARIABLE, close_window, may_requeue
 
 SHIM_DIR = Path(__file__).resolve().parent / "apptainer_shim"
@@ -47,8 +51,16 @@ def real_apptainer(path: str) -> str | None:
     return shutil.which("apptainer", path=search) or shutil.which("singularity", path=search)
 
 
+def with_gpus(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--nv`` after ``exec`` unless it has it; any other subcommand as it is."""
+    if argv[:1] == ["exec"] and APPTAINER_GPU_FLAG not in argv:
+        return ["exec", APPTAINER_GPU_FLAG, *argv[1:]]
+    return list(argv)
+
+
 def main(argv: Sequence[str]) -> None:
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    argv = with_gpus(argv)
     real = real_apptainer(os.environ.get("PATH", ""))
     if real is None:
         print("pipeline.runtime.host_windows: no apptainer or singularity on PATH after the shim", file=sys.stderr)

@@ -2,11 +2,13 @@
 
 Every output that a later stage reads is sealed by its writer: the benchmark files, the training data, the built
 models (source and warmed-up start), each run's exported and final models and metrics log, each evaluation's
-samples. The Snakefile asks ``damaged_outputs`` before Snakemake builds its DAG and hands what is damaged to
-Snakemake's own ``--forcerun`` (``DAGSettings.forcerun``): the jobs that write them run again, and every job that
-read them after (Snakemake reruns the jobs downstream of a job that runs). Snakemake cannot tell a damaged output
-itself: it compares modification times and, for its inputs, checksums it recorded when a job read them, never an
-output's content with what its writer wrote.
+samples. Before Snakemake plans, the controller sets every damaged output aside (``set_aside_damaged``): moved, with
+its seal, to ``RESULTS_DIR/set_aside/<UTC time>/`` beside a ``why.json``, so that Snakemake finds it missing and runs
+the job that writes it, and every job that read it after (Snakemake reruns the jobs downstream of a job that runs).
+Snakemake cannot tell a damaged output itself: it compares modification times and, for its inputs, checksums it
+recorded when a job read them, never an output's content with what its writer wrote. A missing output is what it
+acts on by itself, so the repair needs nothing of Snakemake beyond its rules; a dry run sets aside too, so that its
+plan is the repair (nothing is deleted).
 
 A samples file is also checked against what its job was to sample, sealed or not: one row per item of its benchmark
 file and sample index, ``items x n_samples`` rows (an unsealed file cut at a line boundary matches no seal, and the
@@ -16,12 +18,19 @@ tables would summarize it; pipeline.aggregate refuses it too).
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import json
+import os
+import shutil
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from pipeline.core import layout
-from pipeline.core.seal import damage_message, seal_problem
+from pipeline.core.seal import damage_message, file_seal_path, seal_problem
 from pipeline.study.config import Study
+from pipeline.study.writers import study_holder
+from pipeline.training.run_state import SET_ASIDE_DIR, WHY_FILE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +99,41 @@ def damaged_outputs(study: Study) -> list[DamagedOutput]:
         if fresh and (problem := samples_count_problem(Path(output), benchmark, n_samples)):
             damaged.append(DamagedOutput(output, problem))
     return damaged
+
+
+def set_aside(damaged: list[DamagedOutput], results_dir: str | Path) -> Path:
+    """Move each damaged output, with its seal, to ``RESULTS_DIR/set_aside/<UTC time>/<its path>`` (an absolute path
+    under its root's name), with a ``why.json`` of ``{path: problem}``; the directory is returned."""
+    # the <UTC time> of a run's set_aside/ (pipeline.training.run_state), to the microsecond
+    moved_to = Path(results_dir) / SET_ASIDE_DIR / datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    for output in damaged:
+        source = Path(output.path)
+        destination = moved_to / (source.relative_to(source.anchor) if source.is_absolute() else source)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        seal = file_seal_path(source)
+        shutil.move(source, destination)  # a benchmark file may live on another file system than results_dir
+        if seal.is_file():
+            shutil.move(seal, file_seal_path(destination))
+    why = {output.path: output.problem for output in damaged}
+    (moved_to / WHY_FILE).write_text(json.dumps(why, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return moved_to
+
+
+def set_aside_damaged(study: Study) -> list[str]:
+    """The controller's repair before Snakemake plans: every damaged output (``damaged_outputs``) named on stderr and
+    set aside (``set_aside``), unless another live controller holds the study (it may be writing them: they are
+    named and left in place). The paths set aside, as the rules name them."""
+    damaged = damaged_outputs(study)
+    if not damaged:
+        return []
+    if holder := study_holder(study.results_dir):
+        for output in damaged:
+            print(f"{output.message()}; left in place: {holder}", file=sys.stderr)
+        return []
+    moved_to = set_aside(damaged, study.results_dir)
+    for output in damaged:
+        print(f"{output.message()}; set aside to {moved_to}{os.sep}", file=sys.stderr)
+    return [output.path for output in damaged]
 
 
 def missing_outputs(outputs: Iterable[str]) -> list[str]:

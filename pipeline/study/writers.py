@@ -54,6 +54,19 @@ def hold_study(results_dir: str | Path) -> Path:
     return lock
 
 
+def study_holder(results_dir: str | Path) -> str | None:
+    """ "another Snakemake controller runs this study (HOLDER)" while a live controller other than this process
+    holds ``RESULTS_DIR/.study.lock``; None otherwise (no lock, or a stale one)."""
+    lock = Path(results_dir).resolve() / STUDY_LOCK_FILE
+    if not lock.exists():
+        return None
+    holder = read_holder(lock)
+    me = Holder.this_process()
+    if holder is None or (holder.host, holder.pid) == (me.host, me.pid) or why_stale(holder, me) is not None:
+        return None
+    return f"another Snakemake controller runs this study ({holder.describe()})"
+
+
 def release_study() -> None:
     """Give back the study lock this controller took (nothing when it took none, or gave it back already)."""
     while HELD:

@@ -16,6 +16,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pipeline.runtime import cluster
@@ -90,10 +91,12 @@ def test_apptainer_without_the_image_stops_the_plan_naming_the_build_command(tmp
     assert cluster.SIF_BUILD_COMMAND in result.stdout
 
 
-def test_apptainer_jobs_run_in_the_image_with_nv(tmp_path: Path) -> None:
-    """One real job (a generated benchmark) through the stand-in: the image and `--nv` without the user's flag;
-    inside a Slurm job (SLURM_JOB_ID) through the shim of pipeline.runtime.host_windows, which names the file a
-    launcher ending a time window writes for the host side (tests/clusters/test_time_windows.py)."""
+@pytest.mark.parametrize("slurm_job", [None, "41"], ids=["local", "slurm_job"])
+def test_apptainer_jobs_run_in_the_image_with_nv(tmp_path: Path, slurm_job: str | None) -> None:
+    """One real job (a generated benchmark) through the stand-in: the image and `--nv` without the user's flag, added
+    by the shim of pipeline.runtime.host_windows (Snakemake's settings untouched); inside a Slurm job (SLURM_JOB_ID)
+    the shim also names the file a launcher ending a time window writes for the host side
+    (tests/clusters/test_time_windows.py)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "apptainer").write_text(STAND_IN_APPTAINER)
@@ -102,7 +105,9 @@ def test_apptainer_jobs_run_in_the_image_with_nv(tmp_path: Path) -> None:
     image.touch()
     record = tmp_path / "apptainer.txt"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "APPTAINER_RECORD": str(record)}
-    env["SLURM_JOB_ID"] = "41"
+    env.pop("SLURM_JOB_ID", None)
+    if slurm_job:
+        env["SLURM_JOB_ID"] = slurm_job
     command = ["snakemake", "--cores", "1", "--sdm", "apptainer", "--apptainer-args", "--bind /tmp"]
     command += ["--directory", str(tmp_path / "work"), "--config", f"container_image={image}"]
     result = run_command([*command, "--", "eval_data/arith_add_hard.jsonl"], cwd=REPO, timeout=300, env=env)
@@ -114,8 +119,12 @@ def test_apptainer_jobs_run_in_the_image_with_nv(tmp_path: Path) -> None:
     assert " --bind /tmp " in options, line  # the user's arguments kept
     assert "pipeline.prepare_benchmarks" in line
     assert (tmp_path / "work" / "eval_data" / "arith_add_hard.jsonl").exists()
-    (request,) = Path(f"{record}.request").read_text().splitlines()
-    assert Path(request).parent == tmp_path / "work" / ".snakemake" / "grail-time-windows"
+    requests = Path(f"{record}.request")
+    if slurm_job:
+        (request,) = requests.read_text().splitlines()
+        assert Path(request).parent == tmp_path / "work" / ".snakemake" / "grail-time-windows"
+    else:
+        assert not requests.exists()
 
 
 def train_resources(dry_run_output: str) -> list[str]:

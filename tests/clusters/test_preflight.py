@@ -360,12 +360,15 @@ def test_kubernetes_preflight_without_s3_keys_names_them_after_the_static_checks
     )
 
 
-def test_disk_check_names_the_checkpoints_reruns_set_aside(tmp_path: Path) -> None:
+def test_disk_check_names_what_reruns_set_aside(tmp_path: Path) -> None:
+    """Stale checkpoints (a run's set_aside/) and damaged outputs (the study's set_aside/) both count."""
     kept = tmp_path / "results/runs/tiny/grail/seed0/set_aside/20260101T000000Z/checkpoints/checkpoint-4"
-    kept.mkdir(parents=True)
-    (kept / "model.safetensors").write_bytes(b"\0" * (cost.GIB // 8))
+    damaged = tmp_path / "results/set_aside/20260101T000000Z/results/runs/tiny/grpo/seed0/final"
+    for directory in (kept, damaged):
+        directory.mkdir(parents=True)
+        (directory / "model.safetensors").write_bytes(b"\0" * (cost.GIB // 8))
     passing = disk.disk_check(tmp_path / "results", needed=0)
-    assert passing.status == "pass" and "0.1 GiB are checkpoints set aside by reruns" in passing.detail
+    assert passing.status == "pass" and "0.2 GiB are set aside by reruns" in passing.detail
     failing = disk.disk_check(tmp_path / "results", needed=1 << 62)
     assert failing.status == "fail" and "rm -r" in failing.fix and "set_aside" in failing.fix
 
