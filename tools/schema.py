@@ -11,6 +11,9 @@ between two marker lines and is never edited by hand:
       ...
     # /declared
 
+A marker may also name a function of this module that returns an entry (``tools.schema.credit_fields``: the credit
+options of a method section, declared by ``GrailGRPOConfig`` and the built-in methods' option dataclasses).
+
 After it, `python -m tools.docs_parameters` renders docs/parameters.md from the schema (docs/contributing.md,
 "Adding a setting").
 """
@@ -23,13 +26,17 @@ import math
 import re
 import sys
 import textwrap
+import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from pipeline.core.declared import section_schema
+from pipeline.core.declared import section_schema, setting_schema
 from pipeline.core.repo import SCHEMA_PATH
+from pipeline.training.grpo_config import GrailGRPOConfig
+from pipeline.training.grpo_config import credit_fields as declared_credit_fields
 
 BLOCK = re.compile(
     r"^(?P<indent> *)# declared: (?P<target>[\w.]+) \(python -m tools\.schema writes this entry\)\n"
@@ -40,10 +47,28 @@ BLOCK = re.compile(
 WIDTH = 116
 
 
-def declaration(target: str) -> type:
-    """The dataclass ``module.Class`` a marker names."""
+def declaration(target: str) -> type | Callable[[], dict[str, Any]]:
+    """The dataclass ``module.Class``, or the function returning an entry, that a marker names."""
     module, _, name = target.rpartition(".")
     return getattr(importlib.import_module(module), name)
+
+
+def credit_fields() -> dict[str, Any]:
+    """``$defs/credit_fields``: every credit option a method section takes, as ``GrailGRPOConfig`` declares it
+    (the options every method shares first, then the built-in methods'). No defaults: an option a method leaves
+    unset takes its declared default when the training config is built, and the study's filled-in config (every
+    method's params) stays as written."""
+    hints = typing.get_type_hints(GrailGRPOConfig)
+    shared = GrailGRPOConfig.__annotations__
+    options = sorted(declared_credit_fields(), key=lambda option: option.name not in shared)
+    return {
+        "type": "object",
+        "required": ["credit"],
+        "description": "The credit options of a method section (pipeline.training.grpo_config.GrailGRPOConfig).",
+        "properties": {
+            option.name: setting_schema(option, hints[option.name], with_default=False) for option in options
+        },
+    }
 
 
 def flow(value: Any) -> str:
@@ -58,7 +83,9 @@ def entry_text(name: str, schema: dict[str, Any], indent: str) -> str:
     inner = indent + "  "
     lines = [f"{indent}{name}:"]
     lines += [
-        f"{inner}{key}: {flow(schema[key])}" for key in ("type", "additionalProperties", "default") if key in schema
+        f"{inner}{key}: {flow(schema[key])}"
+        for key in ("type", "additionalProperties", "required", "default")
+        if key in schema
     ]
     lines.append(f"{inner}description: >")
     lines += textwrap.wrap(schema["description"], WIDTH, initial_indent=inner + "  ", subsequent_indent=inner + "  ")
@@ -73,7 +100,9 @@ def rendered(text: str) -> str:
     def block(match: re.Match[str]) -> str:
         indent, target = match["indent"], match["target"]
         name = match["body"].split(":", 1)[0].strip()
-        entry = entry_text(name, section_schema(declaration(target)), indent)
+        declared = declaration(target)
+        schema = section_schema(declared) if isinstance(declared, type) else declared()
+        entry = entry_text(name, schema, indent)
         return f"{indent}# declared: {target} (python -m tools.schema writes this entry)\n{entry}{indent}# /declared\n"
 
     return BLOCK.sub(block, text)

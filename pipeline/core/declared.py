@@ -91,8 +91,6 @@ def refuse_out_of_range(instance: Any, where: str) -> None:
             raise InputError(f"{where}.{option.name}: invalid value {value!r} ({problem})")
         if option.metadata.get("non_empty") and value == "":
             raise InputError(f"{where}.{option.name}: must not be empty")
-        if option.metadata.get("non_empty") and value == "":
-            raise InputError(f"{where}.{option.name}: must not be empty")
 
 
 def annotation_schema(annotation: Any) -> dict[str, Any]:
@@ -100,6 +98,8 @@ def annotation_schema(annotation: Any) -> dict[str, Any]:
     origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Literal:
         return {"enum": list(arguments)}
+    if origin is dict:
+        return {"type": "object"}
     if origin in (typing.Union, types.UnionType):
         members = [annotation_schema(member) for member in arguments if member is not type(None)]
         if len(members) != 1 or "type" not in members[0] or len(arguments) != 2:
@@ -116,26 +116,28 @@ def section_help(cls: type) -> str:
     return " ".join(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].split())
 
 
-def section_schema(cls: type) -> dict[str, Any]:
-    """The JSON schema of a declared section (module docstring)."""
-    annotations = typing.get_type_hints(cls)
-    properties = {}
-    for option in dataclasses.fields(cls):
-        if "help" not in option.metadata:
-            raise TypeError(f"{cls.__name__}.{option.name}: declared without help (use setting())")
-        node = annotation_schema(annotations[option.name])
-        if "range" in option.metadata:
-            node |= option.metadata["range"].schema()
-        if option.metadata.get("non_empty"):
-            node["minLength"] = 1
-        if option.metadata.get("non_empty"):
-            node["minLength"] = 1
+def setting_schema(option: dataclasses.Field[Any], annotation: Any, *, with_default: bool = True) -> dict[str, Any]:
+    """The JSON schema of one declared setting: its type, range, default (``with_default``) and help."""
+    if "help" not in option.metadata:
+        raise TypeError(f"{option.name}: declared without help (use setting())")
+    node = annotation_schema(annotation)
+    if "range" in option.metadata:
+        node |= option.metadata["range"].schema()
+    if option.metadata.get("non_empty"):
+        node["minLength"] = 1
+    if with_default:
         # an integral float as an integer: the filled-in config (and every param made from it) stays what the
         # hand-written schema gave before its section was declared
         default = option.default
         node["default"] = int(default) if isinstance(default, float) and default.is_integer() else default
-        node["description"] = option.metadata["help"]
-        properties[option.name] = node
+    node["description"] = option.metadata["help"]
+    return node
+
+
+def section_schema(cls: type) -> dict[str, Any]:
+    """The JSON schema of a declared section (module docstring)."""
+    annotations = typing.get_type_hints(cls)
+    properties = {option.name: setting_schema(option, annotations[option.name]) for option in dataclasses.fields(cls)}
     schema: dict[str, Any] = {"type": "object", "additionalProperties": False}
     if getattr(cls, "filled_by_default", True):
         schema["default"] = {}

@@ -308,7 +308,7 @@ def _token_viewer_errors(config: Mapping[str, Any]) -> list[str]:
 
 def is_credit_key(key: str) -> bool:
     """An option of GrailGRPOConfig's own, not a GRPOConfig override: a property of the schema's `credit_fields`
-    (tests/core/test_config_drift.py keeps those equal to the fields the config class adds)."""
+    (python -m tools.schema writes them from the fields the config class adds)."""
     return key in credit_keys()
 
 

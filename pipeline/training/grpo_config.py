@@ -2,7 +2,7 @@
 
 A choice is a ``Literal[...]`` annotation (the credit modules declare the ones their functions take); a numeric
 range is the field's ``metadata["range"]``. ``__post_init__`` checks both from these declarations, and
-tests/trainer/test_config_drift.py checks that configs/schema.yaml declares the same choices and ranges.
+``python -m tools.schema`` writes configs/schema.yaml's ``$defs/credit_fields`` from them (help, choices, ranges).
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ import typing
 import pytest
 from trl import GRPOConfig
 
-from pipeline.credit.method import Range
 from pipeline.evaluation.eval_spec import EvalSpec
 from pipeline.evaluation.token_weights import TokenAnalysisSpec
 from pipeline.runtime.launching import TRAINING_ENGINES, TrainingEngine
@@ -21,20 +20,10 @@ from pipeline.study.sections import TOKEN_ANALYSIS_PLAN_KEYS
 from pipeline.tasks.prompts import PROMPT_TEMPLATES, PromptTemplate
 from pipeline.training.grpo_config import (
     MODEL_LOADING_OPTIONS,
-    GrailGRPOConfig,
     config_field_types,
-    credit_choices,
-    credit_fields,
-    credit_ranges,
 )
 
 SCHEMA = load_schema()
-RANGE_KEYWORDS = {
-    "minimum": "minimum",
-    "maximum": "maximum",
-    "exclusiveMinimum": "exclusive_minimum",
-    "exclusiveMaximum": "exclusive_maximum",
-}
 # Keys of `evaluation` that plan jobs (the Snakefile reads them) rather than configure pipeline.evaluate.
 EVALUATION_PLAN_KEYS = {"checkpoints", "baseline", "job_per", "gpu_sizing"}
 
@@ -75,28 +64,6 @@ def assert_choices_match(properties: dict, cls: type) -> None:
             declared = choices(annotation)
             schema_enum = resolved(properties[name]).get("enum")
             assert (set(schema_enum) if schema_enum else None) == declared, f"{cls.__name__}.{name}"
-
-
-def test_schema_credit_keys_are_the_config_credit_fields():
-    assert set(SCHEMA["$defs"]["credit_fields"]["properties"]) == {option.name for option in credit_fields()}
-
-
-def test_schema_credit_choices_are_the_config_literals():
-    properties = SCHEMA["$defs"]["credit_fields"]["properties"]
-    for name, allowed in credit_choices().items():
-        assert set(properties[name]["enum"]) == set(allowed), name
-    assert {name for name, node in properties.items() if "enum" in node} == set(credit_choices())
-
-
-def test_schema_credit_ranges_are_the_config_ranges():
-    properties = SCHEMA["$defs"]["credit_fields"]["properties"]
-    ranges = credit_ranges()
-    for option in credit_fields():
-        node = properties[option.name]
-        schema_range = Range(**{field: node[keyword] for keyword, field in RANGE_KEYWORDS.items() if keyword in node})
-        assert schema_range == ranges.get(option.name, Range()), option.name
-        if typing.get_type_hints(GrailGRPOConfig)[option.name] is float:
-            assert node["type"] == "number", option.name
 
 
 def test_schema_training_keys_are_config_fields_or_loading_options():
