@@ -660,7 +660,8 @@ rule token_analysis:
         **resources_of("token_analysis", per_model=True),
     params:
         checkpoints=token_analysis_checkpoints,
-        spec=canonical_json(STUDY.token_analysis.spec),
+        # the GRAIL settings the section leaves unset are the analysed method's (Study.token_analysis_spec)
+        spec=lambda wildcards: canonical_json(STUDY.token_analysis_spec(wildcards.method)),
         out_dir=lambda wildcards, output: os.path.dirname(output.summary),
         kernels=KERNEL_PIN,
         code=source_digest("pipeline.token_analysis"),

@@ -233,11 +233,28 @@ def health_section(paths: list[Path], settings: HealthConfig) -> str:
     )
 
 
-def token_analysis_section(directories: list[Path], report_dir: Path) -> str:
-    """U-shape index per analysed run and checkpoint, and each run's positional figure."""
-    rows, figures = [], []
+def analysis_settings(study: Study, method: str, spec: dict[str, Any]) -> str:
+    """One line on the GRAIL settings ``method``'s runs were analysed with: the method's own, or which the
+    token_analysis section overrides."""
+    used = ", ".join(f"{name} {spec[name]}" for name in study.method_grail_settings(method) if name in spec)
+    overrides = study.token_analysis_overrides(method)
+    if not overrides:
+        return f"`{method}`: analysed with the GRAIL settings it trains with ({used})."
+    changed = "; ".join(
+        f"{name} {analysis} instead of the method's {trained} (token_analysis.{name})"
+        for name, (analysis, trained) in overrides.items()
+    )
+    return f"`{method}`: analysed with {changed}, so these weights are not the ones it trained with ({used})."
+
+
+def token_analysis_section(directories: list[Path], report_dir: Path, study: Study) -> str:
+    """U-shape index per analysed run and checkpoint, the GRAIL settings each method was analysed with, and each
+    run's positional figure."""
+    rows, figures, settings = [], [], {}
     for directory in directories:
         summary = json.loads((directory / "summary.json").read_text())
+        method = directory.parent.name
+        settings.setdefault(method, analysis_settings(study, method, summary["spec"]))
         for label, checkpoint in summary["checkpoints"].items():
             rows.append(
                 {
@@ -250,7 +267,8 @@ def token_analysis_section(directories: list[Path], report_dir: Path) -> str:
         figures.append(
             f"![GRAIL weights by position]({os.path.relpath(directory / 'GRAIL_positional.png', report_dir)})"
         )
-    return "\n\n".join([markdown_table(rows, ("run", "checkpoint", "rollouts", "U-shape index")), *figures])
+    table = markdown_table(rows, ("run", "checkpoint", "rollouts", "U-shape index"))
+    return "\n\n".join([table, "\n".join(f"- {line}" for line in settings.values()), *figures])
 
 
 def credit_placement_section(summaries: list[Path], report_dir: Path) -> str:
@@ -413,7 +431,8 @@ def build_report(args: argparse.Namespace) -> str:
         settings = HealthConfig(**config.get("health", {}))
         sections += ["## Training health", health_section(args.train_metrics, settings)]
     if args.token_analysis:
-        sections += ["## Token analysis", token_analysis_section(args.token_analysis, report_dir)]
+        study = Study.from_config(config)
+        sections += ["## Token analysis", token_analysis_section(args.token_analysis, report_dir, study)]
     if args.token_viewer:
         sections += ["## Token weights", token_viewer_section(args.token_viewer, report_dir)]
     if args.credit_placement:

@@ -26,6 +26,7 @@ import torch
 from pipeline.core.io import InputError, read_jsonl
 from pipeline.core.progress import progress
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, saliency_scores
+from pipeline.credit.methods.grail import GrailOptions
 from pipeline.credit.saliency import Leaf, Position
 from pipeline.models.loading import load_model, load_tokenizer, working_dtype
 from pipeline.tasks.prompts import PROMPT_SUFFIX_CLEAN, PromptTemplate, build_prompt
@@ -35,15 +36,16 @@ NUM_BINS = 20
 
 @dataclass(frozen=True)
 class TokenAnalysisSpec:
-    """Settings of the analysis; the defaults are upstream's standalone script (spec 1.10, 8.1)."""
+    """Settings of the analysis; the defaults are upstream's standalone script (spec 1.10, 8.1). The GRAIL settings
+    default to GRAIL's declared ones; a planned study passes the analysed method's (``Study.token_analysis_spec``)."""
 
     temperature: float = 0.6
-    grail_mean: float = 1.0
-    grail_std: float = 0.5
-    grail_w_min: float = 0.5
-    grail_w_max: float = 5.0
-    grail_leaf: Leaf = "embeddings"
-    grail_position: Position = "previous"
+    grail_mean: float = GrailOptions.grail_mean
+    grail_std: float = GrailOptions.grail_std
+    grail_w_min: float = GrailOptions.grail_w_min
+    grail_w_max: float = GrailOptions.grail_w_max
+    grail_leaf: Leaf = GrailOptions.grail_leaf
+    grail_position: Position = GrailOptions.grail_position
     batch_size: int = 8
     max_rollouts: int | None = None
     # "chat": the prompt the rollouts were generated from (chat template, template below);

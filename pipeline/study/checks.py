@@ -313,5 +313,11 @@ def is_credit_key(key: str) -> bool:
 
 
 @cache
+def token_analysis_keys() -> frozenset[str]:
+    """The keys of the schema's `token_analysis` section."""
+    return frozenset(load_schema()["$defs"]["token_analysis"]["properties"])
+
+
+@cache
 def credit_keys() -> frozenset[str]:
     return frozenset(load_schema()["$defs"]["credit_fields"]["properties"])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +31,7 @@ from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RuntimeSettings
 from pipeline.runtime.watchdog import WatchdogConfig
 from pipeline.study import cost
 from pipeline.study.benchmark_sizes import benchmark_items
-from pipeline.study.checks import decisive_benchmarks, is_credit_key, semantic_errors
+from pipeline.study.checks import decisive_benchmarks, is_credit_key, semantic_errors, token_analysis_keys
 from pipeline.study.gpu_sizing import EngineLayout, GpuSizing, engine_utilization, fixed_layout, sized_layout
 from pipeline.study.schema import error_block
 from pipeline.study.sections import (
@@ -359,6 +359,27 @@ class Study:
             {**run, "checkpoint": checkpoint, "benchmark": benchmark} for run in self.runs() if run["model"] == model
         ]
         return {"rollouts": [job for job in runs if job["method"] == self.credit_truth.rollouts_of], "runs": runs}
+
+    def method_grail_settings(self, method: str) -> dict[str, Any]:
+        """The GRAIL settings of the token analysis (its keys that are GRAIL's options) as ``method`` trains with
+        them: its own keys, else GRAIL's declared defaults (``GrailOptions``)."""
+        from pipeline.credit.methods.grail import GrailOptions  # no torch: planning loads the methods without it
+
+        spec = self.methods[method].spec
+        analysed = [option for option in fields(GrailOptions) if option.name in token_analysis_keys()]
+        return {option.name: spec.get(option.name, option.default) for option in analysed}
+
+    def token_analysis_spec(self, method: str) -> dict[str, Any]:
+        """The token analysis of ``method``'s runs: the section's settings, and every GRAIL setting it leaves unset
+        as the method trains with it (``method_grail_settings``)."""
+        return self.method_grail_settings(method) | self.token_analysis.spec
+
+    def token_analysis_overrides(self, method: str) -> dict[str, tuple[Any, Any]]:
+        """The GRAIL settings the token_analysis section sets to other values than ``method`` trains with:
+        ``{name: (the analysis's, the method's)}``."""
+        trained = self.method_grail_settings(method)
+        spec = self.token_analysis.spec
+        return {name: (spec[name], value) for name, value in trained.items() if name in spec and spec[name] != value}
 
     def grail_runs(self) -> list[dict[str, Any]]:
         """The runs the token analysis covers (credit ``grail``), empty when it is disabled."""

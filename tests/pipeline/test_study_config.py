@@ -12,6 +12,7 @@ import yaml
 from trl import GRPOConfig
 
 from pipeline.core.io import InputError
+from pipeline.report import analysis_settings
 from pipeline.study.checks import semantic_errors
 from pipeline.study.config import Study
 from pipeline.study.load import load_study
@@ -231,6 +232,29 @@ def test_defaults_are_filled_from_the_schema() -> None:
     assert study.evaluation.checkpoints == ("final",) and study.evaluation.baseline
     assert not study.token_analysis.enabled and study.grail_runs() == []
     assert study.resources("train", "tiny").cpus == 1 and study.resources("train").runtime == 60
+
+
+def test_token_analysis_takes_the_analysed_methods_grail_settings_and_names_an_override() -> None:
+    """Issue 55: a method's grail_std reaches the token analysis of its runs (before: upstream's 0.5 whatever the
+    method trained with), a setting of the token_analysis section overrides it, and the report says so."""
+    config = raw("default")
+    config["methods"]["grail"].update(grail_std=0.3, grail_leaf="middle")
+    config["token_analysis"].update(enabled=True, grail_w_max=4.0)
+    study = Study.from_config(filled(config))
+    spec = study.token_analysis_spec("grail")
+    assert (spec["grail_std"], spec["grail_leaf"], spec["grail_w_max"], spec["grail_mean"]) == (0.3, "middle", 4.0, 1.0)
+    assert study.token_analysis_overrides("grail") == {"grail_w_max": (4.0, 5.0)}
+    assert analysis_settings(study, "grail", spec) == (
+        "`grail`: analysed with grail_w_max 4.0 instead of the method's 5.0 (token_analysis.grail_w_max), so these"
+        " weights are not the ones it trained with (grail_mean 1.0, grail_std 0.3, grail_w_min 0.5, grail_w_max 4.0,"
+        " grail_leaf middle, grail_position previous)."
+    )
+    del config["token_analysis"]["grail_w_max"]
+    study = Study.from_config(filled(config))
+    assert study.token_analysis_overrides("grail") == {}
+    assert analysis_settings(study, "grail", study.token_analysis_spec("grail")).startswith(
+        "`grail`: analysed with the GRAIL settings it trains with (grail_mean 1.0, grail_std 0.3,"
+    )
 
 
 def test_default_study_plan() -> None:

@@ -140,6 +140,10 @@ def test_training_and_token_analysis_outputs(workdir: Path, study: Study) -> Non
         summary = json.loads((summary_path / "summary.json").read_text())
         assert set(summary["checkpoints"]) == set(study.token_analysis.checkpoints)
         assert all(len(entry["bin_centres"]) == 20 for entry in summary["checkpoints"].values())
+        trained = study.method_grail_settings(run["method"])  # the analysis uses the method's own GRAIL settings
+        assert {name: summary["spec"][name] for name in trained} == trained
+        report = (results / "report.md").read_text()
+        assert f"`{run['method']}`: analysed with the GRAIL settings it trains with (grail_mean" in report
 
 
 def test_out_of_tree_method_trains_logs_and_is_viewed(workdir: Path) -> None:
