@@ -99,6 +99,17 @@ def cell(text: str) -> str:
     )
 
 
+def described(node: Mapping[str, Any], schema: Mapping[str, Any], root: Mapping[str, Any]) -> str:
+    """A key's description; for a key of a shared choice (``$ref`` to an enum such as ``prompt_template``) with a
+    description of its own, both: what the key is for, then what each choice means."""
+    own = schema.get("description", "")
+    if "$ref" in node and "description" in node:
+        target = resolve({"$ref": node["$ref"]}, root)
+        if "enum" in target and target.get("description"):
+            return f"{own} ({target['description']})"
+    return own
+
+
 def rows(path: str, node: Mapping[str, Any], root: Mapping[str, Any]) -> Iterator[tuple[str, str, str, str]]:
     """(key, type, default, description) for ``node`` and every key below it, depth first."""
     schema = resolve(node, root)
@@ -106,7 +117,7 @@ def rows(path: str, node: Mapping[str, Any], root: Mapping[str, Any]) -> Iterato
     if path:
         default = f"`{json.dumps(schema['default'])}`" if "default" in schema else ""
         kind = "object" if properties or "additionalProperties" in schema else type_text(schema, root)
-        yield path, kind, default, schema.get("description", "")
+        yield path, kind, default, described(node, schema, root)
     for name, child in properties.items():
         yield from rows(f"{path}.{name}" if path else name, child, root)
     named = schema.get("additionalProperties")

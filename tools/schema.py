@@ -11,6 +11,13 @@ between two marker lines and is never edited by hand:
       ...
     # /declared
 
+The settings of a dataclass that are one section's keys beside others (``EvalSpec``: the evaluate stage's keys of
+``evaluation``, whose other keys plan jobs) are written as property lines between their own markers:
+
+    # declared settings: pipeline.evaluation.eval_spec.EvalSpec (python -m tools.schema writes these lines)
+    backend: {...}
+    # /declared
+
 A marker may also name a function of this module that returns an entry (``tools.schema.credit_fields``: the credit
 options of a method section, declared by ``GrailGRPOConfig`` and the built-in methods' option dataclasses).
 
@@ -33,13 +40,19 @@ from typing import Any
 
 import yaml
 
-from pipeline.core.declared import section_schema, setting_schema
+from pipeline.core.declared import section_schema, setting_schema, settings_schema
 from pipeline.core.repo import SCHEMA_PATH
 from pipeline.training.grpo_config import GrailGRPOConfig
 from pipeline.training.grpo_config import credit_fields as declared_credit_fields
 
 BLOCK = re.compile(
     r"^(?P<indent> *)# declared: (?P<target>[\w.]+) \(python -m tools\.schema writes this entry\)\n"
+    r"(?P<body>.*?)"
+    r"^(?P=indent)# /declared\n",
+    re.MULTILINE | re.DOTALL,
+)
+SETTINGS_BLOCK = re.compile(
+    r"^(?P<indent> *)# declared settings: (?P<target>[\w.]+) \(python -m tools\.schema writes these lines\)\n"
     r"(?P<body>.*?)"
     r"^(?P=indent)# /declared\n",
     re.MULTILINE | re.DOTALL,
@@ -105,7 +118,13 @@ def rendered(text: str) -> str:
         entry = entry_text(name, schema, indent)
         return f"{indent}# declared: {target} (python -m tools.schema writes this entry)\n{entry}{indent}# /declared\n"
 
-    return BLOCK.sub(block, text)
+    def settings_block(match: re.Match[str]) -> str:
+        indent, target = match["indent"], match["target"]
+        lines = [f"{indent}{name}: {flow(node)}\n" for name, node in settings_schema(declaration(target)).items()]
+        marker = f"{indent}# declared settings: {target} (python -m tools.schema writes these lines)\n"
+        return marker + "".join(lines) + f"{indent}# /declared\n"
+
+    return SETTINGS_BLOCK.sub(settings_block, BLOCK.sub(block, text))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,14 +71,19 @@ class Range:
         return {keyword: bound for keyword, bound in keywords.items() if bound is not None}
 
 
-def setting(default: Any, help: str, range: Range | None = None, *, non_empty: bool = False) -> Any:
-    """A dataclass field declaring one setting: its default, its help, where numeric its allowed range, and for a
-    string whether it may be empty."""
+def setting(
+    default: Any, help: str, range: Range | None = None, *, non_empty: bool = False, shared: str | None = None
+) -> Any:
+    """A dataclass field declaring one setting: its default, its help, where numeric its allowed range, for a
+    string whether it may be empty, and ``shared``: the schema's ``$defs`` entry of a type several sections use
+    (``prompt_template``, ``grading``: its choices and their meaning written once there)."""
     metadata: dict[str, Any] = {"help": help}
     if range is not None:
         metadata["range"] = range
     if non_empty:
         metadata["non_empty"] = True
+    if shared is not None:
+        metadata["shared"] = shared
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -120,7 +125,8 @@ def setting_schema(option: dataclasses.Field[Any], annotation: Any, *, with_defa
     """The JSON schema of one declared setting: its type, range, default (``with_default``) and help."""
     if "help" not in option.metadata:
         raise TypeError(f"{option.name}: declared without help (use setting())")
-    node = annotation_schema(annotation)
+    shared = option.metadata.get("shared")
+    node = {"$ref": f"#/$defs/{shared}"} if shared else annotation_schema(annotation)
     if "range" in option.metadata:
         node |= option.metadata["range"].schema()
     if option.metadata.get("non_empty"):
@@ -134,10 +140,20 @@ def setting_schema(option: dataclasses.Field[Any], annotation: Any, *, with_defa
     return node
 
 
+def settings_schema(cls: type) -> dict[str, dict[str, Any]]:
+    """The JSON schema of each setting of a declared dataclass, by name; a field that is a section of its own
+    (``metadata={"section": True}``, e.g. ``EvalSpec.vllm``) has its own entry and is left out."""
+    annotations = typing.get_type_hints(cls)
+    return {
+        option.name: setting_schema(option, annotations[option.name])
+        for option in dataclasses.fields(cls)
+        if not option.metadata.get("section")
+    }
+
+
 def section_schema(cls: type) -> dict[str, Any]:
     """The JSON schema of a declared section (module docstring)."""
-    annotations = typing.get_type_hints(cls)
-    properties = {option.name: setting_schema(option, annotations[option.name]) for option in dataclasses.fields(cls)}
+    properties = settings_schema(cls)
     schema: dict[str, Any] = {"type": "object", "additionalProperties": False}
     if getattr(cls, "filled_by_default", True):
         schema["default"] = {}

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from pipeline.core.declared import Range, refuse_out_of_range, setting
-from pipeline.core.io import InputError
 from pipeline.core.specs import dataclass_from_mapping
 from pipeline.tasks.boxed import ExtractionMode
 from pipeline.tasks.generation import derive_seed
@@ -58,22 +57,47 @@ class VllmSettings:
 
 @dataclass(frozen=True)
 class EvalSpec:
-    """EVAL_SPEC: backend, sampling, batching, prompt and grading settings (defaults: upstream, spec 6.2)."""
+    """EVAL_SPEC: backend, sampling, batching, prompt and grading settings (defaults: upstream, spec 6.2).
 
-    backend: BackendName = "auto"
-    n_samples: int = 3
-    temperature: float = 0.6
-    top_p: float = 0.95
-    top_k: int = 20
-    max_new_tokens: int = 8192
-    batch_size: int = 64
-    prompt_template: PromptTemplate = "clean"
-    enable_thinking: bool = False
-    grading_timeout_seconds: int = 5
-    max_answer_chars: int = 1000
-    grading: GradingMode = "clean"
-    extraction: ExtractionMode = "clean"
-    vllm: VllmSettings = field(default_factory=VllmSettings)
+    The evaluate stage's keys of the ``evaluation`` section, declared here once (``pipeline.core.declared``;
+    ``python -m tools.schema`` writes them into the schema); the section's other keys plan jobs."""
+
+    backend: BackendName = setting(
+        "auto",
+        "auto: vllm when vLLM is installed and finds a device it runs on, else hf (Hugging Face generation); vllm "
+        "where it cannot run is an error",
+    )
+    n_samples: int = setting(3, "samples per item: acc@n and pass@n", Range(minimum=1))
+    temperature: float = setting(0.6, "sampling temperature (0 is greedy)", Range(minimum=0))
+    top_p: float = setting(
+        0.95,
+        "nucleus sampling: the smallest set of tokens whose probability reaches top_p",
+        Range(exclusive_minimum=0, maximum=1),
+    )
+    top_k: int = setting(20, "sampling from the top_k most likely tokens (-1: no limit)", Range(minimum=-1))
+    max_new_tokens: int = setting(8192, "the longest completion", Range(minimum=1))
+    batch_size: int = setting(
+        64,
+        "prompts per generation batch (hf: samples do not depend on it, each (item, sample) has its own seed; vllm: "
+        "the engine is reseeded per batch, so samples depend on it)",
+        Range(minimum=1),
+    )
+    prompt_template: PromptTemplate = setting("clean", "the prompt's wording", shared="prompt_template")
+    enable_thinking: bool = setting(False, "passed to the chat template (Qwen3: false pre-fills an empty think block)")
+    grading_timeout_seconds: int = setting(5, "math-verify's timeout per graded answer", Range(minimum=1))
+    max_answer_chars: int = setting(
+        1000, "an extracted answer longer than this scores 0 (clean extraction only)", Range(minimum=1)
+    )
+    grading: GradingMode = setting("clean", "the evaluation's grader", shared="grading")
+    extraction: ExtractionMode = setting(
+        "clean",
+        "clean: unclosed boxes skipped, answers over max_answer_chars score 0; upstream: the scan stops at the first "
+        "unclosed box, no length limit (spec 6.2)",
+    )
+    vllm: VllmSettings = field(default_factory=VllmSettings, metadata={"section": True})
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "evaluation")
 
 
 @dataclass(frozen=True)
@@ -121,21 +145,9 @@ class Backend(Protocol):
 
 
 def parse_eval_spec(mapping: Any) -> EvalSpec:
-    """EVAL_SPEC from a mapping; unknown keys, wrong types and out-of-range values raise InputError by name."""
-    spec = dataclass_from_mapping(EvalSpec, mapping, "evaluation spec")
-    checks = {
-        "n_samples": spec.n_samples >= 1,
-        "batch_size": spec.batch_size >= 1,
-        "max_new_tokens": spec.max_new_tokens >= 1,
-        "temperature": spec.temperature >= 0,
-        "top_p": 0 < spec.top_p <= 1,
-        "grading_timeout_seconds": spec.grading_timeout_seconds >= 1,
-        "max_answer_chars": spec.max_answer_chars >= 1,
-    }  # the vllm settings check their declared ranges when built (VllmSettings)
-    for key, valid in checks.items():
-        if not valid:
-            raise InputError(f"evaluation spec.{key}: invalid value {getattr(spec, key)!r}")
-    return spec
+    """EVAL_SPEC from a mapping; unknown keys, wrong types and out-of-range values (the declared ranges, checked
+    when the spec is built) raise InputError by name."""
+    return dataclass_from_mapping(EvalSpec, mapping, "evaluation spec")
 
 
 def batch_seed(requests: Sequence[Request]) -> int:

@@ -7,10 +7,8 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-import pytest
 from trl import GRPOConfig
 
-from pipeline.evaluation.eval_spec import EvalSpec
 from pipeline.evaluation.token_weights import TokenAnalysisSpec
 from pipeline.runtime.launching import TRAINING_ENGINES, TrainingEngine
 from pipeline.study.checks import TRL_DEFAULTS
@@ -24,8 +22,6 @@ from pipeline.training.grpo_config import (
 )
 
 SCHEMA = load_schema()
-# Keys of `evaluation` that plan jobs (the Snakefile reads them) rather than configure pipeline.evaluate.
-EVALUATION_PLAN_KEYS = {"checkpoints", "baseline", "job_per", "gpu_sizing"}
 
 
 def resolved(node: dict) -> dict:
@@ -76,34 +72,11 @@ def test_recorded_trl_defaults_are_grpo_configs(tmp_path):
     assert {name: getattr(defaults, name) for name in TRL_DEFAULTS} == TRL_DEFAULTS
 
 
-@pytest.mark.parametrize(
-    ("path", "cls", "plan_keys"),
-    [
-        (("evaluation",), EvalSpec, EVALUATION_PLAN_KEYS),
-        (("token_analysis",), TokenAnalysisSpec, set(TOKEN_ANALYSIS_PLAN_KEYS)),
-    ],
-)
-def test_schema_stage_specs_are_the_stage_dataclasses(path, cls, plan_keys):
-    node = schema_node(path)
-    properties = {name: value for name, value in node["properties"].items() if name not in plan_keys}
-    assert set(properties) == {option.name for option in dataclasses.fields(cls)}
-    assert_choices_match(properties, cls)
-
-
-@pytest.mark.parametrize(
-    ("path", "cls"),
-    [
-        (("evaluation",), EvalSpec),
-    ],
-)
-def test_schema_defaults_are_the_stage_defaults(path, cls):
-    node = schema_node(path)
-    defaults = cls()
-    for name, value in node["properties"].items():
-        if "default" in value and name in {option.name for option in dataclasses.fields(cls)}:
-            default = getattr(defaults, name)
-            expected = {} if dataclasses.is_dataclass(default) else default
-            assert value["default"] == expected, f"{cls.__name__}.{name}"
+def test_schema_token_analysis_keys_are_the_stage_dataclass():
+    node = schema_node(("token_analysis",))
+    properties = {name: value for name, value in node["properties"].items() if name not in TOKEN_ANALYSIS_PLAN_KEYS}
+    assert set(properties) == {option.name for option in dataclasses.fields(TokenAnalysisSpec)}
+    assert_choices_match(properties, TokenAnalysisSpec)
 
 
 def test_prompt_templates_are_the_literal_and_the_schema_enum():

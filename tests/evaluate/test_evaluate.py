@@ -194,8 +194,8 @@ def test_cli_writes_output_and_refuses_bad_spec(tiny_model_dir, bench, reference
             {"prompt_template": "fancy"},
             "evaluation spec.prompt_template: expected 'clean' | 'upstream' | 'bare', got str 'fancy'",
         ),
-        ({"top_p": 0}, "evaluation spec.top_p: invalid value 0.0"),
-        ({"n_samples": 0}, "evaluation spec.n_samples: invalid value 0"),
+        ({"top_p": 0}, "evaluation.top_p: invalid value 0.0 (must be > 0)"),
+        ({"n_samples": 0}, "evaluation.n_samples: invalid value 0 (must be >= 1)"),
         ({"vllm": {"max_model_len": 0}}, "evaluation.vllm.max_model_len: invalid value 0 (must be >= 1)"),
         (
             {"vllm": {"max_model_len": "long"}},
