@@ -611,10 +611,10 @@ rule significance:
         **resources_of("significance"),
     params:
         compared=STUDY.significance_checkpoint(),
-        metrics=shlex.join(["--metrics", *STUDY.significance["metrics"]]) if STUDY.significance["metrics"] else "",
-        resamples=STUDY.significance["resamples"],
-        confidence=STUDY.significance["confidence"],
-        seed=STUDY.significance["seed"],
+        metrics=shlex.join(["--metrics", *STUDY.significance.metrics]) if STUDY.significance.metrics else "",
+        resamples=STUDY.significance.resamples,
+        confidence=STUDY.significance.confidence,
+        seed=STUDY.significance.seed,
         code=source_digest("pipeline.significance"),
     shell:
         "python -m pipeline.significance --scores {input.scores:q} --samples {input.samples:q}"
@@ -759,9 +759,9 @@ rule credit_placement:
         ceiling=STUDY.credit_truth.ceiling,
         max_rollouts=STUDY.credit_truth.max_rollouts,
         batch_size=STUDY.credit_truth.batch_size,
-        resamples=STUDY.significance["resamples"],
-        confidence=STUDY.significance["confidence"],
-        seed=STUDY.significance["seed"],
+        resamples=STUDY.significance.resamples,
+        confidence=STUDY.significance.confidence,
+        seed=STUDY.significance.seed,
         out_dir=lambda wildcards, output: os.path.dirname(output.summary),
         kernels=KERNEL_PIN,
         code=source_digest("pipeline.credit_placement", *STUDY.credit_modules()),

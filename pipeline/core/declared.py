@@ -72,12 +72,22 @@ class Range:
 
 
 def setting(
-    default: Any, help: str, range: Range | None = None, *, non_empty: bool = False, shared: str | None = None
+    default: Any,
+    help: str,
+    range: Range | None = None,
+    *,
+    non_empty: bool = False,
+    shared: str | None = None,
+    json: dict[str, Any] | None = None,
 ) -> Any:
     """A dataclass field declaring one setting: its default, its help, where numeric its allowed range, for a
-    string whether it may be empty, and ``shared``: the schema's ``$defs`` entry of a type several sections use
-    (``prompt_template``, ``grading``: its choices and their meaning written once there)."""
+    string whether it may be empty, ``shared``: the schema's ``$defs`` entry of a type several sections use
+    (``prompt_template``, ``grading``: its choices and their meaning written once there), and ``json``: the JSON
+    schema of a value its annotation cannot say (a choice or a list; ``final`` or a step), which the validation of a
+    planned study checks."""
     metadata: dict[str, Any] = {"help": help}
+    if json is not None:
+        metadata["json"] = json
     if range is not None:
         metadata["range"] = range
     if non_empty:
@@ -126,7 +136,10 @@ def setting_schema(option: dataclasses.Field[Any], annotation: Any, *, with_defa
     if "help" not in option.metadata:
         raise TypeError(f"{option.name}: declared without help (use setting())")
     shared = option.metadata.get("shared")
-    node = {"$ref": f"#/$defs/{shared}"} if shared else annotation_schema(annotation)
+    if "json" in option.metadata:
+        node = dict(option.metadata["json"])
+    else:
+        node = {"$ref": f"#/$defs/{shared}"} if shared else annotation_schema(annotation)
     if "range" in option.metadata:
         node |= option.metadata["range"].schema()
     if option.metadata.get("non_empty"):

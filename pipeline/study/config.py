@@ -44,6 +44,7 @@ from pipeline.study.sections import (
     MethodConfig,
     ModelConfig,
     Resources,
+    SignificanceConfig,
     TokenAnalysisConfig,
     TokenViewerConfig,
 )
@@ -68,7 +69,7 @@ class Study:
     training: dict[str, Any]
     evaluation: EvaluationConfig
     token_analysis: TokenAnalysisConfig
-    significance: dict[str, Any]
+    significance: SignificanceConfig
     tracking: TrackingConfig
     watchdog: WatchdogConfig
     token_viewer: TokenViewerConfig
@@ -136,7 +137,7 @@ class Study:
                 checkpoints=tuple(checkpoint_label(c) for c in analysis.get("checkpoints", ())) or checkpoints,
                 spec={k: v for k, v in analysis.items() if k not in TOKEN_ANALYSIS_PLAN_KEYS},
             ),
-            significance=config["significance"],
+            significance=SignificanceConfig(**config["significance"]),
             tracking=TrackingConfig(**config["tracking"]),
             watchdog=WatchdogConfig(**config["watchdog"]),
             health=HealthConfig(**config["health"]),
@@ -233,7 +234,7 @@ class Study:
 
     def significance_checkpoint(self) -> str:
         """The checkpoint label the significance tests compare (``final`` or ``step-N``)."""
-        return checkpoint_label(self.significance["checkpoint"])
+        return checkpoint_label(self.significance.checkpoint)
 
     def decontaminates(self) -> bool:
         return bool(self.data.get("decontaminate", {}).get("enabled"))

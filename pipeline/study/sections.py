@@ -1,5 +1,6 @@
 """The typed sections of a study config that ``Study`` (pipeline.study.config) is built from: a model, a method,
-the evaluation, the token analysis and viewer, the credit truth, the calibration, and the resources of a rule.
+the evaluation, the token analysis and viewer, the credit truth, the significance tests, the calibration, and the
+resources of a rule.
 Each is a frozen dataclass made once from a schema-checked config with its defaults filled.
 """
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.core.declared import Range, refuse_out_of_range, setting
+from pipeline.core.layout import FINAL_CHECKPOINT
 from pipeline.study.checks import is_credit_key
 from pipeline.study.gpu_sizing import GpuSizing
 
@@ -153,6 +155,39 @@ class CreditTruthConfig:
     ceiling: str
     max_rollouts: int
     batch_size: int
+
+
+@dataclass(frozen=True)
+class SignificanceConfig:
+    """The paired tests of the methods (pipeline.significance): at one checkpoint, on the metrics, with the
+    bootstrap's resamples, level and seed.
+
+    The ``significance`` section of the study config, declared here (``pipeline.core.declared``)."""
+
+    checkpoint: str | int = setting(
+        FINAL_CHECKPOINT,
+        "the checkpoint whose scores the tests compare",
+        json={"anyOf": [{"const": FINAL_CHECKPOINT}, {"type": "integer", "minimum": 1}]},
+    )
+    metrics: list[str] | None = setting(
+        None,
+        "null = acc@n and pass@n",
+        json={
+            "type": ["array", "null"],
+            "items": {"type": "string", "pattern": "^(acc@[0-9]+|pass@[0-9]+|mean_tokens|no_answer)$"},
+        },
+    )
+    resamples: int = setting(
+        10000,
+        "bootstrap resamples (over items; over runs and items), and the random labellings of a permutation test over "
+        "runs with more than 50,000",
+        Range(minimum=1),
+    )
+    confidence: float = setting(0.95, "the bootstrap interval's level", Range(exclusive_minimum=0, exclusive_maximum=1))
+    seed: int = setting(0, "the bootstrap's seed", Range(minimum=0))
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "significance")
 
 
 @dataclass(frozen=True)

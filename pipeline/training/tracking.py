@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.declared import refuse_out_of_range, setting
 from pipeline.core.io import InputError, load_spec
 
 INTEGRATIONS = ("tensorboard", "wandb")
@@ -32,11 +33,26 @@ NO_TRACKING = "none"
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    """The ``tracking`` section of the study config (configs/schema.yaml declares the same keys and defaults)."""
+    """Live training curves through transformers' report_to (metrics.jsonl is written either way); runs are named
+    <model>/<method>/seed<s>, grouped by `study`.
 
-    report_to: str | list[str] = NO_TRACKING
-    project: str = "grail"
-    study: str = "default"
+    The ``tracking`` section of the study config, declared here once (``pipeline.core.declared``)."""
+
+    report_to: str | list[str] = setting(
+        NO_TRACKING,
+        "the trackers: none, one, or a list",
+        json={
+            "anyOf": [
+                {"enum": [NO_TRACKING, *INTEGRATIONS]},
+                {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(INTEGRATIONS)}},
+            ]
+        },
+    )
+    project: str = setting("grail", "the W&B project", non_empty=True)
+    study: str = setting("default", "the W&B group of this study's runs", shared="name")
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "tracking")
 
     def integrations(self) -> list[str]:
         """The selected integrations, in transformers' ``report_to`` form (``[]`` for none)."""
