@@ -79,13 +79,17 @@ def setting(
     non_empty: bool = False,
     shared: str | None = None,
     json: dict[str, Any] | None = None,
+    schema_default: bool = True,
 ) -> Any:
     """A dataclass field declaring one setting: its default, its help, where numeric its allowed range, for a
     string whether it may be empty, ``shared``: the schema's ``$defs`` entry of a type several sections use
     (``prompt_template``, ``grading``: its choices and their meaning written once there), and ``json``: the JSON
     schema of a value its annotation cannot say (a choice or a list; ``final`` or a step), which the validation of a
-    planned study checks."""
+    planned study checks. ``schema_default=False``: the schema gives no default, so a study that leaves the key out
+    has no such key (the study resolves it, e.g. from another section; ``default`` stands for it in code)."""
     metadata: dict[str, Any] = {"help": help}
+    if not schema_default:
+        metadata["schema_default"] = False
     if json is not None:
         metadata["json"] = json
     if range is not None:
@@ -144,7 +148,7 @@ def setting_schema(option: dataclasses.Field[Any], annotation: Any, *, with_defa
         node |= option.metadata["range"].schema()
     if option.metadata.get("non_empty"):
         node["minLength"] = 1
-    if with_default:
+    if with_default and option.metadata.get("schema_default", True):
         # an integral float as an integer: the filled-in config (and every param made from it) stays what the
         # hand-written schema gave before its section was declared
         default = option.default

@@ -142,20 +142,21 @@ class Study:
             watchdog=WatchdogConfig(**config["watchdog"]),
             health=HealthConfig(**config["health"]),
             token_viewer=TokenViewerConfig(
-                enabled=viewer["enabled"],
-                benchmark=viewer.get("benchmark") or analysis.get("benchmark") or next(iter(config["benchmarks"])),
-                rollouts=viewer["rollouts"],
-                seed=viewer["seed"],
+                **viewer
+                | {
+                    "benchmark": viewer.get("benchmark")
+                    or analysis.get("benchmark")
+                    or next(iter(config["benchmarks"]))
+                }
             ),
             credit_truth=CreditTruthConfig(
-                benchmark=truth.get("benchmark", next(iter(decisive_benchmarks(config)), None))
-                if truth["enabled"]
-                else None,
-                rollouts_of=truth.get("rollouts_of", truth["floor"]),
-                floor=truth["floor"],
-                ceiling=truth["ceiling"],
-                max_rollouts=truth["max_rollouts"],
-                batch_size=truth["batch_size"],
+                **truth
+                | {
+                    "benchmark": truth.get("benchmark", next(iter(decisive_benchmarks(config)), None))
+                    if truth["enabled"]
+                    else None,
+                    "rollouts_of": truth.get("rollouts_of", truth["floor"]),
+                }
             ),
             calibration=CalibrationConfig(**config["calibration"]),
             resource_table=config["resources"],

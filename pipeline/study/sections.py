@@ -135,26 +135,62 @@ class TokenAnalysisConfig:
 
 @dataclass(frozen=True)
 class TokenViewerConfig:
-    """The token-weight viewer: shown benchmark, rollouts per outcome (correct, wrong), seed of their choice."""
+    """pipeline.token_viewer: an HTML page of rollouts coloured by token weight, a row per study method that weights
+    tokens (each computed by the method itself with its own options), per (model, method, evaluated checkpoint) of
+    the first seed; prompt format and saliency temperature from token_analysis.
 
-    enabled: bool
-    benchmark: str
-    rollouts: int
-    seed: int
+    The ``token_viewer`` section, declared here (``pipeline.core.declared``); ``Study`` builds it with the benchmark
+    resolved."""
+
+    enabled: bool = setting(True, "false: no viewer page")
+    benchmark: str | None = setting(
+        None,
+        "whose evaluation samples are shown; default token_analysis.benchmark, else the first benchmark",
+        shared="name",
+        schema_default=False,
+    )
+    rollouts: int = setting(2, "correct and wrong rollouts shown each", Range(minimum=1))
+    seed: int = setting(
+        0,
+        "chooses the rollouts and seeds the methods' noise (OAR-G's, grail_shuffled's permutation)",
+        Range(minimum=0),
+    )
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "token_viewer")
 
 
 @dataclass(frozen=True)
 class CreditTruthConfig:
-    """Credit placement against the decisive-step task's truth (pipeline.credit_placement): on the benchmark (None:
-    the study has no decisive-step benchmark, or the check is off), every weighting method scored on the rollouts
-    of ``rollouts_of``'s runs; the gap share from ``floor`` to ``ceiling``."""
+    """On a decisive-step benchmark (a generated one with steps > 1), where every method that weights tokens puts
+    its weight against the generator's truth (AUROC of the weights against the decisive tokens, by the sign of the
+    advantage), all methods on the same rollouts, and the share of the floor-to-ceiling accuracy gap each method
+    closes; at the significance checkpoint, with its resamples, confidence and seed; prompt format and saliency
+    temperature from token_analysis. On only when the study has such a benchmark and the rollouts' method.
+    docs/credit-methods.md
 
-    benchmark: str | None
-    rollouts_of: str
-    floor: str
-    ceiling: str
-    max_rollouts: int
-    batch_size: int
+    The ``credit_truth`` section (pipeline.credit_placement), declared here (``pipeline.core.declared``); ``Study``
+    builds it with ``benchmark`` resolved (None: no decisive-step benchmark, or off) and ``rollouts_of`` too."""
+
+    enabled: bool = setting(True, "false switches the placement scores off")
+    benchmark: str | None = setting(
+        None, "a decisive-step benchmark; default the first one", shared="name", schema_default=False
+    )
+    rollouts_of: str | None = setting(
+        None,
+        "the method whose runs' rollouts (one seed group per training seed) every method is scored on; default floor",
+        shared="name",
+        schema_default=False,
+    )
+    floor: str = setting("grpo", "the method that is 0 in the gap share", shared="name")
+    ceiling: str = setting("oracle", "the method that is 1 in the gap share", shared="name")
+    max_rollouts: int = setting(
+        256, "rollouts with a non-zero advantage scored per seed (the first in benchmark order)", Range(minimum=1)
+    )
+    batch_size: int = setting(16, "rollouts per forward and backward", Range(minimum=1))
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "credit_truth")
 
 
 @dataclass(frozen=True)
