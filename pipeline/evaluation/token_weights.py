@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from pipeline.core.declared import Range, refuse_out_of_range, setting
 from pipeline.core.io import InputError, read_jsonl
 from pipeline.core.progress import progress
 from pipeline.credit import answer_mask_from_spans, find_boxed_spans, grail_weights, saliency_scores
@@ -34,26 +35,45 @@ from pipeline.tasks.prompts import PROMPT_SUFFIX_CLEAN, PromptTemplate, build_pr
 NUM_BINS = 20
 
 
+METHODS_OWN = "unset: the analysed method's"
+
+
 @dataclass(frozen=True)
 class TokenAnalysisSpec:
     """Settings of the analysis; the defaults are upstream's standalone script (spec 1.10, 8.1). The GRAIL settings
-    default to GRAIL's declared ones; a planned study passes the analysed method's (``Study.token_analysis_spec``)."""
+    default to GRAIL's declared ones; a planned study passes the analysed method's (``Study.token_analysis_spec``).
 
-    temperature: float = 0.6
-    grail_mean: float = GrailOptions.grail_mean
-    grail_std: float = GrailOptions.grail_std
-    grail_w_min: float = GrailOptions.grail_w_min
-    grail_w_max: float = GrailOptions.grail_w_max
-    grail_leaf: Leaf = GrailOptions.grail_leaf
-    grail_position: Position = GrailOptions.grail_position
-    batch_size: int = 8
-    max_rollouts: int | None = None
-    # "chat": the prompt the rollouts were generated from (chat template, template below);
-    # "upstream": upstream's analysis prompt (problem + instruction, no chat template).
-    prompt_format: Literal["chat", "upstream"] = "chat"
-    prompt_template: PromptTemplate = "clean"
-    enable_thinking: bool = False
-    enabled: bool = True
+    The stage's keys of the ``token_analysis`` section, declared here once (``pipeline.core.declared``; ``python -m
+    tools.schema`` writes them into the schema); the section's other keys plan jobs. The GRAIL settings have no
+    schema default, so that a study which leaves them out analyses each method with its own."""
+
+    temperature: float = setting(
+        0.6, "the saliency's temperature (upstream's standalone analysis: 0.6)", Range(exclusive_minimum=0)
+    )
+    grail_mean: float = setting(GrailOptions.grail_mean, METHODS_OWN, schema_default=False)
+    grail_std: float = setting(GrailOptions.grail_std, METHODS_OWN, Range(exclusive_minimum=0), schema_default=False)
+    grail_w_min: float = setting(GrailOptions.grail_w_min, METHODS_OWN, Range(minimum=0), schema_default=False)
+    grail_w_max: float = setting(
+        GrailOptions.grail_w_max, METHODS_OWN, Range(exclusive_minimum=0), schema_default=False
+    )
+    grail_leaf: Leaf = setting(GrailOptions.grail_leaf, METHODS_OWN, schema_default=False)
+    grail_position: Position = setting(GrailOptions.grail_position, METHODS_OWN, schema_default=False)
+    batch_size: int = setting(8, "rollouts per forward and backward", Range(minimum=1))
+    max_rollouts: int | None = setting(
+        None, "analyse at most this many rollouts per checkpoint (null: all)", Range(minimum=1)
+    )
+    prompt_format: Literal["chat", "upstream"] = setting(
+        "chat",
+        "chat: the prompt the rollouts were generated from (the chat template, prompt_template); upstream: upstream's "
+        "analysis prompt without the chat template (spec 8.2)",
+    )
+    prompt_template: PromptTemplate = setting(
+        "clean", "the prompt's wording (prompt_format chat)", shared="prompt_template"
+    )
+    enable_thinking: bool = setting(False, "passed to the chat template (prompt_format chat)")
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "token_analysis")
 
 
 @dataclass

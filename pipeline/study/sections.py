@@ -16,7 +16,7 @@ from pipeline.study.gpu_sizing import GpuSizing
 
 RESOURCE_KEYS = ("cpus", "mem_mb", "runtime", "gpus", "nodes", "gpu_model", "slurm_extra")
 # Orchestration keys of `token_analysis` (the rest is pipeline.token_analysis's spec).
-TOKEN_ANALYSIS_PLAN_KEYS = ("benchmark", "checkpoints")
+TOKEN_ANALYSIS_PLAN_KEYS = ("enabled", "benchmark", "checkpoints")
 
 
 @dataclass(frozen=True)

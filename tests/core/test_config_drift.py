@@ -4,17 +4,14 @@ declared with ``pipeline.core.declared`` has its schema entry generated instead 
 
 from __future__ import annotations
 
-import dataclasses
 import typing
 
 from trl import GRPOConfig
 
-from pipeline.evaluation.token_weights import TokenAnalysisSpec
 from pipeline.runtime.launching import TRAINING_ENGINES, TrainingEngine
 from pipeline.study.checks import TRL_DEFAULTS
 from pipeline.study.config import Study
 from pipeline.study.schema import load_schema
-from pipeline.study.sections import TOKEN_ANALYSIS_PLAN_KEYS
 from pipeline.tasks.prompts import PROMPT_TEMPLATES, PromptTemplate
 from pipeline.training.grpo_config import (
     MODEL_LOADING_OPTIONS,
@@ -33,14 +30,6 @@ def resolved(node: dict) -> dict:
     for part in reference[2:].split("/"):
         target = target[part]
     return {**resolved(target), **{key: value for key, value in node.items() if key != "$ref"}}
-
-
-def schema_node(path: tuple[str, ...]) -> dict:
-    """The (resolved) schema of a top-level config key and its nested keys."""
-    node = resolved(SCHEMA["properties"][path[0]])
-    for part in path[1:]:
-        node = resolved(node["properties"][part])
-    return node
 
 
 def choices(annotation: typing.Any) -> set | None:
@@ -70,13 +59,6 @@ def test_schema_training_keys_are_config_fields_or_loading_options():
 def test_recorded_trl_defaults_are_grpo_configs(tmp_path):
     defaults = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[])
     assert {name: getattr(defaults, name) for name in TRL_DEFAULTS} == TRL_DEFAULTS
-
-
-def test_schema_token_analysis_keys_are_the_stage_dataclass():
-    node = schema_node(("token_analysis",))
-    properties = {name: value for name, value in node["properties"].items() if name not in TOKEN_ANALYSIS_PLAN_KEYS}
-    assert set(properties) == {option.name for option in dataclasses.fields(TokenAnalysisSpec)}
-    assert_choices_match(properties, TokenAnalysisSpec)
 
 
 def test_prompt_templates_are_the_literal_and_the_schema_enum():
