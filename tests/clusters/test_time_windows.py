@@ -107,7 +107,11 @@ def test_under_apptainer_the_host_side_requeues_the_window_the_container_ended(t
     host_bin.mkdir(), image_bin.mkdir()
     calls = tmp_path / "scontrol.calls"
     scontrol = f'#!/bin/sh\necho "$*" >> {calls}\n[ "$1" = show ] && echo "JobId=$3 Requeue=1 Restarts=0"\nexit 0\n'
-    apptainer = f'#!/bin/sh\n[ "$1" = exec ] || exit 3\nshift 2\nexec /usr/bin/env PATH={image_bin} "$@"\n'
+    # exec [--options...] IMAGE COMMAND...: the shim adds --nv (pipeline.runtime.host_windows.with_gpus)
+    apptainer = (
+        f'#!/bin/sh\n[ "$1" = exec ] || exit 3\nshift\nwhile [ "${{1#-}}" != "$1" ]; do shift; done\nshift\n'
+        f'exec /usr/bin/env PATH={image_bin} "$@"\n'
+    )
     for name, script in (("scontrol", scontrol), ("apptainer", apptainer)):
         (host_bin / name).write_text(script)
         (host_bin / name).chmod(0o755)
