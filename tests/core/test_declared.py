@@ -7,7 +7,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -88,33 +87,35 @@ NEW_KEY = """    grace_s: float = setting(30.0, "seconds a new key gives", Range
     def __post_init__(self) -> None:
         refuse_out_of_range(self, "watchdog")
 """
-LOAD = """
-import sys
+NEW_CREDIT_OPTION = """    grail_floor: float = field(default=0.0, metadata={"help": "a new GRAIL option", "range": Range(minimum=0)})
+"""
+# One process for the four validations: each study loaded with one override, its error or the value it holds.
+VALIDATE = """
 from pipeline.core.io import InputError
 from pipeline.study.load import load_study
-study = load_study(["configs/default.yaml"], {"watchdog": {"grace_s": float(sys.argv[1])}}, check_inputs=False)
-print(study.runtime.watchdog.grace_s)
+from pipeline.training.grpo_config import GrailGRPOConfig
+
+def value(overrides, read):
+    try:
+        return read(load_study(["configs/default.yaml"], overrides, check_inputs=False))
+    except InputError as error:
+        return str(error)
+
+print(value({"watchdog": {"grace_s": 12.5}}, lambda study: study.runtime.watchdog.grace_s))
+print(value({"watchdog": {"grace_s": -1}}, lambda study: study.runtime.watchdog.grace_s).replace("\\n", " "))
+print(value({"methods": {"grail": {"credit": "grail", "grail_floor": 0.25}}}, lambda study: study.methods["grail"].spec["grail_floor"]))
+print(value({"methods": {"grail": {"credit": "grail", "grail_floor": -1}}}, lambda study: None).replace("\\n", " "))
+print(GrailGRPOConfig(output_dir="out", credit="grail", use_cpu=True, bf16=False).grail_floor)
 """
 
 
-def scratch_copy(tmp_path: Path) -> tuple[Path, Callable[..., subprocess.CompletedProcess[str]]]:
-    """A copy of what the generators and the study loader read, and a runner of ``python ARGS`` in it."""
+def test_a_key_added_to_a_declaration_reaches_the_schema_the_docs_and_the_validation(tmp_path: Path) -> None:
+    """docs/contributing.md's worked example, done on a scratch copy of the repository: one edit each (a field of
+    WatchdogConfig, a section; a field of GrailOptions, a credit option every method section takes), then the two
+    generators; the schema, docs/parameters.md and a study's validation agree."""
     copy = tmp_path / "repo"
     for part in ("pipeline", "tools", "configs", "docs", "eval_data"):
         shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
-
-    def run(*arguments: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, *arguments], cwd=copy, capture_output=True, text=True, env={"PYTHONPATH": str(copy)}
-        )
-
-    return copy, run
-
-
-def test_a_key_added_to_a_declaration_reaches_the_schema_the_docs_and_the_validation(tmp_path: Path) -> None:
-    """docs/contributing.md's worked example, done on a scratch copy of the repository: one edit (a field of
-    WatchdogConfig), then the two generators; the schema, docs/parameters.md and a study's validation agree."""
-    copy, run = scratch_copy(tmp_path)
     watchdog = copy / "pipeline" / "runtime" / "watchdog.py"
     text = watchdog.read_text(encoding="utf-8")
     declared_end = """
@@ -123,49 +124,29 @@ def test_a_key_added_to_a_declaration_reaches_the_schema_the_docs_and_the_valida
 """
     assert declared_end in text
     watchdog.write_text(text.replace(declared_end, "\n" + NEW_KEY, 1), encoding="utf-8")
-    assert run("-m", "tools.schema", "--check").returncode == 1  # the schema is stale until regenerated
-    assert run("-m", "tools.schema").returncode == 0
-    assert run("-m", "tools.docs_parameters").returncode == 0
-    assert "grace_s: {type: number, minimum: 0, default: 30," in (copy / "configs" / "schema.yaml").read_text()
-    assert "| `watchdog.grace_s` | number (&gt;= 0) | `30` | seconds a new key gives |" in (
-        copy / "docs" / "parameters.md"
-    ).read_text(encoding="utf-8")
-    accepted = run("-c", LOAD, "12")
-    assert accepted.returncode == 0 and accepted.stdout.split()[-1] == "12.0", accepted.stderr[-2000:]
-    refused = run("-c", LOAD, "-1")
-    assert refused.returncode != 0 and "watchdog.grace_s" in refused.stderr, refused.stderr[-2000:]
-
-
-NEW_CREDIT_OPTION = """    grail_floor: float = field(default=0.0, metadata={"help": "a new GRAIL option", "range": Range(minimum=0)})
-"""
-LOAD_METHOD = """
-import sys
-from pipeline.study.load import load_study
-from pipeline.training.grpo_config import GrailGRPOConfig
-study = load_study(["configs/default.yaml"], {"methods": {"grail": {"grail_floor": float(sys.argv[1])}}}, check_inputs=False)
-print(study.methods["grail"].spec["grail_floor"], GrailGRPOConfig(output_dir="out", credit="grail", use_cpu=True, bf16=False).grail_floor)
-"""
-
-
-def test_a_credit_option_added_to_a_methods_options_reaches_every_method_section(tmp_path: Path) -> None:
-    """The same for a credit option: one field of GrailOptions, then the generators; `methods.<name>` takes it,
-    out of range is refused naming it, and the training config has it."""
-    copy, run = scratch_copy(tmp_path)
     grail = copy / "pipeline" / "credit" / "methods" / "grail.py"
     text = grail.read_text(encoding="utf-8")
     first_option = "    grail_mean: float = field("
     assert first_option in text
     grail.write_text(text.replace(first_option, NEW_CREDIT_OPTION + first_option, 1), encoding="utf-8")
-    assert run("-m", "tools.schema", "--check").returncode == 1
+
+    def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, *arguments], cwd=copy, capture_output=True, text=True, env={"PYTHONPATH": str(copy)}
+        )
+
+    assert run("-m", "tools.schema", "--check").returncode == 1  # the schema is stale until regenerated
     assert run("-m", "tools.schema").returncode == 0
     assert run("-m", "tools.docs_parameters").returncode == 0
-    assert "grail_floor: {type: number, minimum: 0, description: a new GRAIL option}" in (
-        copy / "configs" / "schema.yaml"
-    ).read_text(encoding="utf-8")
-    assert "| `methods.<name>.grail_floor` | number (&gt;= 0) |  | a new GRAIL option |" in (
-        copy / "docs" / "parameters.md"
-    ).read_text(encoding="utf-8")
-    accepted = run("-c", LOAD_METHOD, "0.25")
-    assert accepted.returncode == 0 and accepted.stdout.split()[-2:] == ["0.25", "0.0"], accepted.stderr[-2000:]
-    refused = run("-c", LOAD_METHOD, "-1")
-    assert refused.returncode != 0 and "methods.grail.grail_floor" in refused.stderr, refused.stderr[-2000:]
+    schema = (copy / "configs" / "schema.yaml").read_text(encoding="utf-8")
+    docs = (copy / "docs" / "parameters.md").read_text(encoding="utf-8")
+    assert "grace_s: {type: number, minimum: 0, default: 30," in schema
+    assert "| `watchdog.grace_s` | number (&gt;= 0) | `30` | seconds a new key gives |" in docs
+    assert "grail_floor: {type: number, minimum: 0, description: a new GRAIL option}" in schema
+    assert "| `methods.<name>.grail_floor` | number (&gt;= 0) |  | a new GRAIL option |" in docs
+    validated = run("-c", VALIDATE)
+    assert validated.returncode == 0, validated.stderr[-2000:]
+    accepted, refused, accepted_option, refused_option, default = validated.stdout.splitlines()[-5:]
+    assert accepted == "12.5" and "watchdog.grace_s" in refused, validated.stdout
+    assert accepted_option == "0.25" and "methods.grail.grail_floor" in refused_option, validated.stdout
+    assert default == "0.0"

@@ -86,7 +86,7 @@ def test_parameters_page_has_every_schema_key_and_description():
     schema = load_schema()
     page = docs_parameters.render(schema)
     assert "| `evaluation.vllm.gpu_memory_utilization` | number or null (&gt; 0, &lt;= 1) | `null` |" in page
-    assert "| `methods.<name>.grail_symmetry` | `both` \\| `correct` \\| `wrong` \\| `all` |" in page
+    assert "| `methods.<name>.grail_symmetry` | `both` \\| `all` \\| `correct` \\| `wrong` |" in page
     assert "| `resources.default.cpus` | integer (&gt;= 1) | `1` | Snakemake threads |" in page
     assert schema["$defs"]["tracking"]["properties"]["study"]["description"] in page
 

@@ -74,7 +74,7 @@ def test_damaged_outputs_are_found_at_plan_time_and_written_again(ci_study_copy:
     assert (kept / LINE_CUT).read_text().splitlines() == lines[: int(len(lines) * 0.6)]
     assert (kept / MID_LINE_CUT).read_bytes() == before[MID_LINE_CUT][: len(before[MID_LINE_CUT]) // 2 + 7]
     assert file_seal_path(kept / LINE_CUT).is_file() and not (study / LINE_CUT).exists()
-    assert sorted(json.loads((kept / "why.json").read_text())) == [str(LINE_CUT), str(MID_LINE_CUT)]
+    assert sorted(json.loads((kept / "why.json").read_text())) == sorted([str(LINE_CUT), str(MID_LINE_CUT)])
     # two evaluate jobs (one per (run, checkpoint), each on both benchmarks): GRAIL's gives arith_add back as it was,
     # but Snakemake reruns what reads any output of a job it runs, GRAIL's token analysis of arith_add among them
     assert planned_jobs(plan.stdout) == {
