@@ -19,7 +19,9 @@ The settings of a dataclass that are one section's keys beside others (``EvalSpe
     # /declared
 
 A marker may also name a function of this module that returns an entry (``tools.schema.credit_fields``: the credit
-options of a method section, declared by ``GrailGRPOConfig`` and the built-in methods' option dataclasses).
+options of a method section, declared by ``GrailGRPOConfig`` and the built-in methods' option dataclasses;
+``tools.schema.resources``: a rule's request, ``Resources``' defaults for every rule, one key per rule the Snakefile
+asks resources for).
 
 After it, `python -m tools.docs_parameters` renders docs/parameters.md from the schema (docs/contributing.md,
 "Adding a setting").
@@ -28,6 +30,7 @@ After it, `python -m tools.docs_parameters` renders docs/parameters.md from the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import math
 import re
@@ -41,7 +44,8 @@ from typing import Any
 import yaml
 
 from pipeline.core.declared import section_schema, setting_schema, settings_schema
-from pipeline.core.repo import SCHEMA_PATH
+from pipeline.core.repo import REPO_DIR, SCHEMA_PATH
+from pipeline.study.sections import Resources
 from pipeline.training.grpo_config import GrailGRPOConfig
 from pipeline.training.grpo_config import credit_fields as declared_credit_fields
 
@@ -89,6 +93,29 @@ def flow(value: Any) -> str:
     read it back as a float, ``1.0e-06``)."""
     text = yaml.safe_dump(value, default_flow_style=True, width=math.inf, sort_keys=False, allow_unicode=True)
     return text.removesuffix("\n...\n").strip()  # a scalar is written as a document, with its end marker
+
+
+def resources() -> dict[str, Any]:
+    """``$defs/resources``: ``default``, whose values are ``Resources``' defaults, and one key per rule whose
+    resources the Snakefile reads (its ``resources_of("RULE"`` calls, in order), each a ``$defs/resource``."""
+    rules = dict.fromkeys(re.findall(r'resources_of\("(\w+)"', (REPO_DIR / "Snakefile").read_text(encoding="utf-8")))
+    request = {"$ref": "#/$defs/resource"}
+    defaults = {
+        option.name: {"default": option.default}
+        for option in dataclasses.fields(Resources)
+        if option.default is not None
+    }
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "default": {},
+        "description": "Per rule; `default` applies to every rule, a rule's entry overrides it, "
+        "models.<name>.resources overrides both.",
+        "properties": {
+            "default": {"allOf": [request], "default": {}, "properties": defaults},
+            **{rule: request for rule in rules},
+        },
+    }
 
 
 def entry_text(name: str, schema: dict[str, Any], indent: str) -> str:

@@ -35,7 +35,6 @@ from pipeline.study.checks import decisive_benchmarks, is_credit_key, semantic_e
 from pipeline.study.gpu_sizing import EngineLayout, GpuSizing, engine_utilization, fixed_layout, sized_layout
 from pipeline.study.schema import error_block
 from pipeline.study.sections import (
-    RESOURCE_KEYS,
     TOKEN_ANALYSIS_PLAN_KEYS,
     CalibrationConfig,
     CreditTruthConfig,
@@ -460,4 +459,4 @@ class Study:
         explicit_gpus = "gpus" in self.resource_table.get(rule, {}) or "gpus" in model_entry
         if rule == "evaluate" and self.evaluation.spec["backend"] == "vllm" and not explicit_gpus:
             merged["gpus"] = self.evaluation_gpus(model, job)
-        return Resources(**{key: merged.get(key) for key in RESOURCE_KEYS})
+        return Resources(**merged)

@@ -7,29 +7,51 @@ Each is a frozen dataclass made once from a schema-checked config with its defau
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from pipeline.core.declared import Range, refuse_out_of_range, setting
 from pipeline.core.layout import FINAL_CHECKPOINT
 from pipeline.study.checks import is_credit_key
 from pipeline.study.gpu_sizing import GpuSizing
 
-RESOURCE_KEYS = ("cpus", "mem_mb", "runtime", "gpus", "nodes", "gpu_model", "slurm_extra")
 # Orchestration keys of `token_analysis` (the rest is pipeline.token_analysis's spec).
 TOKEN_ANALYSIS_PLAN_KEYS = ("enabled", "benchmark", "checkpoints")
 
 
 @dataclass(frozen=True)
 class Resources:
-    """One job's request; ``threads`` for Snakemake is ``cpus``."""
+    """A job's request.
 
-    cpus: int
-    mem_mb: int
-    runtime: int
-    gpus: int
-    nodes: int
-    gpu_model: str | None = None
-    slurm_extra: str | None = None
+    `resources.<rule>` and `models.<name>.resources.<rule>`, whose unset keys are the next level's; declared here once (``pipeline.core.declared``): the schema's ``resource`` entry, and the values of
+    ``resources.default`` (``tools.schema.resources``). ``threads`` for Snakemake is ``cpus``."""
+
+    filled_by_default: ClassVar[bool] = False
+
+    cpus: int = setting(1, "Snakemake threads", Range(minimum=1), schema_default=False)
+    mem_mb: int = setting(2000, "memory in MB", Range(minimum=1), schema_default=False)
+    runtime: int = setting(
+        60, "time limit in minutes (a retry gets attempt x runtime)", Range(minimum=1), schema_default=False
+    )
+    gpus: int = setting(
+        0,
+        "GPUs (training: one process per GPU; evaluation with vllm: must equal tensor x data parallel size, and is "
+        "left unset under evaluation.gpu_sizing.layout sized; 0: no GPU request)",
+        Range(minimum=0),
+        schema_default=False,
+    )
+    nodes: int = setting(1, "nodes (training: one launcher per node)", Range(minimum=1), schema_default=False)
+    gpu_model: str | None = setting(
+        None,
+        "the cluster's GPU type (Slurm GRES), e.g. a100",
+        json={"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"},
+        schema_default=False,
+    )
+    slurm_extra: str | None = setting(
+        None, "extra sbatch flags, e.g. --signal=USR1@600", json={"type": "string"}, schema_default=False
+    )
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "resources")
 
     def snakemake_resources(self) -> dict[str, int | str]:
         """Snakemake's resource names: mem_mb, runtime (minutes), nodes, and gpu/gpu_model/slurm_extra when set.

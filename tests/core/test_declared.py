@@ -116,6 +116,7 @@ def test_a_key_added_to_a_declaration_reaches_the_schema_the_docs_and_the_valida
     copy = tmp_path / "repo"
     for part in ("pipeline", "tools", "configs", "docs", "eval_data"):
         shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(REPO / "Snakefile", copy / "Snakefile")  # tools.schema reads the rules that ask resources
     watchdog = copy / "pipeline" / "runtime" / "watchdog.py"
     text = watchdog.read_text(encoding="utf-8")
     declared_end = """
