@@ -116,7 +116,7 @@ if DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method:
 
 R = STUDY.results_dir
 # The study's calibration (python -m pipeline.calibrate), when there is one: training's time-limit warning
-# (`--signal=USR1@N`) comes as long before the limit as its measured step and checkpoint save need.
+# (the launcher's SIGUSR1) comes as long before the limit as its measured step and checkpoint save need.
 CALIBRATION = calibrated.load_calibration(Path(R) / CALIBRATION_FILE)
 E = STUDY.eval_data_dir
 # The stage modules must be importable in every job, installed or not.
@@ -178,29 +178,15 @@ def threads_of(stage, per_model=False):
     return STUDY.resources(stage).cpus
 
 
-def site_slurm_extra(rule, **context):
-    """The site's slurm_extra for a rule: `--set-resources RULE:slurm_extra=...`, else `default-resources`'."""
-    settings = workflow.resource_settings
-    site = settings.overwrite_resources.get(rule, {}).get("slurm_extra")
-    if site is None and settings.default_resources is not None:
-        site = settings.default_resources.get("slurm_extra")
-    if site is None or site.raw is None:
-        return None
-    return site.evaluate(rulename=rule, async_run=None, **context).value
-
-
-SLURM_EXTRA = {}  # rule -> its slurm_extra: the study's flags, then the site's (put back after the rules)
-
-
 def resources_of(stage, per_model=False):
     """A rule's Snakemake resources (mem_mb, runtime, gpu, nodes, gpu_model, slurm_extra) from the config, and its
     local disk (disk_mb: Study.disk_mb; the Kubernetes pod's ephemeral-storage).
 
     `runtime` grows with the attempt (a retried job asks for attempt x the time limit), except a resuming rule's
     (training: cluster.attempt_runtime), whose retry resumes and never asks past a site's wall; a name set for only
-    some models (gpu_model) is empty, i.e. unset, for the others. `slurm_extra` is the study's flags followed
-    by the site's (profiles/slurm SITE SETTINGS), so a site flag never drops training's `--signal=USR1@N` (its N the
-    calibrated lead where the run was measured: pipeline.study.calibration.warning_lead).
+    some models (gpu_model) is empty, i.e. unset, for the others. A site's `--set-resources RULE:slurm_extra=...`
+    replaces the study's flags (Snakemake's own order, profiles/slurm SITE SETTINGS); training's time-limit warning
+    is no flag but the launcher's (`time_limit_warning_s`), so no site flag can drop it.
     """
     models = list(STUDY.models) if per_model else [None]
     names = {name for model in models for name in STUDY.resources(stage, model).snakemake_resources()}
@@ -218,22 +204,17 @@ def resources_of(stage, per_model=False):
 
         return resolve
 
-    def slurm_extra(wildcards, input, threads, attempt):
-        site = site_slurm_extra(stage, wildcards=wildcards, input=input, threads=threads, attempt=attempt)
-        flags = request_of(wildcards).slurm_extra
-        if stage == "train":  # the warning as long before the limit as the measured step and save need
-            run = {"model": wildcards.model, "method": wildcards.method}
-            flags = calibrated.with_warning_lead(flags, calibrated.warning_lead(STUDY, CALIBRATION, run))
-        return cluster.join_flags(flags, site)
-
     def disk_mb(wildcards, input):
         return STUDY.disk_mb(stage, wildcards.model if per_model else None, input.size_mb)
 
-    SLURM_EXTRA[stage] = slurm_extra
-    return {name: value(name) for name in sorted(names - {"slurm_extra"})} | {
-        "slurm_extra": slurm_extra,
-        "disk_mb": disk_mb,
-    }
+    return {name: value(name) for name in sorted(names)} | {"disk_mb": disk_mb}
+
+
+def time_limit_warning(wildcards):
+    """Training's warning lead (a resource, so a new calibration reruns nothing): the calibrated lead where the run
+    was measured, else the study's time_limit_warning_s (pipeline.study.calibration.training_warning_lead)."""
+    run = {"model": wildcards.model, "method": wildcards.method}
+    return calibrated.training_warning_lead(STUDY, CALIBRATION, run)
 
 
 def built_start_model(model):
@@ -435,6 +416,7 @@ rule train:
     threads: threads_of("train", per_model=True)
     resources:
         **resources_of("train", per_model=True),
+        time_limit_warning_s=time_limit_warning,
     params:
         **GPU_DETERMINISM,
         model=train_model_argument,
@@ -457,7 +439,8 @@ rule train:
             "pipeline.train", "pipeline.launch", STUDY.methods[wildcards.method].credit_module
         ),
     shell:
-        "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --engine {params.engine:q} --"
+        "python -m pipeline.launch --gpus {params.gpus:q} --nodes {params.nodes:q} --engine {params.engine:q}"
+        " --time-limit-warning {resources.time_limit_warning_s} --"
         " pipeline.train {params.model} --training-spec {params.training_spec:q}"
         " --method-spec {params.method_spec:q} --data {input.data:q} --seed {wildcards.seed}"
         " --out {params.run_dir:q} --export-steps {params.export_steps} --tracking {params.tracking:q}"
@@ -827,9 +810,3 @@ rule report:
         " --token-analysis {params.token_analysis_dirs:q} {params.token_viewer} {params.credit_placement}"
         " --provenance {input.provenance:q} --train-metrics {input.train_metrics:q} {params.code_changes}"
         " --benchmarks-dir {params.benchmarks_dir:q} {params.calibration} --out {output.report:q} > {log:q} 2>&1"
-
-
-# Snakemake applies a rule's --set-resources after the rule's own resources: put back the composed slurm_extra.
-for defined in workflow.rules:
-    if defined.name in SLURM_EXTRA:
-        defined.resources["slurm_extra"] = SLURM_EXTRA[defined.name]

@@ -28,7 +28,7 @@ from pipeline.core.orphans import die_with_parent
 from pipeline.runtime.launching import TRAINING_ENGINES, plan_launch, visible_cuda_devices
 from pipeline.runtime.preemption import PreemptionSignals
 from pipeline.runtime.supervision import run_child, supervise
-from pipeline.runtime.time_windows import close_window, may_requeue
+from pipeline.runtime.time_windows import arm_warning, close_window, may_requeue, warning_delay
 
 
 def split_command_line(argv: Sequence[str]) -> tuple[list[str], str, list[str]]:
@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--accelerate-config", type=Path, default=None, help="an accelerate config file (not --engine's)"
     )
+    parser.add_argument(
+        "--time-limit-warning",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="inside a Slurm job, send the stage SIGUSR1 this long before the job's time limit (0: never)",
+    )
     return parser
 
 
@@ -90,9 +97,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             main_process_ip=args.main_process_ip,
             machine_rank=args.machine_rank,
             available_cpus=len(os.sched_getaffinity(0)),
+            time_limit_warning=args.time_limit_warning,
         )
         # the launcher the job step started requeues, not the per-node ones it starts (--main-process-ip)
         windows = may_requeue(os.environ) and args.main_process_ip is None
+        # a multi-node launch passes the warning on to its per-node launchers, which send it to their processes
+        delay = None if plan.mode == "multi-node" else warning_delay(args.time_limit_warning, os.environ)
     except InputError as error:
         print(f"pipeline.launch: error: {error}", file=sys.stderr)
         record_final_exit(INPUT_ERROR_EXIT_CODE)
@@ -111,7 +121,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         file=sys.stderr,
         flush=True,
     )
-    if plan.supervised:
+    if delay is not None:
+        print(
+            f"pipeline.launch: the time-limit warning (SIGUSR1) comes in {delay:.0f} s, "
+            f"{args.time_limit_warning} s before Slurm job {os.environ['SLURM_JOB_ID']}'s limit",
+            file=sys.stderr,
+            flush=True,
+        )
+        arm_warning(delay)
+    if plan.supervised or delay is not None:  # the launcher passes its own warning on to the stage processes
         status = supervise(plan, signals)
     elif windows:
         status = run_child(plan)

@@ -45,7 +45,9 @@ if [ "$dev" = 1 ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     chromium chromium-driver podman buildah runc debootstrap shellcheck >/dev/null
 fi
-python3 -m pip install --quiet -e ".${extras}"
+# Snakemake at the images' pin (containers/requirements-cpu.txt), so that the tests run the version the images
+# ship; tests/pipeline/test_quick_recipe.py runs the quick study under the newest 9.x release as well.
+python3 -m pip install --quiet -e ".${extras}" "$(grep '^snakemake==' containers/requirements-cpu.txt)"
 if [ "$dev" = 1 ]; then
   # profiles/kubernetes's executor (grail-kubernetes: the kubernetes extra's plugin plus /dev/shm), its own
   # distribution and not editable: Snakemake finds executor plugins by scanning top-level modules, which misses

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 from urllib.parse import urlsplit
 
 # `containers/build.sh apptainer` writes this file, relative to the repository; configs/schema.yaml's
@@ -35,21 +34,6 @@ def attempt_runtime(rule: str, runtime: int, attempt: int) -> int:
     """The time limit (minutes) of a rule's ``attempt``: ``attempt x runtime``, a resuming rule's ``runtime``
     whatever the attempt, so that a retry never asks past a site's wall (partition MaxTime, QoS MaxWall)."""
     return runtime if rule in RESUMING_RULES else runtime * attempt
-
-
-def join_flags(*parts: str | None) -> str:
-    """The flags of every part in order, each flag once: the study's first, then the site's.
-
-    ``join_flags("--signal=USR1@600", "--exclusive")`` is ``"--signal=USR1@600 --exclusive"``; a flag that a
-    later part repeats exactly is kept once (the jobs re-read the same settings, so composing twice is a no-op).
-    A site flag that names the same option with another value follows the study's, and sbatch honours the last.
-    """
-    flags: list[str] = []
-    for part in parts:
-        for flag in shlex.split(part or ""):
-            if flag not in flags:
-                flags.append(flag)
-    return shlex.join(flags)
 
 
 def is_local_image(image: str) -> bool:

@@ -7,7 +7,9 @@ Snakemake runs each job with is the shim, and the shim runs this module around t
 ``singularity``, the first on PATH after the shim). Every ``apptainer exec`` gets ``--nv`` once (``with_gpus``), so
 GPU jobs see the node's GPUs (a CPU node only warns) without the study's asking Snakemake to change its settings.
 
-The image has no Slurm client, so inside a Slurm job the shim also requeues: for ``apptainer exec`` in a job that
+The image has no Slurm client, so inside a Slurm job the shim tells the container when the job's limit ends
+(``time_windows.JOB_END_VARIABLES``, from the host's ``scontrol``; the launcher's time-limit warning counts from
+it), and it requeues: for ``apptainer exec`` in a job that
 may requeue (``time_windows.may_requeue``) it names a request file in the job's environment
 (``time_windows.WINDOW_REQUEST_VARIABLE``; the environment passes into the container, and the file lies in the
 working directory, which Snakemake binds as the container's home). A launcher whose time window ended writes its
@@ -30,7 +32,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pipeline.runtime.cluster import APPTAINER_GPU_FLAG
-from pipeline.runtime.time_windows import WINDOW_REQUEST_VARIABLE, close_window, may_requeue
+from pipeline.runtime.time_windows import (
+    JOB_END_VARIABLES,
+    WINDOW_REQUEST_VARIABLE,
+    close_window,
+    job_end_time,
+    may_requeue,
+)
 
 SHIM_DIR = Path(__file__).resolve().parent / "apptainer_shim"
 HOST_PYTHON_VARIABLE = "GRAIL_HOST_PYTHON"  # the Python the shim runs this module with (the jobstep's own)
@@ -58,6 +66,12 @@ def with_gpus(argv: Sequence[str]) -> list[str]:
     return list(argv)
 
 
+def with_job_end(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the Slurm job's end (epoch seconds) for the container, when the host's Slurm names one."""
+    end = job_end_time(env)
+    return dict(env) if end is None else {**env, JOB_END_VARIABLES[-1]: f"{end:.0f}"}
+
+
 def main(argv: Sequence[str]) -> None:
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     argv = with_gpus(argv)
@@ -65,12 +79,15 @@ def main(argv: Sequence[str]) -> None:
     if real is None:
         print("pipeline.runtime.host_windows: no apptainer or singularity on PATH after the shim", file=sys.stderr)
         sys.exit(127)
-    if not argv or argv[0] != "exec" or not may_requeue(os.environ):
+    if not argv or argv[0] != "exec":
         os.execv(real, [real, *argv])
+    env = with_job_end(os.environ)
+    if not may_requeue(env):
+        os.execve(real, [real, *argv], env)
     request = Path.cwd() / REQUESTS_DIR / f"{os.environ['SLURM_JOB_ID']}-{os.getpid()}"
     request.parent.mkdir(parents=True, exist_ok=True)
     request.unlink(missing_ok=True)
-    status = subprocess.call([real, *argv], env={**os.environ, WINDOW_REQUEST_VARIABLE: str(request)})
+    status = subprocess.call([real, *argv], env={**env, WINDOW_REQUEST_VARIABLE: str(request)})
     status = 128 - status if status < 0 else status
     if request.exists():
         log = request.read_text(encoding="utf-8").strip()

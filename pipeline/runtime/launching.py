@@ -40,7 +40,8 @@ their workers save a checkpoint.
 - ``single-process`` and ``multi-node`` replace the launcher by the command (``os.execvp``): Slurm's signals reach
   the stage (or the per-node launchers) directly and its exit status is the launcher's. Inside a Slurm job with
   more than one time window (``pipeline.runtime.time_windows``) the launcher runs the command as a child instead and stays
-  to requeue the job.
+  to requeue the job; with ``--time-limit-warning`` it stays as in the modes below, to send its own warning on
+  (``multi-node`` passes the option to its per-node launchers instead).
 - ``cpu``, ``single-node`` and ``node`` (``accelerate launch``) keep the launcher as the parent, because torch's
   elastic agent reports any failed worker as status 1, which would turn the stage's 75 ("checkpointed, requeue
   me") into a plain failure. The launcher makes a per-launch directory (``GRAIL_LAUNCH_DIR``) where each stage
@@ -241,6 +242,7 @@ def plan_launch(
     head_host: Callable[[str], str] = first_host,
     python: str = sys.executable,
     available_cpus: int = 1,
+    time_limit_warning: int = 0,
 ) -> LaunchPlan:
     """Choose the launch mode and build its command line (pure apart from ``head_host`` and reading the
     accelerate config).
@@ -248,7 +250,7 @@ def plan_launch(
     ``gpus`` is per node; ``accelerate_config``, when given, replaces ``engine``'s file; ``main_process_ip`` is set
     on the per-node launchers (those ``srun`` starts, or one started by hand on each machine), whose machine rank is
     ``machine_rank`` or else ``SLURM_NODEID``; ``available_cpus`` (the CPUs this process may run on) is read only
-    on CPU processes when ``OMP_NUM_THREADS`` is unset.
+    on CPU processes when ``OMP_NUM_THREADS`` is unset; ``time_limit_warning`` is passed on to per-node launchers.
     """
     if gpus < 0 or nodes < 1:
         raise InputError(f"--gpus must be >= 0 and --nodes >= 1, got --gpus {gpus} --nodes {nodes}")
@@ -304,6 +306,8 @@ def plan_launch(
         head,
         "--accelerate-config",
         str(accelerate_config),
+        "--time-limit-warning",
+        str(time_limit_warning),
         "--",
         module,
         *module_args,

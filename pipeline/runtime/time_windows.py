@@ -1,8 +1,12 @@
 """Time windows: a training job stopped by Slurm's time-limit warning requeues itself instead of failing.
 
-Training asks Slurm for a warning before its time limit (``--signal=USR1@600``, configs/paper.yaml; the lead a
-calibration measured where there is one: pipeline.study.calibration.warning_lead); the stage saves
-a checkpoint and exits ``PREEMPTED_EXIT_CODE`` (75). Passed up as it is, Snakemake counts that as a failure: a run
+Training is warned before its time limit (SIGUSR1, ``resources.train.time_limit_warning_s``: 600 s in
+configs/paper.yaml; the lead a calibration measured where there is one: pipeline.study.calibration.warning_lead);
+the stage saves a checkpoint and exits ``PREEMPTED_EXIT_CODE`` (75). The launcher sends the warning itself
+(``warning_delay``, ``arm_warning``): it asks Slurm when the job's limit ends (``job_end_time``) and signals
+``lead`` seconds before, so the warning needs no sbatch flag and a site's ``slurm_extra`` (which replaces the
+study's, as Snakemake's ``--set-resources`` does) cannot drop it. A ``--signal=USR1@N`` in ``slurm_extra`` still
+works the same way from Slurm's side. Passed up as it is, Snakemake counts that as a failure: a run
 that needs more time limits than `retries` allows never finishes, and each one costs a retry that a real failure
 may need. Instead, inside a Slurm job, ``pipeline.launch`` asks Slurm to requeue the job (``scontrol requeue``, the
 pattern of PyTorch Lightning's and submitit's Slurm support): the job keeps its id, goes back to the queue, and its
@@ -36,12 +40,16 @@ lifetime of the first run's credential); ``scontrol update JobId=<id> StartTime=
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 
 from pipeline.core.exit_codes import PREEMPTED_EXIT_CODE
@@ -50,6 +58,9 @@ from pipeline.runtime.settings import RuntimeSettings
 
 SCONTROL_TIMEOUT_S = 60
 WINDOW_REQUEST_VARIABLE = "GRAIL_WINDOW_REQUEST"  # set by the host side under Apptainer (module docstring)
+# Where the job's limit ends (epoch seconds): Slurm's own variable (Slurm 23.02 and later), then the one the host side
+# sets under Apptainer, whose image has no Slurm client to ask.
+JOB_END_VARIABLES = ("SLURM_JOB_END_TIME", "GRAIL_JOB_END_TIME")
 
 
 def time_window_bound(env: Mapping[str, str]) -> int:
@@ -67,6 +78,46 @@ def ends_window(status: int, last_signal: int | None, env: Mapping[str, str]) ->
     """Whether a launch ending with ``status`` closed a time window: the stage stopped with ``PREEMPTED_EXIT_CODE``
     after the launcher's last signal, SIGUSR1 (the warning), inside a Slurm job."""
     return status == PREEMPTED_EXIT_CODE and last_signal == signal.SIGUSR1 and bool(env.get("SLURM_JOB_ID"))
+
+
+def job_end_time(
+    env: Mapping[str, str], run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run
+) -> float | None:
+    """When the Slurm job's time limit ends, in epoch seconds: ``JOB_END_VARIABLES``, else the ``EndTime`` of
+    ``scontrol show job`` (local time, as scontrol prints it); None outside a Slurm job, without a limit, or when
+    Slurm cannot be asked."""
+    job_id = env.get("SLURM_JOB_ID")
+    if not job_id:
+        return None
+    for variable in JOB_END_VARIABLES:
+        if value := env.get(variable, "").strip():
+            return float(value)
+    _, shown = scontrol(["show", "job", job_id], run)
+    match = re.search(r"\bEndTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", shown)
+    return datetime.fromisoformat(match.group(1)).timestamp() if match else None
+
+
+def warning_delay(
+    lead_s: int,
+    env: Mapping[str, str],
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+    now: Callable[[], float] = time.time,
+) -> float | None:
+    """Seconds from now until the time-limit warning, ``lead_s`` before the job's limit ends (0 when that moment
+    has passed); None without a lead or outside a Slurm job with a known limit."""
+    if lead_s <= 0:
+        return None
+    end = job_end_time(env, run)
+    return None if end is None else max(0.0, end - lead_s - now())
+
+
+def arm_warning(delay_s: float) -> threading.Timer:
+    """Send this process SIGUSR1 in ``delay_s`` seconds: its preemption handler records it as it records Slurm's
+    ``--signal`` warning, and passes it to the stage processes (pipeline.runtime.supervision)."""
+    timer = threading.Timer(delay_s, os.kill, (os.getpid(), signal.SIGUSR1))
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def scontrol(arguments: list[str], run: Callable[..., subprocess.CompletedProcess[str]]) -> tuple[str | None, str]:

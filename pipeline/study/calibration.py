@@ -22,8 +22,8 @@ The prediction of a job, in seconds, is a ``Range`` (low, expected, high):
 From the prediction: a proposed time limit per rule and model (``time_limit_minutes``: the longest high times the
 study's ``calibration.time_limit_margin``) and the time windows a training job needs at a given limit
 (``windows_needed``). From a training measurement's step and checkpoint-save seconds: how long before its time
-limit the job's warning must come (``warning_lead``), which replaces the ``@N`` of its ``--signal=USR1@N``
-(configs/paper.yaml: 600, the fallback for a job not measured). A finished study's actual times against these
+limit the job's warning must come (``warning_lead``), which replaces the study's ``time_limit_warning_s``
+(configs/paper.yaml: 600, the fallback for a job not measured; ``training_warning_lead``). A finished study's actual times against these
 predictions: ``pipeline.study.actuals``.
 """
 
@@ -199,11 +199,11 @@ def predict_train(study: Study, calibration: Mapping[str, Any] | None, wildcards
 
 
 def warning_lead(study: Study, calibration: Mapping[str, Any] | None, wildcards: Mapping[str, str]) -> int | None:
-    """Seconds before its time limit that a training job's warning (``--signal=USR1@N``) must come: the step under
+    """Seconds before its time limit that a training job's warning (SIGUSR1) must come: the step under
     way when it lands runs to its end, then a checkpoint is saved, so ``margin x (the slowest step + the save)``
     (the slowest step ``(t + sd) x g``, as the high prediction's last steps; the margin ``calibration.
     time_limit_margin``), at least ``WARNING_FLOOR_S``. None when the job was not measured as configured, or by a
-    calibration without the save's time: the study's own ``@N`` stands."""
+    calibration without the save's time: the study's ``time_limit_warning_s`` stands."""
     found = measured_training(study, calibration, wildcards)
     if found is None or "save_s" not in found[0]:
         return None
@@ -213,11 +213,14 @@ def warning_lead(study: Study, calibration: Mapping[str, Any] | None, wildcards:
     return min(max(lead, WARNING_FLOOR_S), SIGNAL_MAX_S)
 
 
-def with_warning_lead(slurm_extra: str | None, lead_s: int | None) -> str:
-    """``slurm_extra`` with the ``@N`` of its ``--signal=`` set to ``lead_s`` (None: unchanged)."""
-    if lead_s is None:
-        return slurm_extra or ""
-    return re.sub(r"(--signal=\S*@)\d+", rf"\g<1>{lead_s}", slurm_extra or "")
+def training_warning_lead(study: Study, calibration: Mapping[str, Any] | None, wildcards: Mapping[str, str]) -> int:
+    """Seconds before its time limit that a training job is warned (the launcher's ``--time-limit-warning``): the
+    calibrated ``warning_lead`` where the run was measured, else the study's ``time_limit_warning_s``; 0 (no
+    warning) when the study asks for none."""
+    asked = study.resources("train", wildcards["model"]).time_limit_warning_s
+    if not asked:
+        return 0
+    return warning_lead(study, calibration, wildcards) or asked
 
 
 def predict_evaluate(

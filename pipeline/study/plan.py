@@ -97,12 +97,8 @@ def expected_cost(
         calibrated.windows_needed(
             seconds.high,
             job.runtime,
-            calibrated.warning_lead_s(
-                calibrated.with_warning_lead(
-                    study.resources("train", job.wildcards["model"]).slurm_extra,
-                    calibrated.warning_lead(study, calibration, job.wildcards),
-                )
-            ),
+            calibrated.training_warning_lead(study, calibration, job.wildcards)
+            or calibrated.warning_lead_s(study.resources("train", job.wildcards["model"]).slurm_extra),
         )
         for job, (_, _, _, seconds) in zip(jobs, predicted, strict=True)
         if job.rule == "train" and seconds is not None and job.runtime

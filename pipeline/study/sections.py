@@ -47,7 +47,17 @@ class Resources:
         schema_default=False,
     )
     slurm_extra: str | None = setting(
-        None, "extra sbatch flags, e.g. --signal=USR1@600", json={"type": "string"}, schema_default=False
+        None,
+        "extra sbatch flags, e.g. --exclusive (a site's --set-resources RULE:slurm_extra replaces them)",
+        json={"type": "string"},
+        schema_default=False,
+    )
+    time_limit_warning_s: int = setting(
+        0,
+        "training: seconds before the Slurm time limit that the launcher warns the stage (SIGUSR1) to save a "
+        "checkpoint and end its time window; a calibration's measured lead replaces it (0: no warning)",
+        Range(minimum=0),
+        schema_default=False,
     )
 
     def __post_init__(self) -> None:

@@ -217,9 +217,10 @@ def test_the_preflight_cost_table_shows_expected_beside_the_bound_and_says_what_
 
 
 def test_the_warning_lead_follows_the_measured_step_and_save(tmp_path: Path) -> None:
-    """Training's `--signal=USR1@N`: margin x (slowest step + save) where the run was measured, the study's 600
-    where not (or measured without a save), never under the floor; and the plan (the Snakefile's resources, as the
-    preflight and sbatch see them) carries it. Broken by a Snakefile that keeps the config's flags: @600 planned."""
+    """Training's warning lead: margin x (slowest step + save) where the run was measured, the study's 600
+    where not (or measured without a save), never under the floor, none where the study asks for none; and the
+    plan (the Snakefile's resources, as the preflight and the launcher see them) carries it. Broken by a Snakefile
+    that keeps the config's lead: 600 planned."""
     paper = study(PAPER)
     run = {"model": "qwen3_8b", "method": "grail"}
     record = synthetic_calibration(paper, step_s=40, startup_s=600, tokens=1000, seconds_per_token=0.01)
@@ -236,15 +237,16 @@ def test_the_warning_lead_follows_the_measured_step_and_save(tmp_path: Path) -> 
     for measured in quick["train"].values():
         measured.update(step_s=0.5, step_sd_s=0.0, save_s=2.0)
     assert calibration.warning_lead(paper, quick, run) == calibration.WARNING_FLOOR_S
-    assert calibration.with_warning_lead("--signal=USR1@600 --exclusive", 210) == "--signal=USR1@210 --exclusive"
-    assert calibration.with_warning_lead("--signal=B:USR1@600", None) == "--signal=B:USR1@600"
+    assert calibration.training_warning_lead(paper, quick, run) == calibration.WARNING_FLOOR_S
+    assert calibration.training_warning_lead(paper, None, run) == 600  # configs/paper.yaml's time_limit_warning_s
+    assert calibration.training_warning_lead(study(DEFAULT), quick, {"model": "tiny", "method": "grpo"}) == 0
 
     written = tmp_path / "calibration.json"
     written.write_text(json.dumps(record))
     target = f"{paper.results_dir}/runs/qwen3_8b/grail/seed{paper.seeds[0]}/final"
     placed = {f"{paper.results_dir}/{CALIBRATION_FILE}": written}
     (train,) = [job for job in plan.plan(None, PAPER, [target, "--until", "train"], placed) if job.rule == "train"]
-    assert f"--signal=USR1@{lead}" in train.resources["slurm_extra"], train.resources
+    assert train.resources["time_limit_warning_s"] == lead, train.resources
 
 
 def test_a_save_lasts_from_the_first_file_of_the_last_checkpoint_to_its_last(tmp_path: Path) -> None:

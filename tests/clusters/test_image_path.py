@@ -1,12 +1,13 @@
-"""One image path and site flags that compose with the study's (docs/cluster.md).
+"""One image path, and site flags that leave training's warning alone (docs/cluster.md).
 
 - `containers/build.sh names` is the one place that names the images: the config's default `container_image` is
   the .sif file it writes, and the Kubernetes profile's `container-image` is what its `push` pushes.
 - `--sdm apptainer` with a missing image stops the plan naming the build command; with an image, every job runs
   with `--nv` (a stand-in `apptainer` records its command line and runs the job's shell command locally:
   Apptainer cannot be installed on the CI machine).
-- A site's `slurm_extra` (`--set-resources`, or `default-resources`) adds to the study's: training keeps
-  `--signal=USR1@600` (dry run here; tests/clusters/test_slurm.py submits one such job to the real Slurm).
+- A site's `slurm_extra` (`--set-resources`, or `default-resources`) follows Snakemake's order; training keeps
+  its time-limit warning, which is no flag (dry run here; tests/faults/test_slurm_warning.py runs such a job on the
+  real Slurm).
 """
 
 from __future__ import annotations
@@ -133,22 +134,18 @@ def train_resources(dry_run_output: str) -> list[str]:
     return [re.search(r"^\s+resources: (.*)$", block, flags=re.MULTILINE).group(1) for block in blocks]
 
 
-def test_site_slurm_extra_adds_to_the_study_flags_in_the_plan(tmp_path: Path) -> None:
+def test_a_site_slurm_extra_takes_the_place_of_the_study_flags_but_not_of_the_warning(tmp_path: Path) -> None:
+    """Snakemake's own order: `--set-resources RULE:slurm_extra` replaces the rule's flags, `--default-resources`
+    fills the rules without any; training's time-limit warning is a resource of its own that neither touches.
+    Broken by a warning that rides in slurm_extra (configs/paper.yaml's `--signal=USR1@600` before): the site's
+    `--exclusive` dropped it."""
     command = ["snakemake", "-n", "--profile", str(PROFILE), "--directory", str(tmp_path)]
     command += ["--set-resources", "train:slurm_extra='--exclusive'", "--default-resources", "slurm_extra='--nice=5'"]
     result = run_command(command, cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
     trains = train_resources(result.stdout)
     assert trains
-    for resources in trains:  # the study's preemption warning first, then the site's flag for this rule
-        assert "slurm_extra=--signal=USR1@600 --exclusive," in resources, resources
+    for resources in trains:
+        assert "slurm_extra=--exclusive," in resources and "time_limit_warning_s=600" in resources, resources
     evaluate = re.search(r"rule evaluate:.*?^\s+resources: (.*?)$", result.stdout, flags=re.MULTILINE | re.DOTALL)
     assert "slurm_extra=--nice=5," in evaluate.group(1)  # the site's default for every other rule
-
-
-def test_join_flags_keeps_the_study_flags_and_each_flag_once() -> None:
-    assert cluster.join_flags("--signal=USR1@600", "--exclusive") == "--signal=USR1@600 --exclusive"
-    assert cluster.join_flags("--signal=USR1@600", None) == "--signal=USR1@600"
-    assert cluster.join_flags(None, "--exclusive --constraint='a&b'") == "--exclusive '--constraint=a&b'"
-    composed = cluster.join_flags("--signal=USR1@600", "--exclusive")
-    assert cluster.join_flags(composed, "--exclusive") == composed  # a job re-reading the settings

@@ -182,7 +182,7 @@ def test_multi_node_runs_one_launcher_per_node_through_srun() -> None:
     assert (module, module_args) == ("pipeline.train", TRAIN_ARGS)
     assert options == [
         "--gpus", "4", "--nodes", "2", "--main-port", str(29500 + 456), "--main-process-ip", "gpu03",
-        "--accelerate-config", str(DEFAULT_ACCELERATE_CONFIG),
+        "--accelerate-config", str(DEFAULT_ACCELERATE_CONFIG), "--time-limit-warning", "0",
     ]  # fmt: skip
 
 

@@ -7,16 +7,13 @@ Each Slurm job costs 12-15 s of status polling, so the DAGs here are small.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from .conftest import REPO, TINY_WORKFLOW, run_command
 
@@ -107,39 +104,3 @@ def test_tiny_dag_goes_through_sbatch_with_the_requested_resources(tmp_path: Pat
                 "COMPLETED",
                 "0:0",
             )
-
-
-RECORDING_SBATCH = """#!/bin/sh
-printf '%s\\n' "$*" >> "$SBATCH_RECORD"
-exec {sbatch} "$@"
-"""
-
-
-def test_site_slurm_extra_reaches_sbatch_beside_the_study_flags(tmp_path: Path, slurm: Cluster) -> None:
-    """One job of the project's Snakefile, submitted for real: the site's `--exclusive` (profiles/slurm SITE
-    SETTINGS, here `--set-resources`) is added to the study's `--signal=USR1@600`, not put in its place."""
-    config = yaml.safe_load((REPO / "configs" / "default.yaml").read_text())
-    config["resources"]["prepare_benchmarks"] = {"slurm_extra": "--signal=USR1@600"}  # as paper.yaml's training
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text(RECORDING_SBATCH.format(sbatch=shutil.which("sbatch")))
-    (bin_dir / "sbatch").chmod(0o755)
-    record = tmp_path / "sbatch.txt"
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SBATCH_RECORD": str(record)}
-    command = ["snakemake", "--profile", str(PROFILE), "--snakefile", str(REPO / "Snakefile")]
-    command += ["--configfile", "config.yaml", "--set-resources", "prepare_benchmarks:slurm_extra='--exclusive'"]
-    command += [*slurm.status_options(), "--slurm-init-seconds-before-status-checks", "1"]
-    command += ["--seconds-between-status-checks", "2", "--", "eval_data/arith_add_hard.jsonl"]
-    result = run_command(command, cwd=tmp_path, timeout=600, env=env)
-    assert result.returncode == 0, result.stdout[-5000:]
-    assert (tmp_path / "eval_data" / "arith_add_hard.jsonl").exists()
-
-    (submission,) = record.read_text().splitlines()
-    flags = shlex.split(submission.split(" --wrap=", 1)[0])
-    assert "--signal=USR1@600" in flags and "--exclusive" in flags, submission
-    job_id = re.search(r"Submitted batch job (\d+)|SLURM jobid (\d+)", result.stdout)
-    assert job_id, result.stdout[-3000:]
-    job = scontrol_job(next(group for group in job_id.groups() if group))
-    assert job["OverSubscribe"] == "NO"  # --exclusive reached the scheduler
-    assert job["JobState"] == "COMPLETED"

@@ -126,5 +126,5 @@ def test_sbatch_lines_of_a_training_and_an_evaluation_job_carry_the_config_reque
             assert call["-t"] == str(wanted.runtime * (1 if rule == "train" else attempt))
             assert "--requeue" in call  # preempted jobs go back to the queue
             assert call["-p"] == "gpu"
-            if rule == "train":  # the warning that lets training checkpoint before its time limit
-                assert call["--signal"] == "USR1@600"
+            if rule == "train":  # the warning that lets training checkpoint comes from its launcher, not sbatch
+                assert "--signal" not in call

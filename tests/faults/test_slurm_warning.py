@@ -1,16 +1,21 @@
-"""Slurm's time-limit warning through the Slurm profile, on the real local cluster: time windows, and a final exit.
+"""Training's time-limit warning through the Slurm profile, on the real local cluster: time windows, a site flag,
+and a final exit.
 
-configs/paper.yaml gives training `slurm_extra: --signal=USR1@600`: ten minutes before the time limit Slurm sends
-SIGUSR1 to every process of the job's steps, which under `--profile profiles/slurm` are the Snakemake that the
-jobstep executor starts with `srun`, the rule's shell, the launcher and the training stage. Only the training stage
-acts on it (checkpoint, exit 75); every layer above must survive it, or the step dies with status 138 while the
-checkpoint is still being written. The launcher then requeues the Slurm job (`scontrol requeue`,
-pipeline.runtime.time_windows): the job keeps its id, Snakemake sees no failure, and the next run resumes.
+configs/paper.yaml gives training `time_limit_warning_s: 600`: ten minutes before the time limit Slurm names for
+the job, the launcher sends SIGUSR1 to the training stage (pipeline.runtime.time_windows.arm_warning), which
+checkpoints and exits 75; the launcher then requeues the Slurm job (`scontrol requeue`): the job keeps its id,
+Snakemake sees no failure, and the next run resumes. The warning is no sbatch flag, so a site's `--set-resources
+train:slurm_extra=...` (here `--exclusive`), which replaces the study's flags as Snakemake does, cannot drop it.
+A study that asks Slurm itself (`slurm_extra: --signal=USR1@N`) gets SIGUSR1 in every process of the job's steps:
+the Snakemake that the jobstep executor starts with `srun`, the rule's shell, the launcher and the stage. Only the
+stage may act on it; every layer above must survive it, or the step dies with status 138 while the checkpoint is
+still being written. `scancel --signal=USR1 JOB` sends exactly that signal (all steps, not the batch shell).
 
-`scancel --signal=USR1 JOB` sends exactly that signal (all steps, not the batch shell) while the training job holds
-after checkpoint-2 and, in its second window, after checkpoint-4 (tests/hold_stage). With `retries: 1` and
-`time_windows: 3` the run needs three windows of one Slurm job and must finish in that one attempt. Slurm holds a
-requeued job for about two minutes (BeginTime); the test lifts the hold (`scontrol update StartTime=now+2`).
+The first window holds after checkpoint-2 (tests/hold_stage) until the launcher's own warning, 60 s into the
+window (a 3-minute limit, a 120 s lead); the second holds after checkpoint-4 until the test sends Slurm's. With
+`retries: 1` and `time_windows: 3` the run needs three windows of one Slurm job and must finish in that one
+attempt. Slurm holds a requeued job for about two minutes (BeginTime); the test lifts the hold (`scontrol update
+StartTime=now+2`).
 
 In the same study (one Snakemake run, to spend the Slurm polling once) a benchmark with a corrupt line makes its
 job exit 2: its stage must run once, the retry exiting at once (pipeline.core.exit_codes).
@@ -19,7 +24,7 @@ Broken on purpose: with the launcher's requeue removed (close_window returning F
 Snakemake saw the first window's 75 as a failure and retried the job in a new Slurm job, so the test's warning
 went to a job that no longer ran; with the gate removed from run_cli, the bad job's retry ran the stage again
 (its log without the "not run again" line); before the Snakefile ignored SIGUSR1 the jobstep died of the warning
-(status 138).
+(status 138); with the launcher arming no warning, the first window held until the test's 400 s ran out.
 """
 
 from __future__ import annotations
@@ -55,21 +60,22 @@ def accounting() -> bool:
     return probe.returncode == 0
 
 
-def warn_and_wait_for_the_next_window(job: str, run_dir: Path, step: int, snakemake: subprocess.Popen) -> None:
-    """Send the time-limit warning to every step of ``job``, then lift the requeue hold until the job's next run
-    published checkpoint-``step``."""
-    subprocess.run(["scancel", "--signal=USR1", job], check=True, timeout=30)
-    deadline = time.monotonic() + 300
+def wait_for_the_next_window(job: str, run_dir: Path, step: int, snakemake: subprocess.Popen) -> None:
+    """Lift the requeue hold of ``job`` until its next run published checkpoint-``step``."""
+    deadline = time.monotonic() + 400
     while step not in checkpoint_steps(run_dir):
         assert snakemake.poll() is None, f"Snakemake ended (status {snakemake.returncode}) before checkpoint-{step}"
-        assert time.monotonic() < deadline, f"no checkpoint-{step} within 300 s: {scontrol_job(job)}"
+        assert time.monotonic() < deadline, f"no checkpoint-{step} within 400 s: {scontrol_job(job)}"
         lift_requeue_hold(job)
         time.sleep(0.5)
 
 
 def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path) -> None:
     config = small_study()
-    config["resources"] = {"default": {"cpus": 1, "mem_mb": 1000, "runtime": 10}}
+    config["resources"] = {
+        "default": {"cpus": 1, "mem_mb": 1000, "runtime": 10},
+        "train": {"runtime": 3, "time_limit_warning_s": 120},  # the launcher's warning 60 s into each window
+    }
     config["time_windows"] = 3
     # beside it, a job with bad input that only its stage can find (a hub dataset not in the offline cache: the plan's
     # input check passes a hub id; the stage exits 2): the profile's keep-going runs both
@@ -82,6 +88,7 @@ def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path)
         sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(study),
         "--configfile", str(study / "config.yaml"), "--profile", str(PROFILE), "--slurm-no-account",
         "--slurm-status-command", "sacct" if accounting() else "squeue", "--retries", "1",
+        "--set-resources", "train:slurm_extra='--exclusive'",  # a site's flag, in place of the study's
         "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2",
         f"{RUN}/metrics.jsonl", "eval_data/broken.jsonl",
     ]  # fmt: skip
@@ -92,9 +99,10 @@ def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path)
         try:
             wait_until(lambda: 2 in checkpoint_steps(run_dir), "checkpoint-2", snakemake, timeout=400)
             job, slurm_log = SUBMITTED_TRAIN_JOB.findall(output.read_text(encoding="utf-8"))[0]
-            warn_and_wait_for_the_next_window(job, run_dir, 4, snakemake)  # window 1 saved step 3
+            wait_for_the_next_window(job, run_dir, 4, snakemake)  # the launcher's warning: window 1 saved step 3
             resumed = (study / TRAIN_LOG).read_text(encoding="utf-8")
-            warn_and_wait_for_the_next_window(job, run_dir, MAX_STEPS, snakemake)  # window 2 saved step 5
+            subprocess.run(["scancel", "--signal=USR1", job], check=True, timeout=30)  # Slurm's own warning
+            wait_for_the_next_window(job, run_dir, MAX_STEPS, snakemake)  # window 2 saved step 5
             assert snakemake.wait(timeout=300) == 1, output.read_text(encoding="utf-8")[-5000:]  # the bad job
         finally:
             if snakemake.poll() is None:
@@ -105,7 +113,12 @@ def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path)
     text = output.read_text(encoding="utf-8")
     assert SUBMITTED_TRAIN_JOB.findall(text) == [(job, slurm_log)], text[-5000:]  # one Slurm job, one attempt
     assert "Error in rule train" not in text and re.search(r"Finished jobid: \d+ \(Rule: train\)", text), text[-5000:]
-    assert scontrol_job(job)["Restarts"] == "2"  # three windows
+    shown = scontrol_job(job)
+    assert shown["Restarts"] == "2", shown  # three windows
+    assert shown["OverSubscribe"] == "NO", shown  # the site's --exclusive reached the scheduler
+    first = (study / f"{TRAIN_LOG}.window1").read_text(encoding="utf-8")
+    assert "pipeline.launch: the time-limit warning (SIGUSR1) comes in " in first, first[-3000:]
+    assert "pipeline.launch: forwarding SIGUSR1 to the stage processes" in first, first[-3000:]
     # The launcher requeued twice and kept each window's log (the jobstep's Snakemake survived the warnings: a job
     # step that died of SIGUSR1 fails the job, which Snakemake would retry).
     for window, stopped_at in ((1, 3), (2, 5)):

@@ -4,8 +4,12 @@ option on the command line, through the real Snakemake with configs/quick.yaml; 
 (docs/examples/entropy_weights.py), whose runs must count one policy forward per loss computation as GRPO's. Sizes are cut further by
 `--config` overrides, as the page's `--config` allows, to keep the test's CI time small.
 
+The study runs under the newest Snakemake 9 release on PyPI (a virtual environment over this one's packages,
+`pip install --upgrade "snakemake>=9,<10"`: nothing to install while the images' pin, which every other test runs,
+is the newest), so that a Snakemake release that breaks the Snakefile is seen before a user upgrades into it.
+
 Slow: one Snakemake study of 12 jobs, about 2 min of CPU in all (measured: 118 s, Snakemake and its jobs), so
-about 60-80 s on two idle CPU cores."""
+about 60-80 s on two idle CPU cores, and the virtual environment (seconds; a minute when pip downloads a release)."""
 
 from __future__ import annotations
 
@@ -82,18 +86,36 @@ SMALLER = [
 ]
 
 
+NEWEST_SNAKEMAKE = "snakemake>=9,<10"
+
+
+def newest_snakemake_python(root: Path) -> tuple[str, str]:
+    """A Python whose Snakemake is the newest ``NEWEST_SNAKEMAKE`` release, and that version: a virtual environment
+    that sees this one's packages, the project included, with Snakemake upgraded in it (and only Snakemake's own
+    requirements that the release needs)."""
+    environment = root / "newest-snakemake"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(environment)], check=True, timeout=120)
+    python = str(environment / "bin" / "python")
+    install = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--upgrade", NEWEST_SNAKEMAKE]
+    subprocess.run(install, check=True, timeout=600)
+    version = subprocess.run([python, "-m", "snakemake", "--version"], capture_output=True, text=True, check=True)
+    return python, version.stdout.strip()
+
+
 def test_a_method_written_from_the_docs_runs_through_the_quick_recipe(tmp_path: Path) -> None:
     package = tmp_path / "lab" / "mylab"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "late_tokens.py").write_text(LATE_TOKENS)
     workdir = tmp_path / "study"
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    python, snakemake_version = newest_snakemake_python(tmp_path)
+    assert snakemake_version.startswith("9."), snakemake_version
+    command = [python, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
     command += ["--cores", "2", "--configfile", str(REPO / "configs" / "quick.yaml"), "--config", METHOD, *SMALLER]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "lab"), str(REPO / "docs")])}
     result = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=environment)
     # The aggregate stage refuses statistics of a method no credit names: a run that ends passed the method on.
-    assert result.returncode == 0, result.stderr[-5000:]
+    assert result.returncode == 0, f"Snakemake {snakemake_version}: {result.stderr[-5000:]}"
 
     results = workdir / "results" / "quick"
     rows = [json.loads(line) for line in (results / "runs/tiny/mine/seed0/metrics.jsonl").open()]
