@@ -449,15 +449,13 @@ rule train:
 
 
 # Before the first job (never in a dry run), the controller takes the study lock (RESULTS_DIR/.study.lock, held until
-# it ends: Snakemake's own lock goes when any controller of this directory ends) and refuses to train a run that
-# another writer is training: Snakemake would delete that writer's log and published outputs (pipeline.study.writers,
-# docs/usage.md).
+# it ends: Snakemake's own lock goes when any controller of this directory ends) and refuses to start while another
+# writer trains a run of the study: Snakemake would delete that writer's log and published outputs if it trained the
+# run again, and a run being trained has no complete outputs, so it would (pipeline.study.writers, docs/usage.md).
 onstart:
     if workflow.exec_mode == ExecMode.DEFAULT:
         hold_study(R)
-        refuse_busy_runs(
-            RUN_DIR.format(**job.wildcards_dict) for job in workflow.dag.needrun_jobs() if job.rule.name == "train"
-        )
+        refuse_busy_runs(RUN_DIR.format(**run) for run in STUDY.runs())
 
 
 onsuccess:

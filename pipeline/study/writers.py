@@ -1,6 +1,8 @@
 """Other writers, refused when a controller starts: a Snakemake whose study another live controller holds
-(``RESULTS_DIR/.study.lock``, pipeline.core.locks), or that would train a run that another process is training
-(``RUN_DIR/train.lock``, pipeline.training.run_state), stops before its first job.
+(``RESULTS_DIR/.study.lock``, pipeline.core.locks), or one of whose runs another process is training
+(``RUN_DIR/train.lock``, pipeline.training.run_state), stops before its first job. Every run of the study is
+checked, not only those the plan would train: a run being trained has no complete outputs, so the plan would train
+it again, and the plan's jobs are Snakemake's internals.
 
 Why before its first job: Snakemake removes a job's existing outputs and its log before the job runs, and removes
 the outputs of a job that failed. A second controller (``--nolock``, or a controller restarted while the jobs of a
@@ -92,7 +94,7 @@ def refuse_busy_runs(run_dirs: Iterable[str | Path]) -> None:
     """InputError naming every run of ``run_dirs`` that another writer is training, and what to do."""
     if busy := busy_runs(run_dirs):
         raise InputError(
-            "another writer is training run(s) this Snakemake would train: "
+            "another writer is training run(s) of this study: "
             + "; ".join(busy)
             + ". Running them again now would delete that writer's log and outputs. Wait for it, or stop it (a"
             " job of a killed Snakemake: kill the pid, or scancel the Slurm job), then start Snakemake again;"

@@ -17,7 +17,9 @@ import re
 from dataclasses import dataclass
 from functools import reduce
 from string import ascii_lowercase
-from typing import Literal
+from typing import ClassVar, Literal, get_args
+
+from pipeline.core.declared import Range, setting
 
 Operation = Literal["+", "-", "*"]
 APPLY = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
@@ -29,15 +31,34 @@ STEP_NAMES = ascii_lowercase  # the names of a decisive-step problem's chains, i
 
 @dataclass(frozen=True)
 class ArithmeticSpec:
-    """How to draw problems: ``count`` chains of ``terms`` operands in [low, high] joined by one operation."""
+    """Generated arithmetic: `count` problems, each a chain of `terms` operands in [low, high] joined by one
+    operation (pipeline.tasks.arith).
 
-    count: int = 2000
-    seed: int = 0
-    low: int = 0
-    high: int = 9
-    operations: tuple[Operation, ...] = ("+",)
-    terms: int = 2
-    steps: int = 1  # > 1: the decisive-step task, ``steps`` named chains and one queried (pipeline.tasks.decisive)
+    Declared here once (``pipeline.core.declared``): the schema's ``arithmetic`` entry (``python -m tools.schema``);
+    the keys without a schema default are the generator's defaults in code only, so a config's filled-in section
+    stays what it wrote."""
+
+    filled_by_default: ClassVar[bool] = False
+
+    count: int = setting(2000, "problems to draw", Range(minimum=1), schema_default=False)
+    seed: int = setting(0, "the seed of the draw (random.Random)", Range(minimum=0), schema_default=False)
+    low: int = setting(0, "the smallest operand", schema_default=False)
+    high: int = setting(9, "the largest operand", schema_default=False)
+    operations: tuple[Operation, ...] = setting(
+        ("+",),
+        "the operations a problem may use (one per problem)",
+        json={"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(get_args(Operation))}},
+        schema_default=False,
+    )
+    terms: int = setting(2, "operands per problem, joined by one operation", Range(minimum=2))
+    steps: int = setting(
+        1,
+        "1: one chain per problem (`4+8+3=?`). More: the decisive-step task (pipeline.tasks.decisive), `steps` named "
+        "chains and a question about one (`a=3+4, b=5+2, c=9+1. b=?`), so only the queried chain's tokens and the "
+        "box decide the answer; every rollout's per-token truth follows from its problem, which the `oracle` credit "
+        "method and the report's decisive-token scores read",
+        Range(minimum=1, maximum=len(STEP_NAMES)),
+    )
 
 
 def arithmetic_problems(spec: ArithmeticSpec, id_prefix: str = "arith") -> list[dict[str, str]]:

@@ -23,10 +23,12 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from pipeline.core.declared import refuse_out_of_range
 from pipeline.core.io import InputError, jsonl_rows, load_spec
-from pipeline.tasks.arith import STEP_NAMES, ArithmeticSpec
+from pipeline.core.specs import dataclass_from_mapping
+from pipeline.tasks.arith import ArithmeticSpec, Operation
 from pipeline.tasks.boxed import last_boxed
 
 DEFAULT_SUBSET_SEED = 42
@@ -147,23 +149,17 @@ def check_keys(spec: Any, allowed: set[str], where: str) -> dict[str, Any]:
 
 
 def arithmetic_spec(spec: Any, where: str) -> ArithmeticSpec:
-    """An ArithmeticSpec from a config mapping (keys count, seed, low, high, operations, terms, steps), checked per
-    field."""
-    check_keys(spec, {"count", "seed", "low", "high", "operations", "terms", "steps"}, where)
-    for key in ("count", "seed", "low", "high", "terms", "steps"):
-        if key in spec and (not isinstance(spec[key], int) or isinstance(spec[key], bool)):
-            raise InputError(f"{where}.{key}: expected an integer, got {spec[key]!r}")
-    fields = {key: value for key, value in spec.items() if key != "operations"}
-    if "operations" in spec:
+    """An ArithmeticSpec from a config mapping, checked against its declaration (keys, types, ranges) and for
+    ``low <= high``."""
+    if isinstance(spec, dict) and "operations" in spec:
         operations = spec["operations"]
-        if not isinstance(operations, list) or not operations or not set(operations) <= {"+", "-", "*"}:
+        if not isinstance(operations, list) or not operations or not set(operations) <= set(get_args(Operation)):
             raise InputError(f"{where}.operations: expected a non-empty list of '+', '-', '*', got {operations!r}")
-        fields["operations"] = tuple(operations)
-    result = ArithmeticSpec(**fields)
-    if result.count < 0 or result.low > result.high or result.terms < 2 or not 1 <= result.steps <= len(STEP_NAMES):
-        raise InputError(
-            f"{where}: need count >= 0, low <= high, terms >= 2 and 1 <= steps <= {len(STEP_NAMES)}, got {spec}"
-        )
+        spec = {**spec, "operations": tuple(operations)}
+    result = dataclass_from_mapping(ArithmeticSpec, spec, where)
+    refuse_out_of_range(result, where)
+    if result.low > result.high:
+        raise InputError(f"{where}: low {result.low} is above high {result.high}")
     return result
 
 

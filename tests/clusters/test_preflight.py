@@ -79,7 +79,8 @@ def test_plan_under_every_site_setting_reads_snakemakes_own_job_records(tmp_path
     train = next(job for job in jobs if job.rule == "train")
     assert (train.threads, train.gpus, train.gpu_model, train.partition) == (32, 4, "a100", "gpu")
     assert train.resources["constraint"] == "gpu80gb" and train.resources["slurm_account"] == "grail-lab"
-    assert train.resources["slurm_extra"] == "--signal=USR1@600 --exclusive"  # the study's flags, then the site's
+    assert train.resources["slurm_extra"] == "--exclusive"  # the site's, as Snakemake orders them
+    assert train.resources["time_limit_warning_s"] == 600  # the launcher's warning, which no site flag drops
     assert train.resources["disk_mb"] is None  # Snakemake's <TBD>: unknown before the job's inputs exist
 
 

@@ -164,8 +164,9 @@ def test_card_length_stats(tmp_path: Path) -> None:
         ({"source": "jsonl", "jsonl": {"path": PLAIN, "max_rows": -2}}, r"data\.jsonl\.max_rows"),
         ({"decontaminate": {"enabled": True}}, r"decontaminate\.enabled is true but no"),
         ({"decontaminate": {"ngram": 0}}, r"data\.decontaminate\.ngram"),
-        ({"generated": {"count": 0}}, r"data: no usable training rows"),
-        ({"generated": {"count": 2, "colour": 1}}, r"data\.generated: unknown key 'colour'"),
+        ({"generated": {"count": 0}}, r"data\.generated\.count: invalid value 0 \(must be >= 1\)"),
+        ({"generated": {"low": 5, "high": 2}}, r"data\.generated: low 5 is above high 2"),
+        ({"generated": {"count": 2, "colour": 1}}, r"data\.generated: unknown key\(s\) \['colour'\]"),
     ],
 )
 def test_bad_specs_name_the_key(spec: dict, message: str) -> None:

@@ -46,7 +46,7 @@ pytestmark = pytest.mark.slow
 TROUBLESHOOTING = REPO / "docs" / "troubleshooting.md"
 TARGET = f"{RUN}/metrics.jsonl"
 TRAIN_LOG = "results/logs/train/tiny/grpo/seed0.log"
-BUSY = "another writer is training run(s) this Snakemake would train: results/runs/tiny/grpo/seed0 (pid {pid} on"
+BUSY = "another writer is training run(s) of this study: results/runs/tiny/grpo/seed0 (pid {pid} on"
 STUDY_LOCK = "results/.study.lock"
 HELD = "another Snakemake controller runs this study (pid {pid} on"
 
