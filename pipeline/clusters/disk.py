@@ -11,7 +11,7 @@ from pathlib import Path
 from pipeline.clusters.check import Check
 from pipeline.runtime import quotas
 from pipeline.study import cost
-from pipeline.training.run_state import SET_ASIDE_DIR, set_aside_bytes
+from pipeline.training.run_state import SET_ASIDE_DIR
 
 # Where reruns set things aside under a results_dir: a run's stale working directories (pipeline.training.run_state)
 # and the study's damaged outputs (pipeline.study.integrity)
@@ -20,10 +20,12 @@ SET_ASIDE_GLOBS = (f"runs/*/*/*/{SET_ASIDE_DIR}", SET_ASIDE_DIR)
 
 def set_aside_total(results_dir: Path) -> int:
     """Bytes of everything reruns set aside under ``results_dir`` (``SET_ASIDE_GLOBS``)."""
-    damaged = results_dir / SET_ASIDE_DIR
-    files = damaged.rglob("*") if damaged.is_dir() else []
-    return set_aside_bytes(results_dir) + sum(
-        path.stat().st_size for path in files if path.is_file() and not path.is_symlink()
+    return sum(
+        path.stat().st_size
+        for pattern in SET_ASIDE_GLOBS
+        for directory in results_dir.glob(pattern)
+        for path in directory.rglob("*")
+        if path.is_file() and not path.is_symlink()
     )
 
 

@@ -18,7 +18,6 @@ tables would summarize it; pipeline.aggregate refuses it too).
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import os
 import shutil
@@ -30,7 +29,7 @@ from pipeline.core import layout
 from pipeline.core.seal import damage_message, file_seal_path, seal_problem
 from pipeline.study.config import Study
 from pipeline.study.writers import study_holder
-from pipeline.training.run_state import SET_ASIDE_DIR, WHY_FILE
+from pipeline.training.run_state import WHY_FILE, set_aside_dir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +103,7 @@ def damaged_outputs(study: Study) -> list[DamagedOutput]:
 def set_aside(damaged: list[DamagedOutput], results_dir: str | Path) -> Path:
     """Move each damaged output, with its seal, to ``RESULTS_DIR/set_aside/<UTC time>/<its path>`` (an absolute path
     under its root's name), with a ``why.json`` of ``{path: problem}``; the directory is returned."""
-    # the <UTC time> of a run's set_aside/ (pipeline.training.run_state), to the microsecond
-    moved_to = Path(results_dir) / SET_ASIDE_DIR / datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    moved_to = set_aside_dir(Path(results_dir))
     for output in damaged:
         source = Path(output.path)
         destination = moved_to / (source.relative_to(source.anchor) if source.is_absolute() else source)

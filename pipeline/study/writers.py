@@ -38,6 +38,11 @@ from pipeline.training.run_state import LOCK_FILE
 HELD: list[tuple[Path, Holder]] = []
 
 
+def runs_this_study(holder: Holder) -> str:
+    """How a refusal names the live controller that holds a study's lock."""
+    return f"another Snakemake controller runs this study ({holder.describe()})"
+
+
 def hold_study(results_dir: str | Path) -> Path:
     """Take ``RESULTS_DIR/.study.lock`` for this controller until it ends, and put its path in the environment of
     the jobs it starts; InputError naming the live controller that holds it, and what to do."""
@@ -45,7 +50,7 @@ def hold_study(results_dir: str | Path) -> Path:
     me = Holder.this_process(invocation=os.environ.get(INVOCATION_VARIABLE))
     if (holder := take_lock(lock, me)) is not None:
         raise InputError(
-            f"{lock}: another Snakemake controller runs this study ({holder.describe()}); two controllers on one"
+            f"{lock}: {runs_this_study(holder)}; two controllers on one"
             " results_dir would run the same jobs and delete each other's outputs. Wait for it to end, or stop it"
             f" (Ctrl-C in its terminal, or kill {holder.pid}), then start Snakemake again; a dry run (-n) works beside"
             " it (docs/usage.md)"
@@ -66,7 +71,7 @@ def study_holder(results_dir: str | Path) -> str | None:
     me = Holder.this_process()
     if holder is None or (holder.host, holder.pid) == (me.host, me.pid) or why_stale(holder, me) is not None:
         return None
-    return f"another Snakemake controller runs this study ({holder.describe()})"
+    return runs_this_study(holder)
 
 
 def release_study() -> None:

@@ -64,6 +64,12 @@ CONSTANT_SCHEDULES = frozenset({"constant", "constant_with_warmup"})
 # ----------------------------------------------------------------------------------------------- fingerprint
 
 
+def set_aside_dir(parent: Path) -> Path:
+    """``parent/set_aside/<UTC time, to the microsecond>``: where one setting-aside puts what it keeps (a run's
+    stale working files; a study's damaged outputs, pipeline.study.integrity)."""
+    return parent / SET_ASIDE_DIR / datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
 def continuable(setting: Mapping[str, Any]) -> bool:
     """Whether steps 1..n of a run do not depend on ``max_steps``, from the trainer's effective ``setting`` of
     lr_scheduler_type, warmup_ratio, warmup_steps, save_steps and logging_steps: a constant schedule, a warm-up
@@ -221,8 +227,7 @@ def prepare_working_dir(
                 "deleted %s (%s) made under other settings (%s): training starts from scratch", working, names, why
             )
         else:
-            stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-            moved_to = working.parent / SET_ASIDE_DIR / stamp
+            moved_to = set_aside_dir(working.parent)
             moved_to.mkdir(parents=True)
             for path in stale_paths:
                 os.replace(path, moved_to / path.name)
@@ -270,8 +275,7 @@ def set_aside_after(
         for path in after:
             shutil.rmtree(path)
         return names, None
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    moved_to = working.parent / SET_ASIDE_DIR / stamp
+    moved_to = set_aside_dir(working.parent)
     for path in after:
         destination = moved_to / working.name / path.relative_to(working)
         destination.parent.mkdir(parents=True, exist_ok=True)
@@ -282,14 +286,6 @@ def set_aside_after(
     why = {"reasons": reasons, **details}
     (moved_to / WHY_FILE).write_text(json.dumps(why, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return names, moved_to
-
-
-def set_aside_bytes(results_dir: Path) -> int:
-    """Bytes held by set-aside working directories under ``results_dir`` (the preflight's disk check counts them)."""
-    total = 0
-    for directory in results_dir.glob(f"runs/*/*/*/{SET_ASIDE_DIR}"):
-        total += sum(path.stat().st_size for path in directory.rglob("*") if path.is_file() and not path.is_symlink())
-    return total
 
 
 # ----------------------------------------------------------------------------------------------- the run lock
