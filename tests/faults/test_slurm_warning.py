@@ -13,8 +13,9 @@ still being written. `scancel --signal=USR1 JOB` sends exactly that signal (all 
 
 The first window holds after checkpoint-2 (tests/hold_stage) until the launcher's own warning, 60 s into the
 window (a 3-minute limit, a 120 s lead); the second holds after checkpoint-4 until the test sends Slurm's. With
-`retries: 1` and `time_windows: 3` the run needs three windows of one Slurm job and must finish in that one
-attempt. Slurm holds a requeued job for about two minutes (BeginTime); the test lifts the hold (`scontrol update
+`retries: 1` and `time_windows: 8` the run needs at least three windows of one Slurm job and must finish in that
+one attempt (the launcher warns every window 60 s in: on a loaded machine the third does not finish the run, and
+the next ones go on). Slurm holds a requeued job for about two minutes (BeginTime); the test lifts the hold (`scontrol update
 StartTime=now+2`).
 
 In the same study (one Snakemake run, to spend the Slurm polling once) a benchmark with a corrupt line makes its
@@ -53,6 +54,7 @@ PROFILE = REPO / "profiles" / "slurm"
 TRAIN_LOG = "results/logs/train/tiny/grpo/seed0.log"
 SUBMITTED_TRAIN_JOB = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: (\S*/slurm_logs/rule_train/\S*)\)")
 MAX_STEPS = 12
+WINDOWS = 8
 
 
 def accounting() -> bool:
@@ -76,7 +78,7 @@ def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path)
         "default": {"cpus": 1, "mem_mb": 1000, "runtime": 10},
         "train": {"runtime": 3, "time_limit_warning_s": 120},  # the launcher's warning 60 s into each window
     }
-    config["time_windows"] = 3
+    config["time_windows"] = WINDOWS
     # beside it, a job with bad input that only its stage can find (a hub dataset not in the offline cache: the plan's
     # input check passes a hub id; the stage exits 2): the profile's keep-going runs both
     config["benchmarks"]["broken"] = {"kind": "amc23", "hub_id": "no-such-owner/no-such-benchmark"}
@@ -114,7 +116,7 @@ def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path)
     assert SUBMITTED_TRAIN_JOB.findall(text) == [(job, slurm_log)], text[-5000:]  # one Slurm job, one attempt
     assert "Error in rule train" not in text and re.search(r"Finished jobid: \d+ \(Rule: train\)", text), text[-5000:]
     shown = scontrol_job(job)
-    assert shown["Restarts"] == "2", shown  # three windows
+    assert int(shown["Restarts"]) >= 2, shown  # three windows or more
     assert shown["OverSubscribe"] == "NO", shown  # the site's --exclusive reached the scheduler
     first = (study / f"{TRAIN_LOG}.window1").read_text(encoding="utf-8")
     assert "pipeline.launch: the time-limit warning (SIGUSR1) comes in " in first, first[-3000:]
@@ -124,11 +126,13 @@ def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path)
     for window, stopped_at in ((1, 3), (2, 5)):
         kept = (study / f"{TRAIN_LOG}.window{window}").read_text(encoding="utf-8")
         assert f"saving a checkpoint at step {stopped_at} and stopping" in kept, kept[-3000:]
-        ended = f"time window {window} of at most 3 (time_windows) of Slurm job {job} ended on the time-limit warning"
+        ended = f"time window {window} of at most {WINDOWS} (time_windows) of Slurm job {job} ended on the time-limit warning"
         assert f"{ended}: requeued the job" in kept, kept[-3000:]
     # Each window resumed from the checkpoint the warning made; every step was trained and logged once.
     assert f"resuming from {RUN}/checkpoints/checkpoint-3 (step 3)" in resumed, resumed[-3000:]
-    assert f"resuming from {RUN}/checkpoints/checkpoint-5 (step 5)" in (study / TRAIN_LOG).read_text(encoding="utf-8")
+    third = study / f"{TRAIN_LOG}.window3"  # kept when the launcher's warning ended the third window too
+    third_log = (third if third.exists() else study / TRAIN_LOG).read_text(encoding="utf-8")
+    assert f"resuming from {RUN}/checkpoints/checkpoint-5 (step 5)" in third_log, third_log[-3000:]
     steps = [row["step"] for row in jsonl(run_dir / "metrics.jsonl") if "train_runtime" not in row]
     assert steps == list(range(1, MAX_STEPS + 1))
     final = load_file(run_dir / "final" / "model.safetensors")
