@@ -145,18 +145,17 @@ def window_log(log: Path, window: int) -> Path:
     return log.with_name(f"{log.name}.window{window}")
 
 
-def requeue_for_next_window(
+def window_to_requeue(
     job_id: str, bound: int, run: Callable[..., subprocess.CompletedProcess[str]]
 ) -> tuple[int | None, str | None]:
-    """Requeue the job when its window is not its last: (this window's number when known, None when the job was
-    requeued, else why not)."""
+    """(This window's number when known, why the job is not to be requeued: None when another window is left)."""
     error, shown = scontrol(["show", "job", job_id], run)
     restarts = job_restarts(shown)
     if error is not None or restarts is None:
         return None, error or "`scontrol show job` named no Restarts: the window count is unknown"
     if restarts + 1 >= bound:
         return restarts + 1, "no window left"
-    return restarts + 1, scontrol(["requeue", job_id], run)[0]
+    return restarts + 1, None
 
 
 def close_window(
@@ -166,9 +165,9 @@ def close_window(
     log: Path | None = None,
     run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
 ) -> bool:
-    """After the stage ended with ``status``: when the warning closed a window and another is left, requeue the
-    Slurm job, say so on stderr and copy the window's ``log`` (the rule's, when known) to ``window_log``; whether
-    the job was requeued. A window that ended otherwise is named on stderr; any other end passes silently.
+    """After the stage ended with ``status``: when the warning closed a window and another is left, say so on stderr,
+    copy the window's ``log`` (the rule's, when known) to ``window_log`` and requeue the Slurm job; whether the job
+    was requeued. A window that ended otherwise is named on stderr; any other end passes silently.
 
     Under Apptainer's host side (``WINDOW_REQUEST_VARIABLE`` set) it only writes the log's path for that side,
     which requeues. The launcher exits with the stage's 75 either way: after a requeue Slurm ends the job's processes at once (the
@@ -187,13 +186,16 @@ def close_window(
             flush=True,
         )
         return False
-    window, error = requeue_for_next_window(job_id, bound, run)
+    window, why_not = window_to_requeue(job_id, bound, run)
     ended = f"time window {window or '?'} of at most {bound} (time_windows) of Slurm job {job_id} ended on the time-limit warning"
-    if error is not None:
-        print(f"pipeline.launch: {ended}, not requeued ({error}): exiting {status}", file=sys.stderr, flush=True)
-        return False
-    kept = f"; this window's log is kept as {window_log(log, window)}" if log is not None else ""
-    print(f"pipeline.launch: {ended}: requeued the job (`scontrol requeue`){kept}", file=sys.stderr, flush=True)
-    if log is not None:
-        shutil.copyfile(log, window_log(log, window))
-    return True
+    if why_not is None and window is not None:
+        # the log is kept before the requeue: Slurm ends the job's processes as soon as the job is requeued
+        kept = f"; this window's log is kept as {window_log(log, window)}" if log is not None else ""
+        print(f"pipeline.launch: {ended}: requeueing the job (`scontrol requeue`){kept}", file=sys.stderr, flush=True)
+        if log is not None:
+            shutil.copyfile(log, window_log(log, window))
+        why_not = scontrol(["requeue", job_id], run)[0]
+        if why_not is None:
+            return True
+    print(f"pipeline.launch: {ended}, not requeued ({why_not}): exiting {status}", file=sys.stderr, flush=True)
+    return False

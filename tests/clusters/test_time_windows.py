@@ -67,7 +67,7 @@ def test_the_job_requeues_until_its_last_window(tmp_path: Path, capsys, restarts
     line = capsys.readouterr().err
     assert line.startswith(f"pipeline.launch: time window {window} of at most 3 (time_windows) of Slurm job 41 ended")
     assert scontrol.calls == [["show", "job", "41"]] + ([["requeue", "41"]] if requeue else [])
-    assert ("requeued the job" in line) == requeue and ("not requeued (no window left)" in line) == (not requeue)
+    assert ("requeueing the job" in line) == requeue and ("not requeued (no window left)" in line) == (not requeue)
     assert (tmp_path / f"seed0.log.window{window}").is_file() == requeue
 
 
@@ -172,7 +172,7 @@ def assert_the_host_side_requeued(tmp_path: Path, job: subprocess.Popen, host_si
     assert job.returncode == PREEMPTED_EXIT_CODE, host_side + log
     # the shim asked for the job's end, then close_window for its restarts, then requeued
     assert (tmp_path / "scontrol.calls").read_text().splitlines() == ["show job 41"] * 2 + ["requeue 41"], host_side
-    assert "requeued the job (`scontrol requeue`)" in host_side
+    assert "requeueing the job (`scontrol requeue`)" in host_side
     assert "the job's host side requeues it" in log
     assert (tmp_path / "train.log.window1").read_text() == log
     assert not any((tmp_path / ".snakemake" / "grail-time-windows").iterdir())  # the request is consumed

@@ -127,7 +127,7 @@ def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path)
         kept = (study / f"{TRAIN_LOG}.window{window}").read_text(encoding="utf-8")
         assert f"saving a checkpoint at step {stopped_at} and stopping" in kept, kept[-3000:]
         ended = f"time window {window} of at most {WINDOWS} (time_windows) of Slurm job {job} ended on the time-limit warning"
-        assert f"{ended}: requeued the job" in kept, kept[-3000:]
+        assert f"{ended}: requeueing the job" in kept, kept[-3000:]
     # Each window resumed from the checkpoint the warning made; every step was trained and logged once.
     assert f"resuming from {RUN}/checkpoints/checkpoint-3 (step 3)" in resumed, resumed[-3000:]
     third = study / f"{TRAIN_LOG}.window3"  # kept when the launcher's warning ended the third window too
