@@ -26,6 +26,7 @@ nothing in any other process.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 # (importing the hook here is inert: it acts only at the startup of a stage process)
@@ -75,6 +76,15 @@ def stall_training_env(rank: int, step: int) -> dict[str, str]:
 def stall_evaluation_env(batch: int) -> dict[str, str]:
     """Environment entries that hold an evaluation stage in the ``batch``-th generation of its hf backend."""
     return _hook_env(STALL_BATCH_VARIABLE, str(batch))
+
+
+def stall_exit_bound(log: str) -> float | None:
+    """The bound (seconds) the stall watchdog named as it exited, or None when it did not exit on a stall.
+
+    The bound is the floor or ``stall_multiple`` x the median step, whichever is longer, so a loaded machine's slow
+    steps raise it above the floor: a test checks it is at least the floor, not equal to it."""
+    found = re.search(r"\(bound (\d+\.\d) s\): thread stacks follow; exiting 79 \(retryable\)", log)
+    return float(found.group(1)) if found else None
 
 
 def nan_loss_env(rank: int, step: int) -> dict[str, str]:
