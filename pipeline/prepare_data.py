@@ -4,13 +4,13 @@ file) + data card.
     python -m pipeline.prepare_data --spec DATA_SPEC --out results/data/train.jsonl \\
         --card results/data/data_card.json [--decontaminate-against eval_data/A.jsonl ...]
 
-DATA_SPEC keys: ``source`` (deepmath | generated | gsm_symbolic | jsonl), ``prompt_template`` (clean | upstream | bare; upstream
-reproduces the paper's U+0008 quirk, spec 5), ``deepmath`` ({hub_id, revision, split, cache_dir, max_rows,
-shuffle_seed, shuffle}; shuffle python_random (default) or datasets: upstream's ``Dataset.shuffle(seed)`` order over
-every row, which refuses skipped rows and decontamination because they would shift positions), ``generated``
-(ArithmeticSpec fields), ``gsm_symbolic`` ({count, seed}: variants of the training templates, pipeline.tasks.gsm),
-``jsonl`` ({path, max_rows, shuffle_seed}; rows with ``problem`` and ``answer``),
-``decontaminate`` ({enabled, ngram}).
+DATA_SPEC: the study's ``data`` section (``pipeline.tasks.training_sources.DataSpec``, where each key is declared):
+``source`` (generated, the default of a stage run by hand | deepmath | gsm_symbolic | jsonl), ``prompt_template``
+(clean | upstream | bare; upstream reproduces the paper's U+0008 quirk, spec 5), and the chosen source's section:
+``generated`` (ArithmeticSpec), ``deepmath`` (DeepMathSource; ``shuffle: datasets`` gives upstream's
+``Dataset.shuffle(seed)`` order over every row, which refuses skipped rows and decontamination because they would
+shift positions), ``gsm_symbolic`` (GsmSymbolicSpec: variants of the training templates, pipeline.tasks.gsm),
+``jsonl`` (JsonlSource: rows with ``problem`` and ``answer``); ``decontaminate`` (Decontamination).
 
 Output rows (ARCHITECTURE.md): ``{"id", "prompt": [{"role": "user", "content": ...}], "solution", "source"}``, and
 ``worked_solution`` (the warm-up's SFT target, ending in the boxed answer) for GSM-Symbolic rows;
@@ -54,14 +54,12 @@ from pipeline.tasks.benchmarks import (
     SkipRow,
     answer_text,
     arithmetic_spec,
-    check_keys,
     gsm_symbolic_settings,
     load_hub_rows,
 )
-from pipeline.tasks.prompts import PROMPT_TEMPLATES, build_prompt
-from pipeline.tasks.training_sources import Decontamination, DeepMathSource, JsonlSource, Shuffle
+from pipeline.tasks.prompts import build_prompt
+from pipeline.tasks.training_sources import DataSpec, Decontamination, DeepMathSource, JsonlSource, Shuffle
 
-SPEC_KEYS = {"source", "prompt_template", "deepmath", "generated", "gsm_symbolic", "jsonl", "decontaminate"}
 SKIP_EXAMPLES = 20
 # Words and single non-space symbols: "3+4=?" keeps its operators, so 3+4 and 3*4 differ.
 TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -234,16 +232,16 @@ def refuse_position_shifts(skipped: list[dict[str, Any]], decontaminating: bool,
         )
 
 
-def load_records(spec: dict[str, Any]) -> tuple[list[Record], list[dict], dict[str, Any], dict[str, Any]]:
+def load_records(spec: DataSpec) -> tuple[list[Record], list[dict], dict[str, Any], dict[str, Any]]:
     """Records, skipped rows, the card's provenance entries and the (seed, max_rows) to apply, per source."""
-    source = spec.get("source", "generated")
+    source = spec.source
     if source == "generated":
-        arithmetic = arithmetic_spec(spec.get("generated", {}), "data.generated")
+        arithmetic = arithmetic_spec(spec.generated, "data.generated")
         rows = arithmetic_problems(arithmetic, id_prefix="train")
         records, skipped = validated_records(rows, lambda row, i: plain_record(row, i, "train"), "generated")
         return records, skipped, {"generated": asdict(arithmetic)}, {"shuffle_seed": None, "max_rows": None}
     if source == "gsm_symbolic":
-        settings = gsm_symbolic_settings(spec.get("gsm_symbolic", {}), "data.gsm_symbolic")
+        settings = gsm_symbolic_settings(spec.gsm_symbolic, "data.gsm_symbolic")
         records = [
             Record(p.id, [{"role": "user", "content": p.question}], p.question, p.answer, p.worked_solution)
             for p in gsm.variants(settings["count"], settings["seed"], "training", "gsm_symbolic")
@@ -251,7 +249,7 @@ def load_records(spec: dict[str, Any]) -> tuple[list[Record], list[dict], dict[s
         provenance = {"gsm_symbolic": settings | {"templates": "training", "package": gsm.package_version()}}
         return records, [], provenance, {"shuffle_seed": None, "max_rows": None}
     if source == "deepmath":
-        deepmath = dataclass_from_mapping(DeepMathSource, spec.get("deepmath"), "data.deepmath")
+        deepmath = dataclass_from_mapping(DeepMathSource, spec.deepmath, "data.deepmath")
         rows = load_hub_rows(
             deepmath.hub_id, config=None, split=deepmath.split, revision=deepmath.revision, cache_dir=deepmath.cache_dir
         )
@@ -261,20 +259,18 @@ def load_records(spec: dict[str, Any]) -> tuple[list[Record], list[dict], dict[s
         order = {"shuffle_seed": deepmath.shuffle_seed, "max_rows": deepmath.max_rows, "shuffle": deepmath.shuffle}
         return records, skipped, provenance, order
     if source == "jsonl":
-        if "path" not in (spec.get("jsonl") or {}):
-            raise InputError("data.jsonl.path: required for source 'jsonl'")
-        jsonl = dataclass_from_mapping(JsonlSource, spec["jsonl"], "data.jsonl")
+        jsonl = dataclass_from_mapping(JsonlSource, spec.jsonl, "data.jsonl")
         prefix = Path(jsonl.path).stem
         records, skipped = validated_records(
             read_jsonl(jsonl.path), lambda row, i: plain_record(row, i, prefix), jsonl.path
         )
         return records, skipped, {"path": jsonl.path}, {"shuffle_seed": jsonl.shuffle_seed, "max_rows": jsonl.max_rows}
-    raise InputError(f"data.source: expected one of deepmath, generated, gsm_symbolic, jsonl, got {source!r}")
+    raise AssertionError(f"data.source {source!r} passed DataSpec's check but has no loader")
 
 
-def decontamination_settings(spec: dict[str, Any], against: list[str]) -> dict[str, Any]:
+def decontamination_settings(spec: DataSpec, against: list[str]) -> dict[str, Any]:
     """{enabled, ngram}: decontamination runs when benchmark files are given; enabling it without them is refused."""
-    settings = dataclass_from_mapping(Decontamination, spec.get("decontaminate"), "data.decontaminate")
+    settings = dataclass_from_mapping(Decontamination, spec.decontaminate, "data.decontaminate")
     ngram = settings.ngram
     if settings.enabled and not against:
         raise InputError("data.decontaminate.enabled is true but no --decontaminate-against files were given")
@@ -283,13 +279,10 @@ def decontamination_settings(spec: dict[str, Any], against: list[str]) -> dict[s
 
 def prepare_data(spec: Any, against: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Training rows and the data card for DATA_SPEC ``spec``, decontaminated against ``against``."""
-    spec = check_keys(spec, SPEC_KEYS, "data")
-    source = spec.get("source", "generated")
-    template = spec.get("prompt_template", "clean")
-    if template not in PROMPT_TEMPLATES:
-        raise InputError(f"data.prompt_template: expected one of {', '.join(PROMPT_TEMPLATES)}, got {template!r}")
-    contamination = decontamination_settings(spec, against)
-    records, skipped, provenance, order = load_records(spec)
+    data = dataclass_from_mapping(DataSpec, spec, "data")
+    source, template = data.source, data.prompt_template
+    contamination = decontamination_settings(data, against)
+    records, skipped, provenance, order = load_records(data)
     if order.get("shuffle") == "datasets":
         refuse_position_shifts(skipped, contamination["enabled"], f"data.{source}")
     rows_read = len(records) + len(skipped)

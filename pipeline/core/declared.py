@@ -17,7 +17,9 @@ default, range and help, and everything else is derived from it.
   ``description``; the class docstring's first paragraph describes the section. docs/parameters.md is rendered
   from the schema, so it follows too.
 A section that only some studies read (``data.deepmath``) sets ``filled_by_default: ClassVar[bool] = False``: its
-schema entry has no default, so a study that leaves it out has no such key.
+schema entry has no default, so a study that leaves it out has no such key. A setting declared with ``REQUIRED``
+for its default has none: the schema lists it under ``required``, and building the section without it is refused
+by name (``pipeline.core.specs.dataclass_from_mapping``).
 - ``refuse_out_of_range(instance, where)`` checks every field against its range when the section is built (a stage
   run on its own gets the same check as a planned study).
 
@@ -36,6 +38,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.io import InputError
+
+# the default of a setting that has none: the section must give it
+REQUIRED: Any = dataclasses.MISSING
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,8 @@ def setting(
     (``prompt_template``, ``grading``: its choices and their meaning written once there), and ``json``: the JSON
     schema of a value its annotation cannot say (a choice or a list; ``final`` or a step), which the validation of a
     planned study checks. ``schema_default=False``: the schema gives no default, so a study that leaves the key out
-    has no such key (the study resolves it, e.g. from another section; ``default`` stands for it in code)."""
+    has no such key (the study resolves it, e.g. from another section; ``default`` stands for it in code).
+    ``default=REQUIRED``: no default, the key must be given."""
     metadata: dict[str, Any] = {"help": help}
     if not schema_default:
         metadata["schema_default"] = False
@@ -148,13 +154,18 @@ def setting_schema(option: dataclasses.Field[Any], annotation: Any, *, with_defa
         node |= option.metadata["range"].schema()
     if option.metadata.get("non_empty"):
         node["minLength"] = 1
-    if with_default and option.metadata.get("schema_default", True):
+    if with_default and option.metadata.get("schema_default", True) and not is_required(option):
         # an integral float as an integer: the filled-in config (and every param made from it) stays what the
         # hand-written schema gave before its section was declared
         default = option.default
         node["default"] = int(default) if isinstance(default, float) and default.is_integer() else default
     node["description"] = option.metadata["help"]
     return node
+
+
+def is_required(option: dataclasses.Field[Any]) -> bool:
+    """Whether a declared setting has no default (``REQUIRED``)."""
+    return option.default is dataclasses.MISSING and option.default_factory is dataclasses.MISSING
 
 
 def settings_schema(cls: type) -> dict[str, dict[str, Any]]:
@@ -172,6 +183,9 @@ def section_schema(cls: type) -> dict[str, Any]:
     """The JSON schema of a declared section (module docstring)."""
     properties = settings_schema(cls)
     schema: dict[str, Any] = {"type": "object", "additionalProperties": False}
-    if getattr(cls, "filled_by_default", True):
+    required = [option.name for option in dataclasses.fields(cls) if option.name in properties and is_required(option)]
+    if required:
+        schema["required"] = required
+    if getattr(cls, "filled_by_default", True) and not required:
         schema["default"] = {}
     return schema | {"description": section_help(cls), "properties": properties}

@@ -17,6 +17,7 @@ row into the common schema, so a local JSONL file in a source's format goes thro
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
@@ -30,6 +31,7 @@ from pipeline.core.io import InputError, jsonl_rows, load_spec
 from pipeline.core.specs import dataclass_from_mapping
 from pipeline.tasks.arith import ArithmeticSpec, Operation
 from pipeline.tasks.boxed import last_boxed
+from pipeline.tasks.gsm import GsmSymbolicSpec
 
 DEFAULT_SUBSET_SEED = 42
 GOLD_FORMATS = ("clean", "upstream")
@@ -138,16 +140,6 @@ SOURCE_FORMATS: dict[str, SourceFormat] = {
 }
 
 
-def check_keys(spec: Any, allowed: set[str], where: str) -> dict[str, Any]:
-    """``spec`` as a mapping whose keys are all in ``allowed``; otherwise an InputError naming the key."""
-    if not isinstance(spec, dict):
-        raise InputError(f"{where}: expected a mapping, got {type(spec).__name__}")
-    unknown = sorted(set(spec) - allowed)
-    if unknown:
-        raise InputError(f"{where}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
-    return spec
-
-
 def arithmetic_spec(spec: Any, where: str) -> ArithmeticSpec:
     """An ArithmeticSpec from a config mapping, checked against its declaration (keys, types, ranges) and for
     ``low <= high``."""
@@ -164,13 +156,11 @@ def arithmetic_spec(spec: Any, where: str) -> ArithmeticSpec:
 
 
 def gsm_symbolic_settings(spec: Any, where: str) -> dict[str, int]:
-    """{count, seed} of a GSM-Symbolic spec, both required non-negative integers (count at least 1)."""
-    check_keys(spec, {"count", "seed"}, where)
-    for key, minimum in (("count", 1), ("seed", 0)):
-        value = spec.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise InputError(f"{where}.{key}: expected an integer >= {minimum}, got {value!r}")
-    return {"count": spec["count"], "seed": spec["seed"]}
+    """{count, seed} of a GSM-Symbolic spec, checked against its declaration (``GsmSymbolicSpec``: both required,
+    their types and ranges)."""
+    result = dataclass_from_mapping(GsmSymbolicSpec, spec, where)
+    refuse_out_of_range(result, where)
+    return dataclasses.asdict(result)
 
 
 def strip_enclosing_dollars(text: str) -> str:

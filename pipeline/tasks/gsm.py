@@ -20,8 +20,9 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
+from pipeline.core.declared import REQUIRED, Range, setting
 from pipeline.core.io import InputError
 
 LANGUAGE = "eng"
@@ -125,6 +126,20 @@ def draw_variant(template: Any, replacements: dict[str, Any], rng: random.Random
             raise InputError(f"GSM template {template.id_shuffled}: no assignment meets its conditions")
         fixed = rng.choice(valid[template.id_shuffled])
     return template.generate_questions(1, replacements, rng=rng, verbose=False, fixed=fixed)[0]
+
+
+@dataclass(frozen=True)
+class GsmSymbolicSpec:
+    """Seeded GSM-Symbolic variants: `count` of them, drawn with `seed` (training rows from the training
+    templates, a benchmark's items from the held-out ones).
+
+    ``data.gsm_symbolic`` and a ``gsm_symbolic`` benchmark's ``gsm_symbolic``, declared here once
+    (``pipeline.core.declared``): both keys required."""
+
+    filled_by_default: ClassVar[bool] = False  # read only where the source (the benchmark's kind) is gsm_symbolic
+
+    count: int = setting(REQUIRED, "how many variants", Range(minimum=1))
+    seed: int = setting(REQUIRED, "the seed of the draw (one random.Random stream per template)", Range(minimum=0))
 
 
 def variants(count: int, seed: int, split: Split, id_prefix: str) -> list[Problem]:

@@ -1,17 +1,25 @@
-"""The settings of the training data's sources that ``python -m pipeline.prepare_data`` reads (``data.deepmath``,
-``data.jsonl``, ``data.decontaminate``), declared once with their defaults: the stage builds them from its spec
-(``pipeline.core.specs.dataclass_from_mapping``: an unknown key or a mistyped value is refused by name), the
-planner's hub references read the DeepMath defaults from here, and a test holds configs/schema.yaml's defaults
-to these.
+"""The training data's settings that ``python -m pipeline.prepare_data`` reads (``data``: its own keys, and the
+sources ``data.deepmath``, ``data.jsonl``, ``data.decontaminate``), declared once with their defaults: the stage
+builds them from its spec (``pipeline.core.specs.dataclass_from_mapping``: an unknown key, a missing required one
+or a mistyped value is refused by name), the planner's hub references read the DeepMath defaults from here, and
+``python -m tools.schema`` writes configs/schema.yaml's entries from them. ``data.generated`` is
+``pipeline.tasks.arith.ArithmeticSpec``, ``data.gsm_symbolic`` ``pipeline.tasks.gsm.GsmSymbolicSpec``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 from pipeline.core.declared import Range, refuse_out_of_range, setting
+from pipeline.tasks.prompts import PromptTemplate
 
+# jsonl: a local file, for a stage run by hand (a planned study's data come from the other three)
+TrainingSource = Literal["generated", "deepmath", "gsm_symbolic", "jsonl"]
+STUDY_SOURCES = ("generated", "deepmath", "gsm_symbolic")
+# a field holding one source's own mapping (data.generated, ...): the stage builds it from that source's declaration
+# when the source is chosen, and the schema gives it an entry of its own, not one of DataSpec's setting lines
+SOURCE_SECTION = {"section": True}
 # python_random: random.Random(seed); datasets: upstream's Dataset.shuffle(seed) order over every row (spec 5)
 Shuffle = Literal["python_random", "datasets"]
 
@@ -67,3 +75,27 @@ class Decontamination:
 
     def __post_init__(self) -> None:
         refuse_out_of_range(self, "data.decontaminate")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The training data (``data``, the prepare_data stage's DATA_SPEC): where the rows come from and the prompt
+    they are asked in.
+
+    Its own keys are declared here once (``python -m tools.schema`` writes them into the schema's ``data`` entry,
+    whose per-source rules stay beside them); each source's keys are their own section's."""
+
+    # a study must name its source (the schema's `required`); a stage run by hand gets generated arithmetic
+    source: TrainingSource = setting(
+        "generated",
+        "where the training rows come from: generated arithmetic (`generated`), DeepMath-103K from the Hub "
+        "(`deepmath`), or GSM-Symbolic variants from the installed package (`gsm_symbolic`)",
+        json={"enum": list(STUDY_SOURCES)},
+        schema_default=False,
+    )
+    prompt_template: PromptTemplate = setting("clean", "the prompt's wording", shared="prompt_template")
+    generated: dict[str, Any] | None = field(default=None, metadata=SOURCE_SECTION)
+    gsm_symbolic: dict[str, Any] | None = field(default=None, metadata=SOURCE_SECTION)
+    deepmath: dict[str, Any] | None = field(default=None, metadata=SOURCE_SECTION)
+    jsonl: dict[str, Any] | None = field(default=None, metadata=SOURCE_SECTION)
+    decontaminate: dict[str, Any] | None = field(default=None, metadata=SOURCE_SECTION)

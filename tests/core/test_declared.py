@@ -13,8 +13,9 @@ from typing import ClassVar, Literal
 
 import pytest
 
-from pipeline.core.declared import Range, refuse_out_of_range, section_schema, setting
+from pipeline.core.declared import REQUIRED, Range, refuse_out_of_range, section_schema, setting
 from pipeline.core.io import InputError
+from pipeline.core.specs import dataclass_from_mapping
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,6 +69,25 @@ def test_an_integral_float_default_is_written_as_an_integer_and_a_section_may_ha
     assert schema["properties"]["name"]["minLength"] == 1
     with pytest.raises(InputError, match=r"only\.name: must not be empty"):
         refuse_out_of_range(OnlySometimes(name=""), "only")
+
+
+@dataclass(frozen=True)
+class WithRequired:
+    """A section two of whose keys must be given."""
+
+    count: int = setting(REQUIRED, "how many", Range(minimum=1))
+    seed: int = setting(REQUIRED, "which draw")
+    label: str = setting("x", "a label")
+
+
+def test_a_required_setting_is_listed_without_a_default_and_refused_by_name_when_missing() -> None:
+    schema = section_schema(WithRequired)
+    assert schema["required"] == ["count", "seed"]
+    assert "default" not in schema  # a section with required keys cannot be filled in empty
+    assert "default" not in schema["properties"]["count"] and schema["properties"]["label"]["default"] == "x"
+    with pytest.raises(InputError, match=r"^where: missing required key\(s\) \['seed'\]$"):
+        dataclass_from_mapping(WithRequired, {"count": 2}, "where")
+    assert dataclass_from_mapping(WithRequired, {"count": 2, "seed": 0}, "where") == WithRequired(2, 0)
 
 
 @pytest.mark.parametrize(("values", "message"), [({"steps": 1}, r"example\.steps: invalid value 1 \(must be >= 2\)"),

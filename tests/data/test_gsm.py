@@ -98,9 +98,16 @@ def test_thousands_separators_leave_the_gold() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        (gsm_data(count=0), "data.gsm_symbolic.count: expected an integer >= 1"),
-        ({"source": "gsm_symbolic", "gsm_symbolic": {"count": 3}}, "data.gsm_symbolic.seed: expected an integer"),
-        ({"source": "gsm_symbolic", "gsm_symbolic": {"count": 3, "seed": 0, "split": "x"}}, "unknown key 'split'"),
+        (gsm_data(count=0), "data.gsm_symbolic.count: invalid value 0 (must be >= 1)"),
+        (
+            {"source": "gsm_symbolic", "gsm_symbolic": {"count": 3}},
+            "data.gsm_symbolic: missing required key(s) ['seed']",
+        ),
+        ({"source": "gsm_symbolic", "gsm_symbolic": {"count": 3, "seed": 0, "split": "x"}}, "unknown key(s) ['split']"),
+        (
+            {"source": "gsm_symbolic", "gsm_symbolic": {"count": 3, "seed": True}},
+            "data.gsm_symbolic.seed: expected int",
+        ),
     ],
 )
 def test_bad_gsm_data_spec_is_refused_by_key(spec: dict, message: str) -> None:

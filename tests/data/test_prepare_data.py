@@ -155,12 +155,12 @@ def test_card_length_stats(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"source": "hf"}, r"data\.source: expected one of .* got 'hf'"),
-        ({"sources": "deepmath"}, r"data: unknown key 'sources'"),
+        ({"source": "hf"}, r"data\.source: expected 'generated' \| 'deepmath' \| .* got str 'hf'"),
+        ({"sources": "deepmath"}, r"data: unknown key\(s\) \['sources'\]"),
         ({"prompt_template": "fancy"}, r"data\.prompt_template"),
         ({"source": "deepmath", "deepmath": {"max_row": 3}}, r"data\.deepmath: unknown key\(s\) \['max_row'\]"),
         ({"source": "deepmath", "deepmath": {"revision": 3}}, r"data\.deepmath\.revision: expected str"),
-        ({"source": "jsonl", "jsonl": {}}, r"data\.jsonl\.path: required"),
+        ({"source": "jsonl", "jsonl": {}}, r"data\.jsonl: missing required key\(s\) \['path'\]"),
         ({"source": "jsonl", "jsonl": {"path": PLAIN, "max_rows": -2}}, r"data\.jsonl\.max_rows"),
         ({"decontaminate": {"enabled": True}}, r"decontaminate\.enabled is true but no"),
         ({"decontaminate": {"ngram": 0}}, r"data\.decontaminate\.ngram"),
