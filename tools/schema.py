@@ -20,6 +20,7 @@ The settings of a dataclass that are one section's keys beside others (``EvalSpe
 
 A marker may also name a function of this module that returns an entry (``tools.schema.credit_fields``: the credit
 options of a method section, declared by ``GrailGRPOConfig`` and the built-in methods' option dataclasses;
+``tools.schema.grpo_fields``: the TRL fields a study sets, with TRL's help;
 ``tools.schema.resources``: a rule's request, ``Resources``' defaults for every rule, one key per rule the Snakefile
 asks resources for).
 
@@ -46,7 +47,7 @@ import yaml
 from pipeline.core.declared import section_schema, setting_schema, settings_schema
 from pipeline.core.repo import REPO_DIR, SCHEMA_PATH
 from pipeline.study.sections import Resources
-from pipeline.training.grpo_config import GrailGRPOConfig
+from pipeline.training.grpo_config import MODEL_LOADING_OPTIONS, STUDY_TRL_FIELDS, GrailGRPOConfig, GRPOConfig
 from pipeline.training.grpo_config import credit_fields as declared_credit_fields
 
 BLOCK = re.compile(
@@ -62,6 +63,8 @@ SETTINGS_BLOCK = re.compile(
     re.MULTILINE | re.DOTALL,
 )
 WIDTH = 116
+# the end of a help text's first sentence: a full stop before a space or the end, not the one of "e.g." or "i.e."
+SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)\.(?:\s|$)")
 
 
 def declaration(target: str) -> type | Callable[[], dict[str, Any]]:
@@ -85,6 +88,34 @@ def credit_fields() -> dict[str, Any]:
         "properties": {
             option.name: setting_schema(option, hints[option.name], with_default=False) for option in options
         },
+    }
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a help text, on one line."""
+    text = " ".join(text.split())
+    end = SENTENCE_END.search(text)
+    return text[: end.start() + 1] if end else text
+
+
+def grpo_fields() -> dict[str, Any]:
+    """``$defs/grpo_fields``: the TRL fields a study may set (``STUDY_TRL_FIELDS``: the values the pipeline supports,
+    described by the first sentence of TRL's own help unless the table gives a description), then the
+    model-loading options. No defaults: a method's spec holds only what it overrides."""
+    trl_help = {option.name: option.metadata.get("help", "") for option in dataclasses.fields(GRPOConfig)}
+    unknown = sorted(set(STUDY_TRL_FIELDS) - set(trl_help))
+    if unknown:
+        raise SystemExit(f"STUDY_TRL_FIELDS names fields TRL's GRPOConfig does not have: {unknown}")
+    properties = {
+        name: {**node, "description": node.get("description") or first_sentence(trl_help[name])}
+        for name, node in STUDY_TRL_FIELDS.items()
+    }
+    properties |= {name: option.schema for name, option in MODEL_LOADING_OPTIONS.items()}
+    return {
+        "type": "object",
+        "description": "The TRL GRPOConfig fields a study sets (pipeline.training.grpo_config.STUDY_TRL_FIELDS) and "
+        "the model-loading options; no defaults here, so that a method's spec only holds what it overrides.",
+        "properties": properties,
     }
 
 

@@ -129,8 +129,90 @@ def config_field_types() -> dict[str, Any]:
 
 # ----------------------------------------------------- the training stage's specs -> config fields
 
-# Model-loading options a spec may set besides the config fields, with their types.
-MODEL_LOADING_OPTIONS: dict[str, Any] = {"dtype": str, "trust_remote_code": bool, "attn_implementation": str}
+# The TRL fields a study may set (`training`, `models.NAME.training`, a method section), each with the JSON schema of
+# the values the pipeline supports: TRL's annotations are wider (`str | SchedulerType`, `dict | str | None`) and carry
+# no ranges. Their help is TRL's own field metadata; python -m tools.schema writes $defs/grpo_fields from this table
+# and MODEL_LOADING_OPTIONS, and refuses a name that is not a GRPOConfig field.
+STUDY_TRL_FIELDS: dict[str, dict[str, Any]] = {
+    "learning_rate": {"type": "number", "exclusiveMinimum": 0},
+    "max_steps": {"$ref": "#/$defs/positive_int"},
+    "per_device_train_batch_size": {"$ref": "#/$defs/positive_int"},
+    "gradient_accumulation_steps": {"$ref": "#/$defs/positive_int"},
+    "steps_per_generation": {"$ref": "#/$defs/positive_int"},
+    "num_generations": {"type": "integer", "minimum": 2},
+    "max_completion_length": {"$ref": "#/$defs/positive_int"},
+    "temperature": {"type": "number", "exclusiveMinimum": 0},
+    "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    "top_k": {"type": ["integer", "null"], "minimum": 0},
+    "repetition_penalty": {"type": "number", "exclusiveMinimum": 0},
+    "beta": {"type": "number", "minimum": 0},
+    "num_iterations": {"$ref": "#/$defs/positive_int"},
+    "epsilon": {"type": "number", "minimum": 0},
+    "epsilon_high": {"type": ["number", "null"], "minimum": 0},
+    "scale_rewards": {"anyOf": [{"type": "boolean"}, {"enum": ["group", "batch", "none"]}]},
+    "loss_type": {"enum": ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]},
+    "mask_truncated_completions": {"type": "boolean"},
+    "lr_scheduler_type": {"enum": ["constant", "constant_with_warmup", "linear", "cosine"]},
+    "warmup_steps": {"type": "integer", "minimum": 0},
+    "max_grad_norm": {"type": "number", "minimum": 0},
+    "weight_decay": {"type": "number", "minimum": 0},
+    "adam_beta1": {"$ref": "#/$defs/probability"},
+    "adam_beta2": {"$ref": "#/$defs/probability"},
+    "optim": {"type": "string", "minLength": 1},
+    "bf16": {"type": "boolean"},
+    "use_cpu": {"type": "boolean"},
+    "dataloader_pin_memory": {"type": "boolean"},
+    "gradient_checkpointing": {"type": "boolean"},
+    "gradient_checkpointing_kwargs": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"use_reentrant": {"type": "boolean"}},
+    },
+    "disable_dropout": {"type": "boolean"},
+    "shuffle_dataset": {"type": "boolean"},
+    "logging_steps": {"$ref": "#/$defs/positive_int"},
+    "logging_first_step": {"type": "boolean"},
+    "save_steps": {"$ref": "#/$defs/positive_int"},
+    "save_total_limit": {"type": ["integer", "null"], "minimum": 1},
+    "ddp_timeout": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "seconds a collective (all-reduce, barrier, weight sync) may wait for the other ranks before the run fails; transformers' default 1800",
+    },
+    "log_completions": {"type": "boolean"},
+    "num_completions_to_print": {"type": "integer", "minimum": 0},
+    "use_liger_kernel": {"type": "boolean"},
+    "use_vllm": {"type": "boolean"},
+    "vllm_mode": {"enum": ["colocate", "server"]},
+    "vllm_gpu_memory_utilization": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    "vllm_tensor_parallel_size": {"$ref": "#/$defs/positive_int"},
+    "vllm_importance_sampling_correction": {"type": "boolean"},
+    "chat_template_kwargs": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"enable_thinking": {"type": "boolean"}},
+    },
+}
+
+
+@dataclass(frozen=True)
+class LoadingOption:
+    """A model-loading option a training spec may set besides the config fields: the type the stage accepts, and
+    the JSON schema of the values a study may give (``$defs/grpo_fields``)."""
+
+    accepts: Any
+    schema: dict[str, Any]
+
+
+MODEL_LOADING_OPTIONS: dict[str, LoadingOption] = {
+    "dtype": LoadingOption(str, {"enum": ["auto", "float32", "bfloat16", "float16"], "description": "model loading"}),
+    "attn_implementation": LoadingOption(
+        str, {"enum": ["eager", "sdpa", "flash_attention_2"], "description": "model loading"}
+    ),
+    "trust_remote_code": LoadingOption(
+        bool, {"type": "boolean", "description": "model loading; off unless a model's config turns it on"}
+    ),
+}
 # Config fields this stage owns: a spec that sets them would break the run layout, resume or the exports.
 RESERVED_KEYS = {
     "output_dir": "the run directory comes from --out",
@@ -168,7 +250,7 @@ def split_options(merged: dict[str, Any], origin: dict[str, str]) -> tuple[dict[
         if key in RESERVED_KEYS:
             raise InputError(f"{origin[key]}: key '{key}' may not be set ({RESERVED_KEYS[key]})")
         if key in MODEL_LOADING_OPTIONS:
-            expected, options = MODEL_LOADING_OPTIONS[key], loading_options
+            expected, options = MODEL_LOADING_OPTIONS[key].accepts, loading_options
         elif key in field_types:
             expected, options = field_types[key], config_options
         else:

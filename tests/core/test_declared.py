@@ -97,6 +97,22 @@ def test_a_value_outside_its_declared_range_is_refused_by_name(values: dict, mes
         Example(**values)
 
 
+def test_the_trl_fields_a_study_sets_carry_trls_help_and_a_name_trl_lacks_is_refused(monkeypatch) -> None:
+    from tools import schema as schema_tool
+
+    node = schema_tool.grpo_fields()["properties"]
+    assert node["learning_rate"] == {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "description": "The initial learning rate for AdamW.",
+    }
+    assert node["ddp_timeout"]["description"].startswith("seconds a collective")  # the table's own help wins
+    assert schema_tool.first_sentence("Keep, e.g. this. Not this.") == "Keep, e.g. this."
+    monkeypatch.setitem(schema_tool.STUDY_TRL_FIELDS, "learning_rat", {"type": "number"})
+    with pytest.raises(SystemExit, match=r"GRPOConfig does not have: \['learning_rat'\]"):
+        schema_tool.grpo_fields()
+
+
 def test_the_schemas_declared_entries_are_current() -> None:
     done = subprocess.run([sys.executable, "-m", "tools.schema", "--check"], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
