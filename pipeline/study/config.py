@@ -21,12 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pipeline.core.io import InputError
 from pipeline.core.layout import BASELINE_METHOD, FINAL_CHECKPOINT, START_CHECKPOINT, checkpoint_label, label_step
 from pipeline.runtime.health import HealthConfig
-from pipeline.runtime.launching import TrainingEngine
 from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RuntimeSettings
 from pipeline.runtime.watchdog import WatchdogConfig
 from pipeline.study import cost
@@ -44,22 +43,18 @@ from pipeline.study.sections import (
     ModelConfig,
     Resources,
     SignificanceConfig,
+    StudySettings,
     TokenAnalysisConfig,
     TokenViewerConfig,
 )
 from pipeline.training.tracking import TrackingConfig, run_name
 
-LibraryChanges = Literal["warn", "rerun"]  # config key `library_changes` (docs/reruns.md)
-StaleCheckpoints = Literal["set_aside", "delete"]  # config key `stale_checkpoints` (pipeline.training.run_state)
 
+@dataclass(frozen=True, kw_only=True)
+class Study(StudySettings):
+    """The validated config, split by concern; the Snakefile plans every job from it. The top-level settings are
+    ``StudySettings``' fields."""
 
-@dataclass(frozen=True)
-class Study:
-    """The validated config, split by concern; the Snakefile plans every job from it."""
-
-    results_dir: str
-    eval_data_dir: str
-    container_image: str
     data: dict[str, Any]
     benchmarks: dict[str, dict[str, Any]]
     models: dict[str, ModelConfig]
@@ -76,15 +71,6 @@ class Study:
     credit_truth: CreditTruthConfig
     calibration: CalibrationConfig
     resource_table: dict[str, dict[str, Any]] = field(repr=False)
-    library_changes: LibraryChanges = "warn"
-    stale_checkpoints: StaleCheckpoints = "set_aside"
-    training_engine: TrainingEngine = "auto"
-    time_windows: int = 8  # Slurm time-limit windows per training job (pipeline.runtime.time_windows)
-    checkpoint_volume: str | None = None  # where training's working checkpoints live (pipeline.core.layout.working_dir)
-    kernel_pin: bool = True  # every job on the AVX2 CPU kernel path (pipeline.core.kernels)
-    gpu_determinism: bool = False  # training and evaluation with GPU determinism (pipeline.core.gpu_determinism)
-    strict_revisions: bool = False  # every hub revision must be a commit (pipeline.study.inputs)
-    hf_home: str | None = None  # the Hugging Face cache of every job (pipeline.models.hub_cache.job_hf_home)
     # the whole config, merged and with the schema's defaults (the report records it)
     config: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -104,10 +90,7 @@ class Study:
         viewer = config["token_viewer"]
         truth = config["credit_truth"]
         return cls(
-            results_dir=config["results_dir"],
-            eval_data_dir=config["eval_data_dir"],
-            container_image=config["container_image"],
-            hf_home=config["hf_home"],
+            **{option.name: config[option.name] for option in fields(StudySettings)},
             data=config["data"],
             benchmarks=config["benchmarks"],
             models={
@@ -159,14 +142,6 @@ class Study:
             ),
             calibration=CalibrationConfig(**config["calibration"]),
             resource_table=config["resources"],
-            library_changes=config["library_changes"],
-            stale_checkpoints=config["stale_checkpoints"],
-            training_engine=config["training_engine"],
-            time_windows=config["time_windows"],
-            checkpoint_volume=config["checkpoint_volume"],
-            kernel_pin=config["kernel_pin"],
-            gpu_determinism=config["gpu_determinism"],
-            strict_revisions=config["strict_revisions"],
             config=config,
         )
 

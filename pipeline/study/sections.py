@@ -1,5 +1,5 @@
-"""The typed sections of a study config that ``Study`` (pipeline.study.config) is built from: a model, a method,
-the evaluation, the token analysis and viewer, the credit truth, the significance tests, the calibration, and the
+"""The typed sections of a study config that ``Study`` (pipeline.study.config) is built from: the top-level
+settings, a model, a method, the evaluation, the token analysis and viewer, the credit truth, the significance tests, the calibration, and the
 resources of a rule.
 Each is a frozen dataclass made once from a schema-checked config with its defaults filled.
 """
@@ -7,15 +7,110 @@ Each is a frozen dataclass made once from a schema-checked config with its defau
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pipeline.core.declared import Range, refuse_out_of_range, setting
 from pipeline.core.layout import FINAL_CHECKPOINT
+from pipeline.runtime.launching import TrainingEngine
 from pipeline.study.checks import is_credit_key
 from pipeline.study.gpu_sizing import GpuSizing
+from pipeline.training.run_state import StaleCheckpoints
+
+LibraryChanges = Literal["warn", "rerun"]  # docs/reruns.md
 
 # Orchestration keys of `token_analysis` (the rest is pipeline.token_analysis's spec).
 TOKEN_ANALYSIS_PLAN_KEYS = ("enabled", "benchmark", "checkpoints")
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """The study's top-level settings (the sections and the lists of models, methods, benchmarks and seeds aside).
+
+    Declared here once (``pipeline.core.declared``): ``python -m tools.schema`` writes them into the schema's top-level
+    properties, and ``Study`` has them as its fields."""
+
+    results_dir: str = setting(
+        "results", "where every stage output goes (runs, eval, tables, figures, stats, logs, report.md)", non_empty=True
+    )
+    eval_data_dir: str = setting("eval_data", "where the normalized benchmark files <name>.jsonl go", non_empty=True)
+    container_image: str = setting(
+        "containers/grail.sif",
+        "image every rule runs in with `--sdm apptainer` (ignored otherwise): a .sif file (relative to the "
+        "repository; `containers/build.sh apptainer` writes the default) or an image URI "
+        "(docker://REGISTRY/NAME:TAG-gpu)",
+        non_empty=True,
+    )
+    hf_home: str | None = setting(
+        None,
+        "the Hugging Face cache (HF_HOME) every job reads, and the preflight checks: a directory the compute nodes "
+        'share (bind it into the image with --apptainer-args "--bind DIR"); null: the controller\'s own HF_HOME '
+        "(else ~/.cache/huggingface). Where it is changes no result",
+        non_empty=True,
+    )
+    library_changes: LibraryChanges = setting(
+        "warn",
+        "what a change of the libraries that shape the numbers (torch, transformers, trl, vllm, math-verify, "
+        "accelerate, deepspeed; recorded per training run and evaluation) does: warn (the report flags mixed "
+        "versions, nothing reruns) or rerun (the versions Snakemake's Python sees become a param of training and "
+        "evaluation; switching a study made under warn to rerun reruns them once). docs/reruns.md",
+    )
+    training_engine: TrainingEngine = setting(
+        "auto",
+        "how every training job with more than one process trains (pipeline.launch --engine): auto (DeepSpeed ZeRO-2 "
+        "where CUDA devices are visible, as the paper; DDP on CPU processes), zero2 (DeepSpeed ZeRO-2 everywhere, "
+        "over gloo on CPU processes) or ddp. Precision follows the training spec (bf16 on GPUs, fp32 on the CPU). "
+        "docs/cluster.md",
+    )
+    stale_checkpoints: StaleCheckpoints = setting(
+        "set_aside",
+        "what a training run does with checkpoints made under other settings (another spec, seed, training data, "
+        "start model, code, or library versions under library_changes rerun) before it starts from scratch: "
+        "set_aside (moved to RUN_DIR/set_aside/TIME/ with why.json, named in the log; the preflight's disk check "
+        "counts them) or delete. docs/reruns.md",
+    )
+    kernel_pin: bool = setting(
+        True,
+        "hold torch, MKL and oneDNN to the AVX2 kernel path on every job (ATEN_CPU_CAPABILITY=avx2, "
+        "MKL_CBWR=COMPATIBLE,STRICT, ONEDNN_MAX_CPU_ISA=AVX2), so that the study's numbers are the same on any "
+        "x86-64 CPU with AVX2, Intel or AMD (AVX-512 and AVX2 kernels differ in the last bits, which RL amplifies "
+        "into points). false: each machine's fastest kernels; the numbers then hold only on the CPU type that made "
+        "them. A change reruns warm-up, training, evaluation, token analysis and the viewer. Covers CPU kernels only "
+        "(CUDA: docs/fidelity.md). pipeline.core.kernels",
+    )
+    gpu_determinism: bool = setting(
+        False,
+        "make each training run and evaluation repeat itself bitwise on the same GPU model and count: "
+        "torch.use_deterministic_algorithms(True) with CUBLAS_WORKSPACE_CONFIG=:4096:8, cudnn.benchmark off, "
+        "FLASH_ATTENTION_DETERMINISTIC=1, NCCL_ALGO=Ring and, where CUDA is visible, vLLM's batch-invariant mode "
+        "(VLLM_BATCH_INVARIANT=1). Costs speed (docs/fidelity.md lists what each costs); an operator without a "
+        "deterministic CUDA kernel stops the job, naming it. Across GPU models or counts nothing is bitwise equal "
+        "either way. false (as upstream): none is set. On the CPU it changes no number. Recorded in each run's and "
+        "evaluation's provenance; turning it on reruns training and evaluation. pipeline.core.gpu_determinism",
+    )
+    strict_revisions: bool = setting(
+        False,
+        "refuse, when the study is planned, every hub model and dataset revision (models.NAME.revision, "
+        "data.deepmath.revision, benchmarks.NAME.revision, or the default a stage would use) that is not a 40-hex "
+        "commit: a branch such as main may move, and the study would then rerun on other files. The fix, after "
+        "`hf download`: python -m pipeline.pin_revisions --configfile FILE --write. docs/cluster.md",
+    )
+    time_windows: int = setting(
+        8,
+        "the most Slurm time-limit windows one training job may use: a job that Slurm's time-limit warning stopped "
+        "(checkpoint saved, exit 75) requeues itself and resumes while windows are left, without spending a retry; "
+        "the warning at the end of the last window fails the attempt (Snakemake's retry gets as many windows again, "
+        "so at most time_windows x (retries + 1) in all). 1: no requeue. pipeline.runtime.time_windows, "
+        "docs/cluster.md",
+        Range(minimum=1),
+    )
+    checkpoint_volume: str | None = setting(
+        None,
+        "a directory that outlives a training job's own disk, where training keeps its resumable checkpoints (at the "
+        "run directory's path under it): on Kubernetes the mount path of a PersistentVolumeClaim "
+        "(grail-kubernetes-persistent-volumes in profiles/kubernetes), so that the retry of an evicted pod resumes "
+        "instead of starting over. null: in the run directory (RUN_DIR/checkpoints), which persists on Slurm and "
+        "local runs. A run-time setting: a change reruns nothing. docs/cluster.md",
+    )
 
 
 @dataclass(frozen=True)
