@@ -177,7 +177,7 @@ class Resources:
 @dataclass(frozen=True)
 class ModelConfig:
     """A model: a hub id or local ``path`` at ``revision`` (used as it is); a ``source`` built here from an
-    installed package (pipeline.prepare_model.ModelSource), optionally warmed up (``warmup``, SFT keys only);
+    installed package (pipeline.models.model_source.ModelSource), optionally warmed up (``warmup``, SFT keys only);
     or the tiny model built from the architecture in ``warmup`` and warmed up."""
 
     name: str
