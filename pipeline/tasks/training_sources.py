@@ -9,14 +9,14 @@ or a mistyped value is refused by name), the planner's hub references read the D
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from pipeline.core.declared import Range, refuse_out_of_range, setting
 from pipeline.tasks.prompts import PromptTemplate
 
 # jsonl: a local file, for a stage run by hand (a planned study's data come from the other three)
 TrainingSource = Literal["generated", "deepmath", "gsm_symbolic", "jsonl"]
-STUDY_SOURCES = ("generated", "deepmath", "gsm_symbolic")
+STUDY_SOURCES = tuple(source for source in get_args(TrainingSource) if source != "jsonl")
 # a field holding one source's own mapping (data.generated, ...): the stage builds it from that source's declaration
 # when the source is chosen, and the schema gives it an entry of its own, not one of DataSpec's setting lines
 SOURCE_SECTION = {"section": True}
