@@ -11,12 +11,17 @@ changed rule command the words removed and added.
 
 ``--accept``: the escape hatch for a code change that was reviewed and does not alter results. Every planned job
 whose only reasons are its code (the digest of its modules, the rule's command) and inputs that only accepted jobs
-would remake is not rerun: its outputs' recorded code digests and command are replaced by the current ones in
-Snakemake's metadata, and one line per job goes to
-``<results_dir>/provenance/accepted_code_changes.jsonl`` (pipeline.core.provenance), so that the report's provenance
-names those outputs, the digest they were made with and the modules that differed (the report reruns to say so).
-Jobs with any other reason (a setting, a missing output, an input changed on disk) are left to run. Without
-``--accept`` nothing is written, and a code change reruns what depends on it.
+would remake is not rerun: ``snakemake --touch`` marks its outputs up to date (Snakemake's own way: it records the
+current code digests and command in its metadata, and touches the outputs in the DAG's order, under the study
+lock), and one line per job whose code changed goes to ``<results_dir>/provenance/accepted_code_changes.jsonl``
+(pipeline.core.provenance), so that the report's provenance names those outputs, the digest they were made with and
+the modules that differed (the report reruns to say so). Jobs with any other reason (a setting, a missing output, an
+input changed on disk) are left to run. Without ``--accept`` nothing is written, and a code change reruns what
+depends on it.
+
+The plan is Snakemake's own dry run through its API (``DAGApi.execute_workflow(executor="dryrun")``), read from the
+DAG that dry run built: its reasons and the metadata's recorded params are the two things no public call returns,
+and ``tests/pipeline/test_quick_recipe.py`` runs this module under the newest Snakemake 9 release.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import argparse
 import ast
 import difflib
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -33,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.io import append_jsonl_durably, run_cli
+from pipeline.core.io import InputError, append_jsonl_durably, run_cli
 from pipeline.core.layout import CODE_CHANGES
 from pipeline.core.repo import REPO_DIR
 from pipeline.core.rerun_key import is_rerun_key
@@ -87,7 +93,7 @@ def explain(job: Any, reason: Any, persistence: Any) -> Plan:
         plan.reasons.append("input remade by a planned job: " + ", ".join(sorted(plan.remade_inputs)))
     # Asked of the metadata directly, as the params below: Snakemake does not compare the command of a job it runs
     # for another reason.
-    current = persistence._code(job.rule)
+    current = job.rule.shellcmd  # what Snakemake records as a shell rule's code
     recorded = next((code for path in job.output if (code := persistence.code(path)) is not None), current)
     if recorded != current:
         plan.command = (recorded, current)
@@ -148,24 +154,30 @@ def explain_params(plan: Plan, job: Any, change: Any) -> None:
         plan.reasons.append("settings changed: " + (", ".join(f"params.{name}" for name in settings) or "(unnamed)"))
 
 
-def acceptable(plans: list[Plan]) -> list[Plan]:
-    """The plans that accepting their code change leaves with nothing to do: no reason but the code (its digest,
-    the rule's command) and inputs that only (other) acceptable jobs remake."""
+def settled_by_accepting(plans: list[Plan]) -> list[Plan]:
+    """The plans that accepting the code changes leaves with nothing to do: no reason but the code (its digest, the
+    rule's command) and inputs that only (other) such jobs remake."""
     producers = {output: plan for plan in plans for output in plan.outputs}
-    accepted = {plan.job: plan for plan in plans if not plan.other_reasons}
+    settled = {plan.job: plan for plan in plans if not plan.other_reasons}
     changed = True
     while changed:
         changed = False
-        for job, plan in list(accepted.items()):
-            if any(producers.get(path) is None or producers[path].job not in accepted for path in plan.remade_inputs):
-                del accepted[job]
+        for job, plan in list(settled.items()):
+            if any(producers.get(path) is None or producers[path].job not in settled for path in plan.remade_inputs):
+                del settled[job]
                 changed = True
-    return [plan for plan in accepted.values() if plan.code or plan.command]
+    return list(settled.values())
+
+
+def acceptable(plans: list[Plan]) -> list[Plan]:
+    """The plans whose code change is accepted: those of ``settled_by_accepting`` with a changed code digest or
+    command (the others only wait for their inputs)."""
+    return [plan for plan in settled_by_accepting(plans) if plan.code or plan.command]
 
 
 @contextmanager
-def planned_workflow(args: argparse.Namespace, lock: bool) -> Iterator[Any]:
-    """Snakemake's workflow with its DAG built as for ``snakemake -n`` (Snakemake's own API and metadata)."""
+def planned_workflow(args: argparse.Namespace) -> Iterator[Any]:
+    """Snakemake's workflow after its own dry run (``snakemake -n``) of the study, through its API."""
     from snakemake.api import SnakemakeApi
     from snakemake.cli import parse_config
     from snakemake.settings.enums import Quietness
@@ -181,16 +193,10 @@ def planned_workflow(args: argparse.Namespace, lock: bool) -> Iterator[Any]:
             snakefile=Path(args.snakefile).resolve(),
             workdir=Path(args.directory).resolve(),
         )
-        workflow = workflow_api.dag(DAGSettings()).workflow_api._workflow
-        workflow._prepare_dag(forceall=False, ignore_incomplete=False, lock_warn_only=not lock)
-        workflow._build_dag()
-        if lock:
-            workflow.persistence.lock()
-        try:
-            yield workflow
-        finally:
-            if lock:
-                workflow.persistence.unlock()
+        dag_api = workflow_api.dag(DAGSettings())
+        dag_api.execute_workflow(executor="dryrun")
+        # the DAG the dry run built, with its reasons: no public call returns them (module docstring)
+        yield workflow_api._workflow
 
 
 def plan_jobs(workflow: Any) -> list[Plan]:
@@ -200,21 +206,30 @@ def plan_jobs(workflow: Any) -> list[Plan]:
     return [explain(job, dag.reason(job), workflow.persistence) for job in ordered if job.output]
 
 
-def accept(workflow: Any, plans: list[Plan], ledger: Path) -> list[Plan]:
-    """Re-record the current code digests of the acceptable jobs' outputs and log each acceptance."""
-    persistence = workflow.persistence
+def touch_command(args: argparse.Namespace, targets: list[str]) -> list[str]:
+    """``snakemake --touch`` of ``targets`` with the study's Snakefile, directory, config files and overrides."""
+    command = [sys.executable, "-m", "snakemake", *targets, "--touch", "--cores", "1", "--quiet"]
+    command += ["--snakefile", str(Path(args.snakefile).resolve()), "--directory", str(Path(args.directory).resolve())]
+    if args.configfile:
+        command += ["--configfile", *args.configfile]
+    if args.config:
+        command += ["--config", *args.config]
+    return command
+
+
+def accept(args: argparse.Namespace, plans: list[Plan], ledger: Path) -> list[Plan]:
+    """Mark the outputs of the jobs that accepting leaves with nothing to do up to date (``snakemake --touch``), then
+    log each accepted code change; the accepted plans."""
+    settled = settled_by_accepting(plans)
     accepted = acceptable(plans)
+    if not accepted:
+        return []
     now = time.time()
-    persistence._clear_cache()
-    for plan in accepted:
-        for output in plan.snakemake_job.output:
-            key = persistence._get_key(output)
-            record = persistence._read_record(key)
-            record.params = persistence._params(plan.snakemake_job)
-            if plan.command is not None:
-                record.code = plan.command[1]
-                record.shellcmd = plan.snakemake_job.shellcmd
-            persistence._write_record(key, record)
+    targets = [output for plan in settled for output in plan.outputs]
+    touched = subprocess.run(touch_command(args, targets), capture_output=True, text=True)
+    if touched.returncode != 0:
+        raise InputError(f"snakemake --touch of the accepted jobs failed; nothing accepted:\n{touched.stderr[-3000:]}")
+    # after the touch: the ledger is an input of the report, which reruns to name the accepted changes
     ledger.parent.mkdir(parents=True, exist_ok=True)
     with open(ledger, "a", encoding="utf-8") as handle:
         append_jsonl_durably(
@@ -260,18 +275,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    with planned_workflow(args, lock=args.accept) as workflow:
+    directory = Path(args.directory).resolve()  # before Snakemake changes into it
+    with planned_workflow(args) as workflow:
         plans = plan_jobs(workflow)
-        print(describe(plans))
-        if args.accept:
-            results_dir = workflow.config.get("results_dir", "results")
-            accepted = accept(workflow, plans, Path(results_dir) / CODE_CHANGES)
-            left = len(plans) - len(accepted)
-            print(
-                f"\naccepted the code change of {len(accepted)} jobs (recorded in {results_dir}/{CODE_CHANGES}); "
-                f"{left} planned jobs still run (other reasons, or inputs that they remake)",
-                file=sys.stderr,
-            )
+        results_dir = workflow.config.get("results_dir", "results")
+    print(describe(plans))
+    if args.accept:
+        accepted = accept(args, plans, directory / results_dir / CODE_CHANGES)
+        left = len(plans) - len(accepted)
+        print(
+            f"\naccepted the code change of {len(accepted)} jobs (recorded in {results_dir}/{CODE_CHANGES}); "
+            f"{left} planned jobs still run (other reasons, or inputs that they remake)",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

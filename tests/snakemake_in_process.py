@@ -14,5 +14,5 @@ def load_a_snakemake_workflow(directory: Path) -> None:
     snakefile = directory / "Snakefile"
     snakefile.write_text('rule all:\n    output: "done.txt"\n    shell: "touch {output}"\n', encoding="utf-8")
     args = argparse.Namespace(snakefile=str(snakefile), directory=str(directory), config=[], configfile=[])
-    with planned_workflow(args, lock=False):
+    with planned_workflow(args):
         pass

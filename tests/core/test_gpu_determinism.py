@@ -51,7 +51,7 @@ def planned_params(directory: Path, monkeypatch: pytest.MonkeyPatch, *config: st
     args = argparse.Namespace(
         snakefile=str(REPO / "Snakefile"), directory=str(directory), config=list(config), configfile=[str(CI_CONFIG)]
     )
-    with planned_workflow(args, lock=False) as workflow:
+    with planned_workflow(args) as workflow:
         jobs = list(workflow.dag.needrun_jobs())
         return {rule: [dict(job.params) for job in jobs if job.rule.name == rule] for rule in COMPUTING}
 

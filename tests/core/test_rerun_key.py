@@ -48,7 +48,7 @@ def test_every_evaluate_job_keys_its_samples_with_all_its_rerun_params(
 
     monkeypatch.syspath_prepend(str(REPO / "docs"))  # the plugin config's method
     args = parse_args(["--configfile", str(CI_CONFIG), str(PLUGIN_CONFIG), "--directory", str(tmp_path)])
-    with planned_workflow(args, lock=False) as workflow:
+    with planned_workflow(args) as workflow:
         jobs = [job for job in workflow.dag.jobs if job.rule.name.startswith("evaluate")]
         assert {job.rule.name for job in jobs} == {"evaluate", "evaluate_analysed"}
         for job in jobs:

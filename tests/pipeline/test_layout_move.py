@@ -59,7 +59,7 @@ from pipeline.why_rerun import parse_args, planned_workflow
 
 before, commands = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 rewound = 0
-with planned_workflow(parse_args(sys.argv[3:]), lock=True) as workflow:
+with planned_workflow(parse_args(sys.argv[3:])) as workflow:
     persistence = workflow.persistence
     for job in workflow.dag.jobs:
         for output in job.output:

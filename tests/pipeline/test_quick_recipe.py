@@ -6,7 +6,8 @@ option on the command line, through the real Snakemake with configs/quick.yaml; 
 
 The study runs under the newest Snakemake 9 release on PyPI (a virtual environment over this one's packages,
 `pip install --upgrade "snakemake>=9,<10"`: nothing to install while the images' pin, which every other test runs,
-is the newest), so that a Snakemake release that breaks the Snakefile is seen before a user upgrades into it.
+is the newest), so that a Snakemake release that breaks the Snakefile, or the plan pipeline.why_rerun reads from
+Snakemake's DAG, is seen before a user upgrades into it.
 
 Slow: one Snakemake study of 12 jobs, about 2 min of CPU in all (measured: 118 s, Snakemake and its jobs), so
 about 60-80 s on two idle CPU cores, and the virtual environment (seconds; a minute when pip downloads a release)."""
@@ -137,3 +138,8 @@ def test_a_method_written_from_the_docs_runs_through_the_quick_recipe(tmp_path: 
     for weights in viewed:
         assert sum(weights) / len(weights) == pytest.approx(1, abs=1e-3)
         assert weights == sorted(weights) and (len(weights) == 1 or weights[-1] > weights[0])
+    # why_rerun plans through the same Snakemake: the finished study has nothing to do
+    why = [python, "-m", "pipeline.why_rerun", "--directory", str(workdir)]
+    why += ["--configfile", str(REPO / "configs" / "quick.yaml"), "--config", METHOD, *SMALLER]
+    result = subprocess.run(why, capture_output=True, text=True, timeout=300, env=environment, cwd=REPO)
+    assert result.returncode == 0 and "Nothing to be done" in result.stdout, f"{snakemake_version}: {result.stderr}"
