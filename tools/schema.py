@@ -44,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.core.declared import section_schema, setting_schema, settings_schema
+from pipeline.core.declared import is_required, section_schema, setting_schema, settings_schema
 from pipeline.core.repo import REPO_DIR, SCHEMA_PATH
 from pipeline.study.sections import Resources
 from pipeline.training.grpo_config import MODEL_LOADING_OPTIONS, STUDY_TRL_FIELDS, GrailGRPOConfig, GRPOConfig
@@ -182,7 +182,32 @@ def rendered(text: str) -> str:
         marker = f"{indent}# declared settings: {target} (python -m tools.schema writes these lines)\n"
         return marker + "".join(lines) + f"{indent}# /declared\n"
 
-    return SETTINGS_BLOCK.sub(settings_block, BLOCK.sub(block, text))
+    text = SETTINGS_BLOCK.sub(settings_block, BLOCK.sub(block, text))
+    for match in reversed(list(SETTINGS_BLOCK.finditer(text))):
+        text = with_required(text, match, declaration(match["target"]))
+    return text
+
+
+def with_required(text: str, match: re.Match[str], declared: Any) -> str:
+    """``text`` with the block's required settings (``REQUIRED``) added to the ``required`` list of the object whose
+    properties hold the block (its other names are the object's own: a key the schema requires that code defaults);
+    an object without a ``required`` line may hold no required setting."""
+    wanted = [option.name for option in dataclasses.fields(declared) if is_required(option)]
+    outer = " " * (len(match["indent"]) - 2)
+    lines = text[: match.start()].splitlines(keepends=True)
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index]
+        depth = len(line) - len(line.lstrip(" "))
+        if line.strip() and depth < len(outer):
+            break
+        if depth == len(outer) and line.startswith(f"{outer}required: ["):
+            names = [name.strip() for name in line.strip()[len("required: [") : -1].split(",") if name.strip()]
+            names += [name for name in wanted if name not in names]
+            lines[index] = f"{outer}required: [{', '.join(names)}]\n"
+            return "".join(lines) + text[match.start() :]
+    if wanted:
+        raise SystemExit(f"{match['target']}: required settings {wanted} but its object has no `required:` line")
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,6 +41,7 @@ from pipeline.study.sections import (
     EvaluationConfig,
     MethodConfig,
     ModelConfig,
+    ModelSettings,
     Resources,
     SignificanceConfig,
     StudySettings,
@@ -59,7 +60,6 @@ class Study(StudySettings):
     benchmarks: dict[str, dict[str, Any]]
     models: dict[str, ModelConfig]
     methods: dict[str, MethodConfig]
-    seeds: tuple[int, ...]
     training: dict[str, Any]
     evaluation: EvaluationConfig
     token_analysis: TokenAnalysisConfig
@@ -81,6 +81,7 @@ class Study(StudySettings):
         if errors:
             raise InputError(error_block("the config is inconsistent", errors))
         config = copy.deepcopy(dict(config))
+        methods_only = config["methods_only"]
         evaluation = dict(config["evaluation"])
         checkpoints = tuple(checkpoint_label(c) for c in evaluation.pop("checkpoints"))
         baseline = evaluation.pop("baseline")
@@ -90,14 +91,14 @@ class Study(StudySettings):
         viewer = config["token_viewer"]
         truth = config["credit_truth"]
         return cls(
-            **{option.name: config[option.name] for option in fields(StudySettings)},
+            **{option.name: config[option.name] for option in fields(StudySettings)}
+            | {"seeds": tuple(config["seeds"]), "methods_only": None if methods_only is None else tuple(methods_only)},
             data=config["data"],
             benchmarks=config["benchmarks"],
             models={
                 name: ModelConfig(
                     name=name,
-                    path=raw.get("path"),
-                    revision=raw.get("revision"),
+                    **{option.name: raw.get(option.name) for option in fields(ModelSettings)},
                     warmup=raw.get("warmup"),
                     source=raw.get("source"),
                     training=raw.get("training", {}),
@@ -108,9 +109,8 @@ class Study(StudySettings):
             methods={
                 name: MethodConfig(name, spec)
                 for name, spec in config["methods"].items()
-                if config["methods_only"] is None or name in config["methods_only"]
+                if methods_only is None or name in methods_only
             },
-            seeds=tuple(config["seeds"]),
             training=config["training"],
             evaluation=EvaluationConfig(evaluation, checkpoints, baseline, job_per, gpu_sizing),
             token_analysis=TokenAnalysisConfig(

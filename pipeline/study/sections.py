@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pipeline.core.declared import Range, refuse_out_of_range, setting
+from pipeline.core.declared import REQUIRED, Range, refuse_out_of_range, setting
 from pipeline.core.layout import FINAL_CHECKPOINT
 from pipeline.runtime.launching import TrainingEngine
 from pipeline.study.checks import is_credit_key
@@ -22,9 +22,9 @@ LibraryChanges = Literal["warn", "rerun"]  # docs/reruns.md
 TOKEN_ANALYSIS_PLAN_KEYS = ("enabled", "benchmark", "checkpoints")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StudySettings:
-    """The study's top-level settings (the sections and the lists of models, methods, benchmarks and seeds aside).
+    """The study's top-level settings (the sections and the tables of models, methods and benchmarks aside).
 
     Declared here once (``pipeline.core.declared``): ``python -m tools.schema`` writes them into the schema's top-level
     properties, and ``Study`` has them as its fields."""
@@ -111,6 +111,18 @@ class StudySettings:
         "instead of starting over. null: in the run directory (RUN_DIR/checkpoints), which persists on Slurm and "
         "local runs. A run-time setting: a change reruns nothing. docs/cluster.md",
     )
+    methods_only: tuple[str, ...] | None = setting(
+        None,
+        "run only these of `methods` (null: all), so that a subset of any study runs without copying its config: "
+        "`snakemake --config 'methods_only=[grpo,grail]'`; a name that `methods` does not define is refused with the "
+        "defined ones. docs/usage.md",
+        json={"type": ["array", "null"], "minItems": 1, "uniqueItems": True, "items": {"$ref": "#/$defs/name"}},
+    )
+    seeds: tuple[int, ...] = setting(
+        REQUIRED,
+        "every training run is one (model, method, seed); evaluation sampling uses the same seed",
+        json={"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "integer", "minimum": 0}},
+    )
 
 
 @dataclass(frozen=True)
@@ -174,15 +186,43 @@ class Resources:
         return resources
 
 
-@dataclass(frozen=True)
-class ModelConfig:
+@dataclass(frozen=True, kw_only=True)
+class ModelSettings:
+    """A model's own keys (its source, warm-up, training and resources are sections of their own). None stands for a
+    key the study leaves out: the schema gives them no default."""
+
+    path: str | None = setting(
+        None,
+        "a local model directory (with a config.json), else a hub id (name or owner/name) with `revision`; checked "
+        "when the study is planned",
+        json={"type": "string"},
+        non_empty=True,
+        schema_default=False,
+    )
+    revision: str | None = setting(
+        None,
+        "the hub commit, tag or branch of a hub id `path`",
+        json={"type": "string"},
+        non_empty=True,
+        schema_default=False,
+    )
+    parameters: int | None = setting(
+        None,
+        "the model's parameter count, for the disk estimate and the sized evaluation layout, where the hub id does "
+        "not name it (an `8B` in Qwen/Qwen3-8B)",
+        json={"$ref": "#/$defs/positive_int"},
+        schema_default=False,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig(ModelSettings):
     """A model: a hub id or local ``path`` at ``revision`` (used as it is); a ``source`` built here from an
     installed package (pipeline.models.model_source.ModelSource), optionally warmed up (``warmup``, SFT keys only);
-    or the tiny model built from the architecture in ``warmup`` and warmed up."""
+    or the tiny model built from the architecture in ``warmup`` and warmed up. Its own keys are ``ModelSettings``'
+    fields."""
 
     name: str
-    path: str | None
-    revision: str | None
     warmup: dict[str, Any] | None
     source: dict[str, Any] | None
     training: dict[str, Any]

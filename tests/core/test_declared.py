@@ -118,6 +118,18 @@ def test_the_schemas_declared_entries_are_current() -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_a_required_top_level_setting_is_written_into_the_schemas_required_list() -> None:
+    """``seeds`` (StudySettings, ``REQUIRED``): the schema's top-level ``required`` list gets it from the declaration."""
+    from tools import schema as schema_tool
+
+    text = (REPO / "configs" / "schema.yaml").read_text(encoding="utf-8")
+    stale = text.replace(
+        "required: [data, benchmarks, models, methods, seeds]\n", "required: [data, benchmarks, models, methods]\n"
+    )
+    assert stale != text
+    assert schema_tool.rendered(stale) == text
+
+
 NEW_KEY = """    grace_s: float = setting(30.0, "seconds a new key gives", Range(minimum=0))
 
     def __post_init__(self) -> None:
