@@ -19,6 +19,13 @@ make it (one forward per micro-step, as GRPO's), else from one no-grad forward; 
 ``advantages(inputs)`` returns a ``CreditResult``: the (B, T) advantages, the (B, T) weights of a multiplicative
 method (the token viewer's column; None for others) and its statistics, in logging order: a float is logged as
 its across-process nan-mean under ``<name>/<key>``, a 1-D tensor of per-row values as ``<key>_p10``/``_p90``.
+
+A method whose statistic needs each prompt's whole group of rollouts (KTAE, GTPO: anything over a group's rewards)
+declares ``groups = True`` and defines ``group_advantages(inputs: GroupInputs)`` instead: the trainer calls it once
+per generation batch, where TRL computes the advantages, with every group whole (the rows of all processes
+gathered, before TRL shuffles the batch and splits it into micro-steps), and the rows' per-token advantages then
+travel with them into the micro-steps. ``advantages`` sees only a micro-step's rows: with 16 rows per device and 4
+accumulation steps each call held shuffled fragments of 1-5 rows of a group.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import dataclasses
 import importlib
 import pkgutil
 import typing
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
@@ -49,6 +57,7 @@ __all__ = [
     "CreditInputs",
     "CreditMethod",
     "CreditResult",
+    "GroupInputs",
     "OfflineHost",
     "Range",
     "TokenStatistics",
@@ -180,6 +189,50 @@ class CreditInputs:
         return self._statistics
 
 
+@dataclass(frozen=True)
+class GroupInputs:
+    """A whole generation batch of N rollouts in groups, as TRL scores it (all processes' rows, in TRL's order):
+
+        completion_ids, completion_mask   (N, T)  the completions, right-padded (mask 0 on padding)
+        rewards                           (N,)    each rollout's weighted reward sum (NaN: no reward function scored it)
+        advantages                        (N,)    TRL's group-normalised sequence advantages A_i (0 where NaN)
+        group_ids                         (N,)    g_i = i // G, G = ``group_size``: row i belongs to prompt group g_i
+
+    A group is G consecutive rows (TRL's sampler repeats each prompt G times in a row); building one from rows that
+    do not hold every group whole is refused, naming the first group that is cut."""
+
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    rewards: torch.Tensor
+    advantages: torch.Tensor
+    group_ids: torch.Tensor
+    group_size: int
+
+    def __post_init__(self) -> None:
+        rows = self.group_ids.numel()
+        for name in ("completion_ids", "completion_mask", "rewards", "advantages"):
+            if getattr(self, name).size(0) != rows:
+                raise InputError(f"GroupInputs: {name} has {getattr(self, name).size(0)} rows, group_ids {rows}")
+        if problem := cut_group(self.group_ids, self.group_size):
+            raise InputError(f"a group credit method needs whole groups of {self.group_size} rollouts: {problem}")
+
+    @property
+    def groups(self) -> int:
+        return self.group_ids.numel() // self.group_size
+
+
+def cut_group(group_ids: torch.Tensor, group_size: int) -> str | None:
+    """What is wrong when ``group_ids`` are not whole groups of ``group_size`` consecutive rows, else None."""
+    ids = group_ids.tolist()
+    for group, held in Counter(ids).items():
+        if held != group_size:
+            return f"group {group} holds {held} of its {group_size} rollouts (a fragment)"
+    for start in range(0, len(ids), group_size):
+        if len(held := sorted(set(ids[start : start + group_size]))) > 1:
+            return f"group {ids[start]} is not {group_size} consecutive rows (rows {start}-{start + group_size - 1} hold groups {held})"
+    return None
+
+
 @dataclass
 class CreditResult:
     advantages: torch.Tensor  # (B, T) per-token advantages
@@ -196,6 +249,7 @@ class CreditMethod:
     needs_spans: ClassVar[bool] = True
     headline: ClassVar[tuple[str, ...]] = ()
     per_token: ClassVar[bool] = True  # False: the advantages stay TRL's (B,) ones, the loss is TRL's own
+    groups: ClassVar[bool] = False  # True: ``group_advantages`` on whole groups, once per generation batch
     required: ClassVar[dict[str, str]] = {}  # option -> why a study config must set it explicitly
 
     @classmethod
@@ -218,6 +272,10 @@ class CreditMethod:
 
     def advantages(self, inputs: CreditInputs) -> CreditResult:
         raise NotImplementedError(f"credit method {self.name!r} defines no advantages()")
+
+    def group_advantages(self, inputs: GroupInputs) -> CreditResult:
+        """The (N, T) advantages (and weights, statistics) of a whole generation batch (``groups = True``)."""
+        raise NotImplementedError(f"credit method {self.name!r} declares groups but defines no group_advantages()")
 
 
 def scaled(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,8 @@ When the advantages are computed (``grail_recompute``, shared by every method):
 - ``"per_generation"``: once per generation round, at the end of ``_generate_and_score_completions``; the (B, T)
   weights (or, for a method that is not multiplicative, advantages) travel with the round as an extra key through
   TRL's shuffle and split.
+A group method (``groups = True``) is always called there, once per round, on every process's rows gathered, so
+that each prompt's group is whole (``_group_advantages``; pipeline.credit.method.GroupInputs).
 
 A method whose pass can share the loss's forward makes that forward itself (``loss_forward``) and
 memoises it (``memoise_loss_forward``; ``CreditInputs.token_statistics`` does both); ``_get_per_token_logps_and_entropies``
@@ -29,7 +31,7 @@ from trl import GRPOTrainer
 
 from pipeline.core.io import InputError
 from pipeline.credit import find_boxed_spans
-from pipeline.credit.method import CreditInputs, CreditResult, logps_and_entropies_from_logits, scaled
+from pipeline.credit.method import CreditInputs, CreditResult, GroupInputs, logps_and_entropies_from_logits, scaled
 from pipeline.models.vllm_cpu import default_cpu_kv_cache, globals_vllm_can_scan, keep_cpu_weights_in_place
 from pipeline.training.grpo_config import GrailGRPOConfig
 from pipeline.training.trainer_metrics import log_advantage_metrics, log_credit_stats
@@ -83,9 +85,17 @@ class GrailGRPOTrainer(GRPOTrainer):
 
     # ---- TRL override points -------------------------------------------------------------------------------
 
+    def _calculate_rewards(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        rewards_per_func = super()._calculate_rewards(*args, **kwargs)
+        self._rewards_per_func = rewards_per_func  # (N, reward functions), all processes' rows: a group method's
+        return rewards_per_func
+
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         batch = super()._generate_and_score_completions(inputs)
         if not self.credit.per_token:
+            return batch
+        if self.credit.groups:
+            batch[ADVANTAGES_KEY] = self._group_advantages(batch)
             return batch
         batch[SPANS_KEY] = self._answer_spans(batch)
         if self.credit.per_generation and self.model.training:
@@ -180,6 +190,31 @@ class GrailGRPOTrainer(GRPOTrainer):
         result = self.credit.advantages(CreditInputs(batch, spans, model, self, share_loss_forward))
         log_credit_stats(self.accelerator, self._metric_lists, self.credit.name, result.stats)
         return result
+
+    def _group_advantages(self, batch: dict[str, Any]) -> torch.Tensor:
+        """This process's rows of a group method's (N, T) advantages over the whole generation batch: every
+        process's rows gathered in TRL's order (its advantages are computed over the same gathered rows), the
+        method called on them, this process's slice kept at its own completion length."""
+        accelerator, local_rows = self.accelerator, batch["completion_ids"].size(0)
+        pad = self.processing_class.pad_token_id
+        ids = accelerator.gather(accelerator.pad_across_processes(batch["completion_ids"], dim=1, pad_index=pad))
+        mask = accelerator.gather(accelerator.pad_across_processes(batch["completion_mask"], dim=1, pad_index=0))
+        rewards_per_func = self._rewards_per_func
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # unscored, as TRL marks them
+        group_size = self.num_generations if self.model.training else self.num_generations_eval
+        inputs = GroupInputs(
+            completion_ids=ids,
+            completion_mask=mask,
+            rewards=rewards.to(ids.device),
+            advantages=accelerator.gather(batch["advantages"]),
+            group_ids=torch.arange(ids.size(0), device=ids.device) // group_size,
+            group_size=group_size,
+        )
+        result = self.credit.group_advantages(inputs)
+        log_credit_stats(accelerator, self._metric_lists, self.credit.name, result.stats)
+        rows = slice(accelerator.process_index * local_rows, (accelerator.process_index + 1) * local_rows)
+        return result.advantages[rows, : batch["completion_ids"].size(1)]
 
     def _credit_weights(self, model: nn.Module, batch: dict[str, Any], *, share_loss_forward: bool) -> torch.Tensor:
         """(B, T) weights of a multiplicative method (rows with a zero advantage keep the completion mask)."""
