@@ -19,9 +19,11 @@ the modules that differed (the report reruns to say so). Jobs with any other rea
 input changed on disk) are left to run. Without ``--accept`` nothing is written, and a code change reruns what
 depends on it.
 
-The plan is Snakemake's own dry run through its API (``DAGApi.execute_workflow(executor="dryrun")``), read from the
-DAG that dry run built: its reasons and the metadata's recorded params are the two things no public call returns,
-and ``tests/pipeline/test_quick_recipe.py`` runs this module under the newest Snakemake 9 release.
+The plan is Snakemake's own DAG, built by the steps ``snakemake -n`` takes (``Workflow._prepare_dag`` and
+``_build_dag``), and read with its reasons and the recorded params: Snakemake's public dry run
+(``DAGApi.execute_workflow(executor="dryrun")``) marks each job finished as it simulates it and returns neither the
+jobs nor their reasons, so these internal calls stay, in this one place; ``tests/pipeline/test_quick_recipe.py`` runs
+this module under the newest Snakemake 9 release, so that a release that changes them is seen.
 """
 
 from __future__ import annotations
@@ -177,7 +179,7 @@ def acceptable(plans: list[Plan]) -> list[Plan]:
 
 @contextmanager
 def planned_workflow(args: argparse.Namespace) -> Iterator[Any]:
-    """Snakemake's workflow after its own dry run (``snakemake -n``) of the study, through its API."""
+    """Snakemake's workflow with its DAG built as for ``snakemake -n`` (Snakemake's own API and metadata)."""
     from snakemake.api import SnakemakeApi
     from snakemake.cli import parse_config
     from snakemake.settings.enums import Quietness
@@ -193,10 +195,12 @@ def planned_workflow(args: argparse.Namespace) -> Iterator[Any]:
             snakefile=Path(args.snakefile).resolve(),
             workdir=Path(args.directory).resolve(),
         )
-        dag_api = workflow_api.dag(DAGSettings())
-        dag_api.execute_workflow(executor="dryrun")
-        # the DAG the dry run built, with its reasons: no public call returns them (module docstring)
-        yield workflow_api._workflow
+        # Snakemake's own planning steps, without executing anything: its public dry run (DAGApi.execute_workflow)
+        # marks every planned job finished as it simulates them, and returns neither the jobs nor their reasons
+        workflow = workflow_api.dag(DAGSettings()).workflow_api._workflow
+        workflow._prepare_dag(forceall=False, ignore_incomplete=False, lock_warn_only=True)
+        workflow._build_dag()
+        yield workflow
 
 
 def plan_jobs(workflow: Any) -> list[Plan]:

@@ -5,6 +5,7 @@ viewer and the credit placement stage use these.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -13,11 +14,14 @@ from pipeline.core.io import InputError
 from pipeline.credit import find_boxed_spans
 from pipeline.credit.method import CreditInputs, CreditMethod, OfflineHost, credit_method
 
+logger = logging.getLogger(__name__)
+
 
 def credit_methods(specs: Any, temperature: float, seed: int) -> tuple[dict[str, CreditMethod], list[str]]:
     """The methods of METHODS that may weight tokens (per-token ones), by study name, each built from its options
     as the trainer builds it (``GrailGRPOConfig``, whose validation names the method and the key), at the saliency
-    ``temperature`` with ``seed`` for its noise; and the names of the others, whose advantages stay TRL's."""
+    ``temperature`` with ``seed`` for its noise; and the names of the others, whose advantages stay TRL's. A group
+    method is left out of both, with a warning."""
     from pipeline.training.grpo_config import GrailGRPOConfig, credit_fields  # imports TRL: only when the stage runs
 
     if not isinstance(specs, dict) or not all(isinstance(spec, dict) for spec in specs.values()):
@@ -29,7 +33,15 @@ def credit_methods(specs: Any, temperature: float, seed: int) -> tuple[dict[str,
             raise InputError(f"methods: {name}: unknown key(s) {unknown} (allowed: {sorted(own)})")
         if "credit" not in spec:
             raise InputError(f"methods: {name}: `credit` missing")
-        if not credit_method(spec["credit"]).per_token:
+        method = credit_method(spec["credit"])
+        if method.groups:
+            # its statistic needs whole groups of rollouts, which these tools do not select yet (issue 56, item 2):
+            # weighing a sample of unrelated rollouts would show weights that training never uses
+            logger.warning(
+                "methods: %s: a group method (credit %s) is left out of the offline tools", name, method.name
+            )
+            continue
+        if not method.per_token:
             others.append(name)
             continue
         try:

@@ -77,6 +77,7 @@ class GrailGRPOTrainer(GRPOTrainer):
             process_index = self.accelerator.process_index
             set_seed(colocate_sampling_seed(args.seed, process_index, args.vllm_tensor_parallel_size))
         self.credit = args.credit_method()
+        self._rewards_per_func: torch.Tensor | None = None  # set by each _calculate_rewards
         self._memoised_forward: tuple | None = None
         self._credit_generator: torch.Generator | None = None
         # counts the policy's forwards, so that the metric LOSS_FORWARDS shows a credit method that adds one
