@@ -46,6 +46,7 @@ from pipeline.stats.scores import parse_run_path
 from pipeline.stats.variance import VARIANCE_NOTE, variance_markdown
 from pipeline.stats.wording import PLACEMENT_NOTE, key_sections, paper_test_sentence, placement_markdown
 from pipeline.study.actuals import comparison_rows
+from pipeline.study.checks import methods_that_ran
 from pipeline.study.config import Study
 from pipeline.tasks.gold_audit import clean_only_warning
 
@@ -405,7 +406,7 @@ def build_report(args: argparse.Namespace) -> str:
     sections = [
         "# GRAIL study report",
         *audit_warnings(audits),
-        f"Models: {', '.join(config.get('models', {}))}. Methods: {', '.join(config.get('methods', {}))}. "
+        f"Models: {', '.join(config.get('models', {}))}. Methods: {methods_that_ran(config)}. "
         f"Seeds: {config.get('seeds')}. Benchmarks: {', '.join(config.get('benchmarks', {}))}.",
         "## Main results",
         "Rows: model / method, mean ± std over seeds; `base` is the starting model before RL.",

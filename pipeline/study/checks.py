@@ -89,6 +89,14 @@ def _runtime_key_errors(config: Mapping[str, Any]) -> list[str]:
     return errors
 
 
+def methods_that_ran(config: Mapping[str, Any]) -> str:
+    """The study's methods that train (``methods_only`` of ``methods``), naming the ones it leaves out."""
+    chosen = config.get("methods_only")
+    ran = [name for name in config.get("methods", {}) if chosen is None or name in chosen]
+    left_out = [name for name in config.get("methods", {}) if name not in ran]
+    return ", ".join(ran) + (f" (methods_only; not run: {', '.join(left_out)})" if left_out else "")
+
+
 def _name_errors(config: Mapping[str, Any]) -> list[str]:
     errors = []
     unknown = [name for name in config.get("methods_only") or () if name not in config["methods"]]

@@ -8,6 +8,7 @@ from importlib import metadata
 from pipeline.core.provenance import LIBRARIES, library_versions, package_versions
 from pipeline.report import config_hash, dataset_revisions, health_section, redact, secret_values
 from pipeline.runtime.health import HealthConfig
+from pipeline.study.checks import methods_that_ran
 from pipeline.tasks.grading import GRADING_MODES
 
 
@@ -108,6 +109,14 @@ def test_report_gathers_every_section_and_redacts_secrets(tmp_path):
     assert "0.123" not in text  # the full grid is not in the report
     assert "sk-test-secret-value-123" not in text
     assert "[REDACTED]" in text
+
+
+def test_the_header_names_the_methods_that_ran() -> None:
+    methods = {"grpo": {}, "grail": {}, "oar_g": {}}
+    assert methods_that_ran({"methods": methods}) == "grpo, grail, oar_g"
+    assert methods_that_ran({"methods": methods, "methods_only": None}) == "grpo, grail, oar_g"
+    chosen = {"methods": methods, "methods_only": ["oar_g", "grpo"]}
+    assert methods_that_ran(chosen) == "grpo, oar_g (methods_only; not run: grail)"
 
 
 def test_missing_input_is_named(tmp_path):
