@@ -228,12 +228,13 @@ def accept(args: argparse.Namespace, plans: list[Plan], ledger: Path) -> list[Pl
     accepted = acceptable(plans)
     if not accepted:
         return []
-    now = time.time()
     targets = [output for plan in settled for output in plan.outputs]
     touched = subprocess.run(touch_command(args, targets), capture_output=True, text=True)
     if touched.returncode != 0:
         raise InputError(f"snakemake --touch of the accepted jobs failed; nothing accepted:\n{touched.stderr[-3000:]}")
-    # after the touch: the ledger is an input of the report, which reruns to name the accepted changes
+    # after the touch: an output newer than its acceptance was remade since (pipeline.core.provenance), and the
+    # ledger is an input of the report, which reruns to name the accepted changes
+    now = time.time()
     ledger.parent.mkdir(parents=True, exist_ok=True)
     with open(ledger, "a", encoding="utf-8") as handle:
         append_jsonl_durably(
