@@ -6,9 +6,8 @@ the first two layouts hand it the same rollouts and get the same advantages bit 
 hand it the same gathered batch, in TRL's order (its advantages are TRL's group normalisation of its rewards), and the
 advantages that reach TRL's loss are the method's.
 
-Broken on purpose: calling the method from ``_credit_loss`` on a micro-step's rows instead (what a per-row method
-gets) failed the accumulation layout with "group 1 holds 1 of its 4 rollouts (a fragment)"; gathering without
-``pad_across_processes`` failed the two-process layout (rows of different lengths cannot be gathered)."""
+Broken on purpose: with the trainer calling the method on each process's own rows (no gather), the two-process
+layout's calls held 8 rows (2 groups) and the two processes different rollouts, and both of its tests failed."""
 
 from __future__ import annotations
 
