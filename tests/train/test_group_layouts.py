@@ -94,6 +94,18 @@ def test_two_processes_hand_the_method_one_gathered_batch_in_trls_order(layouts)
     assert torch.allclose(rank0["advantages"], trl_group_advantages(rank0["rewards"]), atol=1e-6)
 
 
+def test_the_token_statistics_a_group_method_asks_for_are_the_gathered_batchs(layouts) -> None:
+    """Log-probs and entropies of every row of the batch, on the valid tokens (0 on padding, finite, log p <= 0);
+    the first two layouts' are the same bit for bit (compared with the other inputs above)."""
+    for name, (_, records) in layouts.items():
+        (call,) = calls(records)
+        valid = call["completion_mask"].bool()
+        for key in ("logps", "entropies"):
+            assert call[key].shape == call["completion_ids"].shape, (name, key)
+            assert torch.isfinite(call[key]).all() and not call[key][~valid].any(), (name, key)
+        assert (call["logps"][valid] <= 0).all() and (call["entropies"][valid] >= 0).all(), name
+
+
 def test_the_methods_advantages_reach_the_loss(layouts) -> None:
     """One micro-step holds the whole batch in the first layout: the loss's logged mean |Â| over valid tokens is
     that of the method's advantages."""

@@ -57,7 +57,10 @@ class KtaeOptions:
     )
     ktae_gamma_tf: float = field(
         default=1.0,
-        metadata={"help": "> 0 adds the BM25 frequency contrast t to Cohen's h (upstream 1).", "range": Range(minimum=0)},
+        metadata={
+            "help": "> 0 adds the BM25 frequency contrast t to Cohen's h (upstream 1).",
+            "range": Range(minimum=0),
+        },
     )
     ktae_top: float = field(
         default=1.0, metadata={"help": "The key's bound: k in (-top, top) (upstream 1).", "range": Range(minimum=0)}
