@@ -197,6 +197,8 @@ class GroupInputs:
         rewards                           (N,)    each rollout's weighted reward sum (NaN: no reward function scored it)
         advantages                        (N,)    TRL's group-normalised sequence advantages A_i (0 where NaN)
         group_ids                         (N,)    g_i = i // G, G = ``group_size``: row i belongs to prompt group g_i
+        statistics                                ``TokenStatistics`` (N, T) of the policy that sampled the batch,
+                                                  for a method with ``token_statistics = True``; else None
 
     A group is G consecutive rows (TRL's sampler repeats each prompt G times in a row); building one from rows that
     do not hold every group whole is refused, naming the first group that is cut."""
@@ -207,6 +209,7 @@ class GroupInputs:
     advantages: torch.Tensor
     group_ids: torch.Tensor
     group_size: int
+    statistics: TokenStatistics | None = None
 
     def __post_init__(self) -> None:
         rows = self.group_ids.numel()
@@ -250,6 +253,7 @@ class CreditMethod:
     headline: ClassVar[tuple[str, ...]] = ()
     per_token: ClassVar[bool] = True  # False: the advantages stay TRL's (B,) ones, the loss is TRL's own
     groups: ClassVar[bool] = False  # True: ``group_advantages`` on whole groups, once per generation batch
+    token_statistics: ClassVar[bool] = False  # a group method's GroupInputs.statistics (one no-grad forward a batch)
     required: ClassVar[dict[str, str]] = {}  # option -> why a study config must set it explicitly
 
     @classmethod

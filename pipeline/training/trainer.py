@@ -31,7 +31,14 @@ from trl import GRPOTrainer
 
 from pipeline.core.io import InputError
 from pipeline.credit import find_boxed_spans
-from pipeline.credit.method import CreditInputs, CreditResult, GroupInputs, logps_and_entropies_from_logits, scaled
+from pipeline.credit.method import (
+    CreditInputs,
+    CreditResult,
+    GroupInputs,
+    TokenStatistics,
+    logps_and_entropies_from_logits,
+    scaled,
+)
 from pipeline.models.vllm_cpu import default_cpu_kv_cache, globals_vllm_can_scan, keep_cpu_weights_in_place
 from pipeline.training.grpo_config import GrailGRPOConfig
 from pipeline.training.trainer_metrics import log_advantage_metrics, log_credit_stats
@@ -204,6 +211,15 @@ class GrailGRPOTrainer(GRPOTrainer):
         rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # unscored, as TRL marks them
         group_size = self.num_generations if self.model.training else self.num_generations_eval
+        statistics = None
+        if self.credit.token_statistics:
+            local = CreditInputs(batch, None, self.model, self, share_loss_forward=False).token_statistics()
+            statistics = TokenStatistics(
+                *(
+                    accelerator.gather(accelerator.pad_across_processes(t, dim=1))
+                    for t in (local.logps, local.entropies)
+                )
+            )
         inputs = GroupInputs(
             completion_ids=ids,
             completion_mask=mask,
@@ -211,6 +227,7 @@ class GrailGRPOTrainer(GRPOTrainer):
             advantages=accelerator.gather(batch["advantages"]),
             group_ids=torch.arange(ids.size(0), device=ids.device) // group_size,
             group_size=group_size,
+            statistics=statistics,
         )
         result = self.credit.group_advantages(inputs)
         log_credit_stats(accelerator, self._metric_lists, self.credit.name, result.stats)

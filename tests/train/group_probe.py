@@ -15,6 +15,7 @@ from pipeline.credit.method import CreditResult, GroupInputs
 
 class RecordedGroupContrast(GroupContrast):
     name = "group_probe"
+    token_statistics = True  # recorded too: the sampling policy's log-probs and entropies of the gathered batch
 
     def group_advantages(self, inputs: GroupInputs) -> CreditResult:
         result = super().group_advantages(inputs)
@@ -22,6 +23,7 @@ class RecordedGroupContrast(GroupContrast):
         directory.mkdir(parents=True, exist_ok=True)
         call = len(list(directory.glob(f"call*-rank{self.args.process_index}.pt")))
         record = {field.name: getattr(inputs, field.name) for field in dataclasses.fields(inputs)}
+        record |= {"logps": record["statistics"].logps, "entropies": record.pop("statistics").entropies}
         torch.save(record | {"result": result.advantages}, directory / f"call{call}-rank{self.args.process_index}.pt")
         return result
 

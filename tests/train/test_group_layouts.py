@@ -94,6 +94,18 @@ def test_two_processes_hand_the_method_one_gathered_batch_in_trls_order(layouts)
     assert torch.allclose(rank0["advantages"], trl_group_advantages(rank0["rewards"]), atol=1e-6)
 
 
+def test_the_token_statistics_a_group_method_asks_for_are_the_gathered_batchs(layouts) -> None:
+    """Log-probs and entropies of every row of the batch, on the valid tokens (0 on padding, finite, log p <= 0);
+    the first two layouts' are the same bit for bit (compared with the other inputs above)."""
+    for name, (_, records) in layouts.items():
+        (call,) = calls(records)
+        valid = call["completion_mask"].bool()
+        for key in ("logps", "entropies"):
+            assert call[key].shape == call["completion_ids"].shape, (name, key)
+            assert torch.isfinite(call[key]).all() and not call[key][~valid].any(), (name, key)
+        assert (call["logps"][valid] <= 0).all() and (call["entropies"][valid] >= 0).all(), name
+
+
 def test_the_methods_advantages_reach_the_loss(layouts) -> None:
     """One micro-step holds the whole batch in the first layout: the loss's logged mean |Â| over valid tokens is
     that of the method's advantages."""
@@ -103,3 +115,18 @@ def test_the_methods_advantages_reach_the_loss(layouts) -> None:
     expected = ((call["result"] * mask).abs().sum() / mask.sum()).item()
     (row,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").open() if '"loss"' in line]
     assert row["group_probe/advantages_weighted_abs_mean"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_ktae_trains_through_the_group_path(model_dir, train_jsonl, tmp_path) -> None:
+    """The built-in group method, in the accumulation layout, on the real reward (KTAE splits a group by r > 0: the
+    pseudo-random reward is positive everywhere): it trains, and some of its groups hold both outcomes, so tokens
+    get keys."""
+    per_device, accumulation, _ = LAYOUTS["accumulated"]
+    spec = {**TRAINING_SPEC, "max_steps": 1, "save_steps": 1, "num_iterations": 1, "num_generations": GROUP_SIZE}
+    spec |= {"per_device_train_batch_size": per_device, "gradient_accumulation_steps": accumulation}
+    run_dir = tmp_path / "run"
+    command = train_command(model_dir, train_jsonl, run_dir, training_spec=spec, method_spec={"credit": "ktae"})
+    result = run_train(command)
+    assert result.returncode == 0, result.stderr[-4000:]
+    (row,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").open() if '"loss"' in line]
+    assert 0 < row["ktae/keyed_token_frac"] <= 1 and row["ktae/key_abs_mean"] > 0, row
