@@ -7,12 +7,19 @@ generator's truth, and what share of the GRPO-to-oracle accuracy gap it closes (
         [--max-rollouts 256] [--batch-size 16] [--resamples 2000] [--confidence 0.95] [--seed 0]
         --out-dir results/credit_placement/MODEL
 
-Every method of METHODS that weights tokens is scored on the same rollouts: those of ``--rollouts`` (one
-training seed's checkpoint and its evaluation samples each; the study's ``credit_truth.rollouts_of`` method),
-its weights computed by the method itself on that checkpoint's model, as in training
-(``pipeline.training.offline_credit``), at the token analysis's saliency temperature and prompt format. Per seed
-the first ``--max-rollouts`` rollouts in benchmark order whose advantage is not zero are scored (GRPO's centred
-group reward over the item's samples; a zero advantage carries no loss). Each completion's per-token truth comes
+Every method of METHODS that gives per-token advantages is scored on the same rollouts: those of ``--rollouts``
+(one training seed's checkpoint and its evaluation samples each; the study's ``credit_truth.rollouts_of``
+method), computed by the method itself on that checkpoint's model, as in training
+(``pipeline.evaluation.offline_credit``), at the token analysis's saliency temperature and prompt format. A
+method's placement is of its weights ``w_{i,t}``, or, for a method without weights (additive: KTAE), of its
+per-token advantage relative to the rollout's, ``Â_{i,t} / A_i`` (for a multiplicative method the two are equal).
+
+The unit is an item's group of samples, as in training: the whole group is weighed together (a group method
+needs it), in its own batch (one prompt, the completions padded to the group's longest; a method splits it into
+``--batch-size`` rows per forward and backward), so no rollout's weights depend on which other items were weighed
+or on the batch size while it holds a group. Per seed, whole groups are taken in benchmark order until
+``--max-rollouts`` rollouts whose advantage is not zero are held (GRPO's centred group reward over the item's
+samples; a zero advantage carries no loss), and those rollouts are scored. Each completion's per-token truth comes
 from its problem (``pipeline.tasks.decisive.token_truth``), never from a model.
 
 Each method gets two placements per sign: on every token, and outside the answer's box (the queried chain against
@@ -36,10 +43,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from pipeline.core.io import InputError, atomic_save_figure, atomic_write_json, load_spec, read_jsonl, run_cli
 from pipeline.core.progress import progress
 from pipeline.core.specs import dataclass_from_mapping
+from pipeline.evaluation.offline_credit import centred_advantages, credit_methods, method_result, relative_advantages
 from pipeline.evaluation.token_weights import (
     Rollout,
     TokenAnalysisSpec,
@@ -50,7 +59,6 @@ from pipeline.evaluation.token_weights import (
 from pipeline.models.loading import load_model, load_tokenizer, working_dtype
 from pipeline.stats.credit_truth import gap_share, placement
 from pipeline.tasks.decisive import is_decisive_problem, token_truth
-from pipeline.training.offline_credit import credit_methods, group_advantages, method_weights
 
 SIGNS = {"credit": 1, "blame": -1}
 OUTSIDE_ANSWER = "_outside_answer"  # the scores with the answer's box left out: the queried chain against the rest
@@ -75,50 +83,74 @@ class ScoredRollout:
     in_answer: list[bool]  # the answer's box: GRAIL's answer override (and grail_shuffled's) weights it apart
     weights: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
+    @property
+    def scored(self) -> bool:
+        """Whether its placement counts: a non-zero advantage (a zero one carries no loss) and a token."""
+        return self.advantage != 0 and bool(self.completion_ids)
 
-def informative_rollouts(
+
+@dataclasses.dataclass
+class ScoredGroup:
+    """An item's evaluation samples, whole: every rollout (empty ones too, as training sees them) and its reward;
+    ``scored`` are those with a non-zero advantage and a token, whose placement counts."""
+
+    problem: str
+    rollouts: list[ScoredRollout]
+    rewards: list[float]
+
+    @property
+    def scored(self) -> list[ScoredRollout]:
+        return [rollout for rollout in self.rollouts if rollout.scored]
+
+
+def scored_groups(
     seed: int, samples: list[dict[str, Any]], problems: dict[str, str], tokenizer: Any, limit: int, where: Path
-) -> list[ScoredRollout]:
-    """The first ``limit`` non-empty rollouts, in benchmark order, whose group advantage is not zero."""
-    chosen: list[ScoredRollout] = []
-    for item, group in grouped_samples(samples, problems, where).items():
-        advantages = group_advantages([float(sample["correct"]) for sample in group])
-        for sample, advantage in zip(group, advantages, strict=True):
-            if advantage == 0 or not sample["completion"]:
-                continue
-            ids = tokenizer(sample["completion"], add_special_tokens=False)["input_ids"]
-            truth = token_truth(tokenizer, problems[item], ids)
-            correct = bool(sample["correct"])
-            chosen.append(ScoredRollout(seed, problems[item], ids, correct, advantage, truth.decisive, truth.in_answer))
-            if len(chosen) == limit:
-                return chosen
+) -> list[ScoredGroup]:
+    """Whole groups in benchmark order, those with a scored rollout, until ``limit`` scored rollouts are held."""
+    chosen: list[ScoredGroup] = []
+    held = 0
+    for item, samples_of_item in grouped_samples(samples, problems, where).items():
+        rewards = [float(sample["correct"]) for sample in samples_of_item]
+        rollouts = []
+        for sample, advantage in zip(samples_of_item, centred_advantages(rewards), strict=True):
+            ids = tokenizer(sample["completion"], add_special_tokens=False)["input_ids"] if sample["completion"] else []
+            truth = token_truth(tokenizer, problems[item], ids) if ids else None
+            decisive, in_answer = (truth.decisive, truth.in_answer) if truth else ([], [])
+            rollouts.append(
+                ScoredRollout(seed, problems[item], ids, bool(sample["correct"]), advantage, decisive, in_answer)
+            )
+        group = ScoredGroup(problems[item], rollouts, rewards)
+        if group.scored:
+            chosen.append(group)
+            held += len(group.scored)
+        if held >= limit:
+            break
     return chosen
 
 
 def weigh(
-    rollouts: list[ScoredRollout],
+    groups: list[ScoredGroup],
     model: Any,
     tokenizer: Any,
     analysis: TokenAnalysisSpec,
     methods: dict[str, Any],
-    batch_size: int,
-) -> list[str]:
-    """Fill in every method's weights on ``rollouts``, ``batch_size`` at a time; return the methods that gave
-    none (additive per-token methods)."""
-    unweighted: set[str] = set()
-    starts = range(0, len(rollouts), batch_size)
-    for start in progress(starts, desc="weights", unit="batch", total=len(starts)):
-        chunk = rollouts[start : start + batch_size]
-        sampled = [Rollout(prompt_ids(tokenizer, r.problem, analysis), r.completion_ids, r.correct) for r in chunk]
-        batch = rollout_batch(sampled, [r.advantage for r in chunk], tokenizer.pad_token_id)
+) -> None:
+    """Fill in every method's weights (``w``, or ``Â / A`` for a method without weights) of the scored rollouts,
+    one whole group per batch."""
+    for group in progress(groups, desc="weights", unit="group"):
+        prompt = prompt_ids(tokenizer, group.problem, analysis)
+        sampled = [Rollout(prompt, r.completion_ids, r.correct) for r in group.rollouts]
+        advantages = [r.advantage for r in group.rollouts]
+        batch = rollout_batch(sampled, advantages, tokenizer.pad_token_id)
+        rewards = torch.tensor(group.rewards)
         for name, method in methods.items():
-            weights = method_weights(method, model, tokenizer, batch)
+            result = method_result(method, model, tokenizer, batch, rewards)
+            weights = result.weights
             if weights is None:
-                unweighted.add(name)
-                continue
-            for row, rollout in enumerate(chunk):
-                rollout.weights[name] = weights[row, : len(rollout.completion_ids)].tolist()
-    return sorted(unweighted)
+                weights = relative_advantages(result.advantages, batch["advantages"])
+            for row, rollout in enumerate(group.rollouts):
+                if rollout.scored:
+                    rollout.weights[name] = weights[row, : len(rollout.completion_ids)].detach().tolist()
 
 
 def run_accuracies(runs: Sequence[tuple[str, str, str]]) -> dict[str, dict[int, float]]:
@@ -277,8 +309,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--methods", required=True, help="method name -> its credit options (JSON/YAML)")
     parser.add_argument("--floor", default="grpo", help="the method that is 0 in the gap share")
     parser.add_argument("--ceiling", default="oracle", help="the method that is 1 in the gap share")
-    parser.add_argument("--max-rollouts", type=int, default=256, help="rollouts scored per seed")
-    parser.add_argument("--batch-size", type=int, default=16, help="rollouts per forward and backward")
+    parser.add_argument(
+        "--max-rollouts", type=int, default=256, help="rollouts scored per seed (whole groups: at least this many)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=16, help="rollouts per forward and backward (within one item's group)"
+    )
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
     parser.add_argument("--confidence", type=float, default=0.95, help="the intervals' level")
     parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed and the methods' noise")
@@ -292,22 +328,19 @@ def main(argv: list[str] | None = None) -> None:
         if getattr(args, option) < 1:
             raise InputError(f"--{option.replace('_', '-')}: must be >= 1, got {getattr(args, option)}")
     analysis = dataclass_from_mapping(TokenAnalysisSpec, load_spec(args.analysis_spec), "token_analysis spec")
-    methods, _ = credit_methods(load_spec(args.methods), analysis.temperature, args.seed)
+    methods, _ = credit_methods(load_spec(args.methods), analysis.temperature, args.seed, args.batch_size)
     problems = {row["id"]: row["problem"] for row in read_jsonl(args.benchmark)}
     if not problems or not all(map(is_decisive_problem, problems.values())):
         raise InputError(f"{args.benchmark}: not a decisive-step benchmark (pipeline.tasks.decisive)")
     rollouts: list[ScoredRollout] = []
-    unweighted: set[str] = set()
     for seed, model_dir, samples in args.rollouts:
         tokenizer = load_tokenizer(model_dir)
-        chosen = informative_rollouts(
-            int(seed), read_jsonl(samples), problems, tokenizer, args.max_rollouts, Path(samples)
-        )
-        if chosen:
+        groups = scored_groups(int(seed), read_jsonl(samples), problems, tokenizer, args.max_rollouts, Path(samples))
+        if groups:
             model = load_model(model_dir, dtype=working_dtype(model_dir)).eval()
-            unweighted |= set(weigh(chosen, model, tokenizer, analysis, methods, args.batch_size))
-        rollouts += chosen
-    weighting = [name for name in methods if name not in unweighted]
+            weigh(groups, model, tokenizer, analysis, methods)
+        rollouts += [rollout for group in groups for rollout in group.scored]
+    weighting = list(methods)
     result = summary(rollouts, weighting, run_accuracies(args.runs), args)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     atomic_save_figure(placement_figure(result), args.out_dir / "placement.png", dpi=120)

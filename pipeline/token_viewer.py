@@ -6,15 +6,17 @@
 
 For each ``--rollouts`` (a run's checkpoint and its evaluation samples), ``--per-outcome`` correct and as many wrong
 rollouts are chosen reproducibly from ``--seed`` (preferring rollouts whose group has mixed outcomes, i.e. a
-non-zero advantage). METHODS maps a study's method names to their credit options (``credit`` and the other
-``GrailGRPOConfig`` fields of their own: ``grail_*``, ``credit_options``, ``answer_span``, ...). Every method that
-weights tokens (a per-token method whose ``CreditResult`` has weights: GRAIL, OAR-G, the controls, an out-of-tree
-one) gets a row per rollout, its weights computed by the method itself (``pipeline.credit.method``, the trainer's
-code path, through an ``OfflineHost``) on that checkpoint's model, at the token analysis's saliency temperature and
-with the prompt the rollouts were sampled from (TA_SPEC); the others (GRPO, high_entropy) are named as having
-none. The advantage is GRPO's centred group reward ``A_i = r_i - mean_j r_j`` over the item's evaluation samples
-(rewards unscaled, as upstream's ``dr_grpo`` settings); as in training, a rollout with a zero advantage carries no
-loss and keeps weight 1.
+non-zero advantage). METHODS maps a study's method names to their credit options (``credit``, the shared options
+of ``pipeline.credit.settings.SharedCreditOptions`` and the method's own: ``grail_*``, ``credit_options``, ...).
+Every method that weights tokens (a per-token or group method whose ``CreditResult`` has weights: GRAIL, OAR-G,
+the controls, an out-of-tree one) gets a row per rollout, its weights computed by the method itself (the
+trainer's code path, through ``pipeline.evaluation.offline_credit``) on that checkpoint's model, at the token
+analysis's saliency temperature and with the prompt the rollouts were sampled from (TA_SPEC); the others (GRPO,
+high_entropy, the additive KTAE) are named as having none. Each rollout is weighed within its item's whole group
+of samples, one group per batch, as in training: a group method sees the group, and no rollout's weights depend
+on the other rollouts shown. The advantage is GRPO's centred group reward ``A_i = r_i - mean_j r_j`` over the
+item's evaluation samples (rewards unscaled, as upstream's ``dr_grpo`` settings); as in training, a rollout with a
+zero advantage carries no loss and keeps weight 1.
 
 Each token is coloured by its weight: the colour's opacity grows with the logarithm of the weight, from the
 rollout's smallest weight (faint) to its largest (full), so a higher weight is always a stronger colour. The
@@ -33,12 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from pipeline.core.disk_full import output_space
 from pipeline.core.io import InputError, atomic_write_text, load_spec, read_jsonl, run_cli
 from pipeline.core.progress import progress
 from pipeline.core.specs import dataclass_from_mapping
 from pipeline.credit import find_boxed_spans
 from pipeline.credit.method import CreditMethod
+from pipeline.evaluation.offline_credit import centred_advantages, credit_methods, method_weights
 from pipeline.evaluation.token_weights import (
     Rollout,
     TokenAnalysisSpec,
@@ -50,7 +55,6 @@ from pipeline.evaluation.token_weights import (
 from pipeline.models.loading import load_model, load_tokenizer, working_dtype
 from pipeline.stats.credit_truth import rollout_auroc
 from pipeline.tasks.decisive import decisive_tokens, is_decisive_problem
-from pipeline.training.offline_credit import credit_methods, group_advantages, method_weights
 
 # matplotlib's tab10, one colour per weighting method in the order METHODS lists them
 METHOD_COLOURS = [(214, 39, 40), (31, 119, 180), (44, 160, 44), (148, 103, 189), (255, 127, 14), (140, 86, 75)]
@@ -80,13 +84,13 @@ class ViewedRollout:
 
 
 def choose_rollouts(
-    samples: list[dict[str, Any]], problems: dict[str, str], per_outcome: int, rng: random.Random, where: Path
+    groups: dict[str, list[dict[str, Any]]], problems: dict[str, str], per_outcome: int, rng: random.Random
 ) -> list[ViewedRollout]:
     """``per_outcome`` correct and ``per_outcome`` wrong non-empty rollouts, those with a non-zero advantage first,
     each group drawn by ``rng``; fewer when the samples hold fewer."""
     candidates = []
-    for item, group in grouped_samples(samples, problems, where).items():
-        advantages = group_advantages([float(sample["correct"]) for sample in group])
+    for item, group in groups.items():
+        advantages = centred_advantages([float(sample["correct"]) for sample in group])
         candidates += [
             ViewedRollout(item, s["sample"], problems[item], s["completion"], bool(s["correct"]), advantage)
             for s, advantage in zip(group, advantages, strict=True)
@@ -121,34 +125,41 @@ def compute_views(
     model: Any,
     tokenizer: Any,
     rollouts: list[ViewedRollout],
+    groups: dict[str, list[dict[str, Any]]],
     analysis: TokenAnalysisSpec,
     methods: dict[str, CreditMethod],
 ) -> list[str]:
-    """Fill in the tokens, every method's weights and the boxed span of ``rollouts`` (one batch); return the
-    methods that gave no weights."""
-    sampled = [
-        Rollout(
-            prompt_ids(tokenizer, rollout.problem, analysis),
-            tokenizer(rollout.completion, add_special_tokens=False)["input_ids"],
-            rollout.correct,
-        )
-        for rollout in rollouts
-    ]
-    batch = rollout_batch(sampled, [rollout.advantage for rollout in rollouts], tokenizer.pad_token_id)
-    computed = {name: method_weights(method, model, tokenizer, batch) for name, method in methods.items()}
-    weights = {name: values for name, values in computed.items() if values is not None}
-    # the outline marks the answer of the first weighting method (one outline per rollout, whatever the others use)
-    which = next(iter(methods.values())).args.answer_span if methods else "first"
-    spans = find_boxed_spans(tokenizer, batch["completion_ids"], batch["completion_mask"], which=which)
-    for row, (rollout, tokens) in enumerate(zip(rollouts, sampled, strict=True)):
-        length = len(tokens.completion_ids)
-        rollout.tokens = token_texts(tokenizer, tokens.completion_ids)
-        if is_decisive_problem(rollout.problem):
-            rollout.decisive = decisive_tokens(tokenizer, rollout.problem, tokens.completion_ids)
-        rollout.weights = {name: values[row, :length].tolist() for name, values in weights.items()}
-        start, _, end = (int(value) for value in spans[row])
-        rollout.boxed = (start, end) if start >= 0 else None
-    return [name for name, values in computed.items() if values is None]
+    """Fill in the tokens, every method's weights and the boxed span of ``rollouts``, each weighed within its
+    item's whole group of samples (``groups``), one group per batch as in training; return the methods that gave
+    no weights."""
+    unweighted: set[str] = set()
+    for item in dict.fromkeys(rollout.id for rollout in rollouts):
+        samples, chosen = groups[item], [rollout for rollout in rollouts if rollout.id == item]
+        prompt = prompt_ids(tokenizer, chosen[0].problem, analysis)
+        completions = [tokenizer(s["completion"], add_special_tokens=False)["input_ids"] for s in samples]
+        rewards = [float(s["correct"]) for s in samples]
+        sampled = [Rollout(prompt, ids, bool(reward)) for ids, reward in zip(completions, rewards, strict=True)]
+        batch = rollout_batch(sampled, centred_advantages(rewards), tokenizer.pad_token_id)
+        computed = {
+            name: method_weights(method, model, tokenizer, batch, torch.tensor(rewards))
+            for name, method in methods.items()
+        }
+        unweighted |= {name for name, values in computed.items() if values is None}
+        # the outline marks the answer of the first weighting method (one per rollout, whatever the others use)
+        which = next(iter(methods.values())).args.answer_span if methods else "first"
+        spans = find_boxed_spans(tokenizer, batch["completion_ids"], batch["completion_mask"], which=which)
+        rows = {sample["sample"]: row for row, sample in enumerate(samples)}
+        for rollout in chosen:
+            row, ids = rows[rollout.sample], completions[rows[rollout.sample]]
+            rollout.tokens = token_texts(tokenizer, ids)
+            if is_decisive_problem(rollout.problem):
+                rollout.decisive = decisive_tokens(tokenizer, rollout.problem, ids)
+            rollout.weights = {
+                name: values[row, : len(ids)].tolist() for name, values in computed.items() if values is not None
+            }
+            start, _, end = (int(value) for value in spans[row])
+            rollout.boxed = (start, end) if start >= 0 else None
+    return [name for name in methods if name in unweighted]
 
 
 # ----------------------------------------------------------------------------------------------- page
@@ -318,11 +329,12 @@ def main(argv: list[str] | None = None) -> None:
     views = {}
     for label, model_dir, samples in progress(args.rollouts, desc="token weights", unit="checkpoint"):
         rng = random.Random(f"{args.seed}/{label}")
-        rollouts = choose_rollouts(read_jsonl(samples), problems, args.per_outcome, rng, Path(samples))
+        groups = grouped_samples(read_jsonl(samples), problems, Path(samples))
+        rollouts = choose_rollouts(groups, problems, args.per_outcome, rng)
         if rollouts:
             tokenizer = load_tokenizer(model_dir)
             model = load_model(model_dir, dtype=working_dtype(model_dir)).eval()
-            additive = compute_views(model, tokenizer, rollouts, analysis, methods)
+            additive = compute_views(model, tokenizer, rollouts, groups, analysis, methods)
             unweighted += [name for name in additive if name not in unweighted]
         views[label] = rollouts
     page = render_page(views, specs, unweighted, args.seed)

@@ -46,6 +46,7 @@ import yaml
 
 from pipeline.core.declared import is_required, section_schema, setting_schema, settings_schema
 from pipeline.core.repo import REPO_DIR, SCHEMA_PATH
+from pipeline.credit.settings import SharedCreditOptions
 from pipeline.study.sections import Resources
 from pipeline.training.grpo_config import MODEL_LOADING_OPTIONS, STUDY_TRL_FIELDS, GrailGRPOConfig, GRPOConfig
 from pipeline.training.grpo_config import credit_fields as declared_credit_fields
@@ -79,7 +80,7 @@ def credit_fields() -> dict[str, Any]:
     unset takes its declared default when the training config is built, and the study's filled-in config (every
     method's params) stays as written."""
     hints = typing.get_type_hints(GrailGRPOConfig)
-    shared = GrailGRPOConfig.__annotations__
+    shared = SharedCreditOptions.__annotations__ | GrailGRPOConfig.__annotations__
     options = sorted(declared_credit_fields(), key=lambda option: option.name not in shared)
     return {
         "type": "object",

@@ -33,17 +33,17 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
-import typing
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pipeline.core.declared import Range
 from pipeline.core.deferred import DeferredModule
 from pipeline.core.io import InputError
 from pipeline.core.specs import dataclass_from_mapping
 from pipeline.credit.saliency import at_least_float32
+from pipeline.credit.settings import declared_value_problems
 
 if TYPE_CHECKING:
     import torch
@@ -318,14 +318,9 @@ def build_options(method: type[CreditMethod], flat: dict[str, Any], nested: Any)
     names = {option.name for option in dataclasses.fields(method.options)}
     own = {key: value for key, value in flat.items() if key in names}
     options = dataclass_from_mapping(method.options, {**own, **nested}, where)
-    hints = typing.get_type_hints(method.options)
-    for option in dataclasses.fields(method.options):
-        value = getattr(options, option.name)
-        if typing.get_origin(hints[option.name]) is Literal and value not in typing.get_args(hints[option.name]):
-            allowed = list(typing.get_args(hints[option.name]))
-            raise InputError(f"credit {method.name}: {option.name} must be one of {allowed}, got {value!r}")
-        if "range" in option.metadata and (problem := option.metadata["range"].problem(value)):
-            raise InputError(f"credit {method.name}: {option.name} {problem}, got {value!r}")
+    if problems := declared_value_problems(options):
+        name, problem = problems[0]
+        raise InputError(f"credit {method.name}: {name} {problem}")
     if hasattr(options, "check_values"):
         try:
             options.check_values()

@@ -19,10 +19,9 @@ from pipeline.core.specs import annotation_accepts, annotation_name
 from pipeline.credit.method import CreditMethod, Range, build_options, built_in_methods, credit_method
 from pipeline.credit.methods.grail import GrailOptions
 from pipeline.credit.methods.oar_g import OarGOptions
-from pipeline.credit.spans import AnswerAlignment, AnswerSpan
+from pipeline.credit.settings import SharedCreditOptions
 from pipeline.tasks.grading import GradingMode
 
-Recompute = Literal["every_step", "per_generation"]
 RolloutSeed = Literal["run", "rank"]
 
 # Values the config classes accept beyond their annotations (their __post_init__ converts them): TRL maps
@@ -31,29 +30,11 @@ ANNOTATION_WIDENINGS: dict[str, Any] = {"scale_rewards": bool, "fsdp": bool | li
 
 
 @dataclass
-class GrailGRPOConfig(GRPOConfig, GrailOptions, OarGOptions):
-    """``GRPOConfig`` plus the credit options: the built-in methods' option dataclasses (``GrailOptions``,
-    ``OarGOptions``, inherited) and the options every method shares, declared here."""
+class GrailGRPOConfig(SharedCreditOptions, GRPOConfig, GrailOptions, OarGOptions):
+    """``GRPOConfig`` plus the credit options: the options every method shares (``SharedCreditOptions``), the
+    built-in methods' option dataclasses (``GrailOptions``, ``OarGOptions``), all inherited, and the training's
+    own (the rollouts' seed, the reward's grader), declared here."""
 
-    credit: str = field(
-        default="grpo",
-        metadata={"help": "Token credit: a method of pipeline/credit/methods/ by name, or a module's import path."},
-    )
-    credit_options: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={"help": "Options of a method that are not config fields (an out-of-tree method's), by name."},
-    )
-    answer_span: AnswerSpan = field(
-        default="first", metadata={"help": "Which complete \\boxed{} is the answer: 'first' (upstream) or 'last'."}
-    )
-    answer_alignment: AnswerAlignment = field(
-        default="exact",
-        metadata={"help": "Answer tokens: 'exact' character cover, or 'upstream' re-encode-and-count (spec 1.3)."},
-    )
-    grail_recompute: Recompute = field(
-        default="every_step",
-        metadata={"help": "'every_step' (upstream: current policy, every micro-step) or 'per_generation'."},
-    )
     vllm_rollout_seed: RolloutSeed = field(
         default="run",
         metadata={

@@ -11,9 +11,13 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from pipeline.core.io import InputError
-from pipeline.credit_placement import main, outside_answer
+from pipeline.credit_placement import main, outside_answer, scored_groups, weigh
+from pipeline.evaluation.offline_credit import credit_methods
+from pipeline.evaluation.token_weights import TokenAnalysisSpec
+from pipeline.models.loading import load_model, load_tokenizer
 from pipeline.models.tiny_model import TinyModelSpec, save_tiny_model
 from pipeline.report import credit_placement_section
 from pipeline.tasks.arith import ArithmeticSpec, arithmetic_problems
@@ -129,3 +133,63 @@ def test_a_benchmark_of_another_task_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not a decisive-step benchmark"):
         rollouts = ["--rollouts", "0", str(tmp_path), str(samples_file)]
         main([*rollouts, "--benchmark", str(benchmark), "--methods", json.dumps(METHODS), "--out-dir", str(tmp_path)])
+
+
+# ------------------------------------------------------------------ whole groups: batch size and neighbours
+
+
+GROUP_METHODS = {
+    "grail": {"credit": "grail", "grail_symmetry": "both"},
+    "oar_g": {"credit": "oar_g"},  # its noise: drawn per call, the same for a group whatever the batch size
+    "ktae": {"credit": "ktae"},  # a group method without weights: scored by Â / A
+    "group_contrast": {"credit": "examples.group_contrast"},  # a group method with weights
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    model_dir = tmp_path_factory.mktemp("policy")
+    save_tiny_model(TinyModelSpec(num_hidden_layers=2, hidden_size=64, intermediate_size=128), model_dir)
+    return load_model(model_dir).eval(), load_tokenizer(model_dir)
+
+
+def weighed_groups(policy: tuple, batch_size: int, items: slice, monkeypatch: pytest.MonkeyPatch) -> list:
+    """The groups of PROBLEMS[items] (four samples each, mixed outcomes), weighed by GROUP_METHODS."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "docs"))
+    model, tokenizer = policy
+    outcomes = [[True, False, True, False], [True, True, False, True], [False, BARE, True, False]] * 2
+    rows = samples(outcomes)
+    problems = {p["id"]: p["problem"] for p in PROBLEMS[items]}
+    rows = [row for row in rows if row["id"] in problems]
+    groups = scored_groups(0, rows, problems, tokenizer, limit=100, where=Path("s.jsonl"))
+    methods, _ = credit_methods(GROUP_METHODS, temperature=0.7, seed=0, batch_size=batch_size)
+    weigh(groups, model, tokenizer, TokenAnalysisSpec(temperature=0.7, prompt_template="bare"), methods)
+    return groups
+
+
+def group_weights(groups: list) -> list[dict]:
+    return [rollout.weights for group in groups for rollout in group.rollouts]
+
+
+def test_weights_do_not_depend_on_the_batch_size_or_the_other_groups(tiny_policy, monkeypatch) -> None:
+    """Batch sizes 6 and 16 (both hold a group of 4) give the same weights bit for bit, and a group weighed alone
+    gets the weights it gets among the others: no rollout's weights depend on what else was weighed (packing
+    several items' groups into one batch, as the stage did, fails both)."""
+    six, sixteen = (weighed_groups(tiny_policy, size, slice(None), monkeypatch) for size in (6, 16))
+    assert group_weights(six) == group_weights(sixteen)
+    scored = [rollout for group in six for rollout in group.scored]
+    assert len(scored) == 24 and all(set(rollout.weights) == set(GROUP_METHODS) for rollout in scored)
+    assert all(not rollout.weights for group in six for rollout in group.rollouts if not rollout.scored)
+    alone = weighed_groups(tiny_policy, 16, slice(2, 3), monkeypatch)
+    assert group_weights(alone) == group_weights(six[2:3])
+
+
+def test_a_group_method_gets_its_whole_group(tiny_policy, monkeypatch) -> None:
+    """KTAE and the worked group example score on whole groups offline: their weights are not the constant a
+    fragment would give, and KTAE's relative advantage is 1 + b / A of its token keys."""
+    groups = weighed_groups(tiny_policy, 16, slice(0, 3), monkeypatch)
+    for name in ("ktae", "group_contrast"):
+        values = {round(value, 6) for group in groups for r in group.scored for value in r.weights[name]}
+        assert len(values) > 2, name
+    rewards = torch.tensor(groups[0].rewards)
+    assert rewards.tolist() == [1.0, 0.0, 1.0, 0.0]

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 from pipeline.core.io import InputError
 from pipeline.credit.method import CreditInputs, CreditMethod, CreditResult
 from pipeline.credit.methods.grpo import GrpoOptions
-from pipeline.evaluation.token_weights import TokenAnalysisSpec
+from pipeline.evaluation.offline_credit import centred_advantages, credit_methods
+from pipeline.evaluation.token_weights import TokenAnalysisSpec, grouped_samples
 from pipeline.models.tiny_model import TinyModelSpec, build_model, build_tokenizer, save_tiny_model
 from pipeline.token_viewer import choose_rollouts, compute_views, opacity, render_page
-from pipeline.training.offline_credit import credit_methods, group_advantages
 
 REPO = Path(__file__).resolve().parents[2]
 # A study's methods as the Snakefile passes them: two that weight tokens, the out-of-tree example
@@ -44,9 +44,9 @@ COMPLETIONS = {
 }
 
 
-def test_group_advantages_known_answer() -> None:
-    assert group_advantages([1.0, 0.0, 0.0, 1.0]) == [0.5, -0.5, -0.5, 0.5]
-    assert group_advantages([1.0, 1.0]) == [0.0, 0.0]
+def test_centred_advantages_known_answer() -> None:
+    assert centred_advantages([1.0, 0.0, 0.0, 1.0]) == [0.5, -0.5, -0.5, 0.5]
+    assert centred_advantages([1.0, 1.0]) == [0.0, 0.0]
 
 
 @given(st.lists(st.floats(0.01, 100.0), min_size=2, max_size=30))
@@ -75,13 +75,14 @@ def test_choice_is_reproducible_balanced_and_prefers_mixed_groups() -> None:
     benchmark, samples = samples_rows(6)
     samples.append({"id": "q0", "sample": 9, "completion": "", "correct": False, "num_tokens": 0})
     problems = {row["id"]: row["problem"] for row in benchmark}
-    first = choose_rollouts(samples, problems, PER_OUTCOME, random.Random("0/x"), Path("s.jsonl"))
-    again = choose_rollouts(samples, problems, PER_OUTCOME, random.Random("0/x"), Path("s.jsonl"))
+    groups = grouped_samples(samples, problems, Path("s.jsonl"))
+    first = choose_rollouts(groups, problems, PER_OUTCOME, random.Random("0/x"))
+    again = choose_rollouts(groups, problems, PER_OUTCOME, random.Random("0/x"))
     assert [(r.id, r.sample) for r in first] == [(r.id, r.sample) for r in again]
     assert [r.correct for r in first] == [True] * PER_OUTCOME + [False] * PER_OUTCOME
     assert all(r.advantage != 0 and r.completion for r in first)
     with pytest.raises(InputError, match=r"s\.jsonl:1: id 'q0' is not in the benchmark"):
-        choose_rollouts(samples, {}, PER_OUTCOME, random.Random(0), Path("s.jsonl"))
+        grouped_samples(samples, {}, Path("s.jsonl"))
 
 
 def test_methods_are_built_from_the_registry_and_checked_by_name() -> None:
@@ -118,12 +119,36 @@ def test_a_method_without_weights_is_named_not_drawn() -> None:
     methods = {"grail": built["grail"], "half": HalfAdvantage(GrpoOptions(), built["grail"].args)}
     benchmark, samples = samples_rows(2)
     problems = {row["id"]: row["problem"] for row in benchmark}
-    rollouts = choose_rollouts(samples, problems, 1, random.Random(0), Path("s.jsonl"))
-    assert compute_views(model, tokenizer, rollouts, TokenAnalysisSpec(), methods) == ["half"]
+    groups = grouped_samples(samples, problems, Path("s.jsonl"))
+    rollouts = choose_rollouts(groups, problems, 1, random.Random(0))
+    assert compute_views(model, tokenizer, rollouts, groups, TokenAnalysisSpec(), methods) == ["half"]
     assert all(list(rollout.weights) == ["grail"] and rollout.weights["grail"] for rollout in rollouts)
     page = render_page({"tiny": rollouts}, {"grail": {"credit": "grail"}, "half": {"credit": "x.half"}}, ["half"], 0)
     assert 'data-method="grail"' in page and 'data-method="half"' not in page
     assert "A<sub>i</sub> · w<sub>i,t</sub>): half." in page
+
+
+def test_each_rollout_is_weighed_within_its_whole_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group method (the worked example, docs/examples/group_contrast.py) and a per-row one are computed on each
+    shown rollout's item group, one group per batch: the viewer's weights are those of the group weighed alone,
+    bit for bit, and the group method's vary (a batch of unrelated rollouts would give it weight 1 everywhere)."""
+    monkeypatch.syspath_prepend(str(REPO / "docs"))
+    tokenizer = build_tokenizer()
+    model = build_model(TinyModelSpec(seed=1), tokenizer).eval()
+    specs = {"contrast": {"credit": "examples.group_contrast"}, "grail": {"credit": "grail", "grail_symmetry": "both"}}
+    methods, _ = credit_methods(specs, 0.6, 0)
+    benchmark, samples = samples_rows(4)
+    problems = {row["id"]: row["problem"] for row in benchmark}
+    groups = grouped_samples(samples, problems, Path("s.jsonl"))
+    rollouts = choose_rollouts(groups, problems, 2, random.Random(0))
+    assert len({rollout.id for rollout in rollouts}) > 1  # rollouts of several items, shown together
+    assert compute_views(model, tokenizer, rollouts, groups, TokenAnalysisSpec(), methods) == []
+    for rollout in rollouts:
+        alone = [r for r in choose_rollouts({rollout.id: groups[rollout.id]}, problems, 3, random.Random(0))]
+        compute_views(model, tokenizer, alone, {rollout.id: groups[rollout.id]}, TokenAnalysisSpec(), methods)
+        same = next(r for r in alone if r.sample == rollout.sample)
+        assert same.weights == rollout.weights
+        assert len(set(rollout.weights["contrast"])) > 1
 
 
 @pytest.fixture(scope="module")

@@ -129,9 +129,9 @@ def test_entropy_example_trains_with_one_forward_per_micro_step_as_grpo(random_m
 
 
 def test_token_viewer_weights_the_entropy_example_offline(random_model_dir, tmp_path, examples_on_path):
-    """The viewer's path (``pipeline.training.offline_credit.method_weights``, an ``OfflineHost``): the example's weights on
+    """The viewer's path (``pipeline.evaluation.offline_credit.method_weights``, an ``OfflineHost``): the example's weights on
     every real token, within its clip, 0 on padding."""
-    from pipeline.training.offline_credit import credit_methods, method_weights
+    from pipeline.evaluation.offline_credit import credit_methods, method_weights
 
     trainer = make_trainer(random_model_dir, tmp_path, **PRECISION)
     batch = boxed_batch(trainer.processing_class, COMPLETIONS, [1.0, -1.0, 0.5, -0.5, 0.0, 1.0])
