@@ -689,7 +689,7 @@ rule token_viewer:
         per_outcome=STUDY.token_viewer.rollouts,
         seed=STUDY.token_viewer.seed,
         kernels=KERNEL_PIN,
-        code=source_digest("pipeline.token_viewer", *STUDY.credit_modules()),
+        code=source_digest("pipeline.token_viewer", *STUDY.credit_modules(scored=True)),
     shell:
         "python -m pipeline.token_viewer {params.rollouts} --benchmark {input.benchmark:q}"
         " --analysis-spec {params.analysis_spec:q} --methods {params.methods:q}"
@@ -745,7 +745,7 @@ rule credit_placement:
         seed=STUDY.significance.seed,
         out_dir=lambda wildcards, output: os.path.dirname(output.summary),
         kernels=KERNEL_PIN,
-        code=source_digest("pipeline.credit_placement", *STUDY.credit_modules()),
+        code=source_digest("pipeline.credit_placement", *STUDY.credit_modules(scored=True)),
     shell:
         "python -m pipeline.credit_placement {params.arguments} --benchmark {input.benchmark:q}"
         " --analysis-spec {params.analysis_spec:q} --methods {params.methods:q}"

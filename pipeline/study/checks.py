@@ -47,6 +47,7 @@ def semantic_errors(config: Mapping[str, Any]) -> list[str]:
         *_token_analysis_errors(config),
         *_token_viewer_errors(config),
         *_credit_truth_errors(config),
+        *_analysed_method_errors(config),
         *_runtime_key_errors(config),
     ]
 
@@ -73,6 +74,43 @@ def _credit_truth_errors(config: Mapping[str, Any]) -> list[str]:
         errors.append(
             f"config key `credit_truth.rollouts_of`: unknown method '{method}' (methods: {', '.join(config['methods'])})"
         )
+    scored_only = truth.get("placement_only") or []
+    if unknown := [name for name in scored_only if name not in config["methods"]]:
+        errors.append(
+            f"config key `credit_truth.placement_only`: {', '.join(unknown)} not among the study's methods "
+            f"({', '.join(config['methods'])})"
+        )
+    for key in ("rollouts_of", "floor", "ceiling"):
+        if (method := truth.get(key, truth.get("floor"))) in scored_only:
+            errors.append(
+                f"config key `credit_truth.placement_only`: '{method}' is credit_truth.{key}, which needs its training "
+                "runs"
+            )
+    if scored_only and (not truth.get("enabled", True) or not decisive_benchmarks(config)):
+        errors.append(
+            f"config key `credit_truth.placement_only`: {', '.join(scored_only)} would run nowhere: the study scores no "
+            "placement (credit_truth is off, or there is no decisive-step benchmark)"
+        )
+    return errors
+
+
+def _analysed_method_errors(config: Mapping[str, Any]) -> list[str]:
+    """``token_analysis.methods``: methods of ``methods``, each of the GRAIL family (its options GRAIL's)."""
+    from pipeline.credit.method import credit_method  # no torch: planning loads the methods without it
+    from pipeline.credit.methods.grail import GrailOptions
+
+    errors = []
+    for name in config["token_analysis"].get("methods") or ():
+        if name not in config["methods"]:
+            errors.append(
+                f"config key `token_analysis.methods`: '{name}' is not among the study's methods "
+                f"({', '.join(config['methods'])})"
+            )
+        elif not issubclass(credit_method(config["methods"][name]["credit"]).options, GrailOptions):
+            errors.append(
+                f"config key `token_analysis.methods`: '{name}' (credit {config['methods'][name]['credit']}) is not of "
+                "the GRAIL family: the analysis recomputes GRAIL's weights with the method's GRAIL options"
+            )
     return errors
 
 
@@ -90,11 +128,15 @@ def _runtime_key_errors(config: Mapping[str, Any]) -> list[str]:
 
 
 def methods_that_ran(config: Mapping[str, Any]) -> str:
-    """The study's methods that train (``methods_only`` of ``methods``), naming the ones it leaves out."""
+    """The study's methods that train (``methods_only`` of ``methods``, less ``credit_truth.placement_only``),
+    naming the ones it leaves out."""
     chosen = config.get("methods_only")
-    ran = [name for name in config.get("methods", {}) if chosen is None or name in chosen]
-    left_out = [name for name in config.get("methods", {}) if name not in ran]
-    return ", ".join(ran) + (f" (methods_only; not run: {', '.join(left_out)})" if left_out else "")
+    scored_only = (config.get("credit_truth") or {}).get("placement_only") or []
+    ran = [name for name in config.get("methods", {}) if (chosen is None or name in chosen) and name not in scored_only]
+    left_out = [name for name in config.get("methods", {}) if name not in ran and name not in scored_only]
+    notes = [f"methods_only; not run: {', '.join(left_out)}"] if left_out else []
+    notes += [f"placement only: {', '.join(scored_only)}"] if scored_only else []
+    return ", ".join(ran) + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _name_errors(config: Mapping[str, Any]) -> list[str]:

@@ -30,7 +30,7 @@ from pipeline.runtime.settings import RUNTIME_TRAINING_KEYS, RuntimeSettings
 from pipeline.runtime.watchdog import WatchdogConfig
 from pipeline.study import cost
 from pipeline.study.benchmark_sizes import benchmark_items
-from pipeline.study.checks import decisive_benchmarks, is_credit_key, semantic_errors, token_analysis_keys
+from pipeline.study.checks import decisive_benchmarks, semantic_errors, token_analysis_keys
 from pipeline.study.gpu_sizing import EngineLayout, GpuSizing, engine_utilization, fixed_layout, sized_layout
 from pipeline.study.schema import error_block
 from pipeline.study.sections import (
@@ -59,7 +59,8 @@ class Study(StudySettings):
     data: dict[str, Any]
     benchmarks: dict[str, dict[str, Any]]
     models: dict[str, ModelConfig]
-    methods: dict[str, MethodConfig]
+    methods: dict[str, MethodConfig]  # the methods that train (``methods_only``, less ``placement_only``)
+    declared_methods: dict[str, MethodConfig]  # every method of the config's ``methods``: the offline tools score them
     training: dict[str, Any]
     evaluation: EvaluationConfig
     token_analysis: TokenAnalysisConfig
@@ -109,14 +110,16 @@ class Study(StudySettings):
             methods={
                 name: MethodConfig(name, spec)
                 for name, spec in config["methods"].items()
-                if methods_only is None or name in methods_only
+                if (methods_only is None or name in methods_only) and name not in truth.get("placement_only", ())
             },
+            declared_methods={name: MethodConfig(name, spec) for name, spec in config["methods"].items()},
             training=config["training"],
             evaluation=EvaluationConfig(evaluation, checkpoints, baseline, job_per, gpu_sizing),
             token_analysis=TokenAnalysisConfig(
                 enabled=analysis["enabled"],
                 benchmark=analysis.get("benchmark"),
                 checkpoints=tuple(checkpoint_label(c) for c in analysis.get("checkpoints", ())) or checkpoints,
+                methods=None if analysis.get("methods") is None else tuple(analysis["methods"]),
                 spec={k: v for k, v in analysis.items() if k not in TOKEN_ANALYSIS_PLAN_KEYS},
             ),
             significance=SignificanceConfig(**config["significance"]),
@@ -138,6 +141,7 @@ class Study(StudySettings):
                     if truth["enabled"]
                     else None,
                     "rollouts_of": truth.get("rollouts_of", truth["floor"]),
+                    "placement_only": tuple(truth.get("placement_only", ())),
                 }
             ),
             calibration=CalibrationConfig(**config["calibration"]),
@@ -289,22 +293,31 @@ class Study(StudySettings):
         return run_name(run["model"], run["method"], run["seed"])
 
     def credit_specs(self) -> dict[str, dict[str, Any]]:
-        """Each method's credit options (``credit`` and the other GrailGRPOConfig fields of its own, the training
-        settings' shared ones under the method's), as the token viewer rebuilds the methods; the first model's
-        training settings (the viewer's weights do not depend on the model's training overrides)."""
+        """Every declared method's credit options, as the offline tools (token viewer, credit placement) rebuild the
+        methods (``pipeline.evaluation.offline_credit``): ``credit``, the options every method shares and the
+        method's own, the training settings' under the method's; the first model's training settings (the weights
+        do not depend on the model's training overrides). Trained or not: ``methods_only`` and ``placement_only``
+        leave a method out of training, not out of the scores."""
+        from pipeline.credit.method import credit_method  # no torch: planning loads the methods without it
+        from pipeline.credit.settings import SharedCreditOptions
+
         training = self.training_spec(next(iter(self.models)))
-        return {
-            name: {key: value for key, value in {**training, **method.spec}.items() if is_credit_key(key)}
-            for name, method in self.methods.items()
-        }
+        shared = {option.name for option in fields(SharedCreditOptions)}
+        specs = {}
+        for name, method in self.declared_methods.items():
+            own = shared | {option.name for option in fields(credit_method(method.credit).options)}
+            specs[name] = {key: value for key, value in {**training, **method.spec}.items() if key in own}
+        return specs
 
     def credits(self) -> list[str]:
         """The study's credit methods as its config names them (built-in names, import paths), each once, sorted."""
         return sorted({method.credit for method in self.methods.values()})
 
-    def credit_modules(self) -> list[str]:
-        """The modules of the study's credit methods (``MethodConfig.credit_module``), each once, sorted."""
-        return sorted({method.credit_module for method in self.methods.values()})
+    def credit_modules(self, *, scored: bool = False) -> list[str]:
+        """The modules of the study's credit methods (``MethodConfig.credit_module``), each once, sorted: of the
+        trained ones, or with ``scored`` of every declared one (what the offline tools build)."""
+        methods = self.declared_methods if scored else self.methods
+        return sorted({method.credit_module for method in methods.values()})
 
     def viewed_rollouts(self) -> list[dict[str, Any]]:
         """The evaluations the token viewer shows: every (model, method) of the first seed, at every evaluated
@@ -358,10 +371,14 @@ class Study(StudySettings):
         return {name: (spec[name], value) for name, value in trained.items() if name in spec and spec[name] != value}
 
     def grail_runs(self) -> list[dict[str, Any]]:
-        """The runs the token analysis covers (credit ``grail``), empty when it is disabled."""
+        """The runs the token analysis covers (``token_analysis.methods``'; by default credit ``grail``'s), empty
+        when it is disabled."""
         if not self.token_analysis.enabled:
             return []
-        return [run for run in self.runs() if self.methods[run["method"]].credit == "grail"]
+        analysed = self.token_analysis.methods
+        if analysed is None:
+            return [run for run in self.runs() if self.methods[run["method"]].credit == "grail"]
+        return [run for run in self.runs() if run["method"] in analysed]
 
     # ----- evaluation jobs: what each generates, on how many GPUs
 

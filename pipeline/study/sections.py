@@ -6,7 +6,7 @@ Each is a frozen dataclass made once from a schema-checked config with its defau
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
 from pipeline.core.declared import REQUIRED, Range, refuse_out_of_range, setting
@@ -19,7 +19,6 @@ from pipeline.training.run_state import StaleCheckpoints
 LibraryChanges = Literal["warn", "rerun"]  # docs/reruns.md
 
 # Orchestration keys of `token_analysis` (the rest is pipeline.token_analysis's spec).
-TOKEN_ANALYSIS_PLAN_KEYS = ("enabled", "benchmark", "checkpoints")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -291,13 +290,42 @@ class EvaluateRule:
 
 
 @dataclass(frozen=True)
-class TokenAnalysisConfig:
-    """Spec 8 for every GRAIL run: the benchmark whose samples are analysed, the checkpoints, the stage's spec."""
+class TokenAnalysisPlan:
+    """The ``token_analysis`` keys that plan jobs (the others are the stage's, ``TokenAnalysisSpec``), declared here
+    (``pipeline.core.declared``)."""
 
-    enabled: bool
-    benchmark: str | None
-    checkpoints: tuple[str, ...]
-    spec: dict[str, Any]
+    enabled: bool = setting(False, "run the token analysis for the analysed methods' runs")
+    benchmark: str | None = setting(None, "whose evaluation samples are analysed", shared="name", schema_default=False)
+    checkpoints: tuple[str, ...] | None = setting(
+        None,
+        "default evaluation.checkpoints; a checkpoint not in evaluation.checkpoints is exported by every train job and "
+        "evaluated on the analysed benchmark only",
+        json={
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"anyOf": [{"const": "final"}, {"type": "integer", "minimum": 1}]},
+        },
+        schema_default=False,
+    )
+    methods: tuple[str, ...] | None = setting(
+        None,
+        "the methods whose runs are analysed, each of the GRAIL family (its options GRAIL's: grail, grail_shuffled, "
+        "a variant of them); null: every method whose credit is grail",
+        json={"type": ["array", "null"], "minItems": 1, "uniqueItems": True, "items": {"$ref": "#/$defs/name"}},
+    )
+
+
+TOKEN_ANALYSIS_PLAN_KEYS = tuple(option.name for option in fields(TokenAnalysisPlan))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenAnalysisConfig(TokenAnalysisPlan):
+    """Spec 8 for the analysed runs: the plan's settings resolved (the benchmark, the checkpoints) and the stage's
+    spec."""
+
+    checkpoints: tuple[str, ...] = ()
+    spec: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -352,9 +380,19 @@ class CreditTruthConfig:
     floor: str = setting("grpo", "the method that is 0 in the gap share", shared="name")
     ceiling: str = setting("oracle", "the method that is 1 in the gap share", shared="name")
     max_rollouts: int = setting(
-        256, "rollouts with a non-zero advantage scored per seed (the first in benchmark order)", Range(minimum=1)
+        256,
+        "rollouts with a non-zero advantage scored per seed (whole groups in benchmark order, until this many)",
+        Range(minimum=1),
     )
-    batch_size: int = setting(16, "rollouts per forward and backward", Range(minimum=1))
+    batch_size: int = setting(
+        16, "rollouts per forward and backward, within one item's group (never two items' in one)", Range(minimum=1)
+    )
+    placement_only: tuple[str, ...] = setting(
+        (),
+        "methods of `methods` that are scored here (and in the token viewer) on the rollouts without being trained: "
+        "no runs, so no accuracy or gap share",
+        json={"type": "array", "uniqueItems": True, "items": {"$ref": "#/$defs/name"}},
+    )
 
     def __post_init__(self) -> None:
         refuse_out_of_range(self, "credit_truth")

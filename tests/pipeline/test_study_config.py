@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import doctest
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from trl import GRPOConfig
 
 from pipeline.core.io import InputError
 from pipeline.report import analysis_settings
-from pipeline.study.checks import semantic_errors
+from pipeline.study.checks import methods_that_ran, semantic_errors
 from pipeline.study.config import Study
 from pipeline.study.load import load_study
 from pipeline.study.schema import check_config_schema, coerce_overrides, fill_defaults, load_schema, schema_errors
@@ -257,6 +258,20 @@ def test_token_analysis_takes_the_analysed_methods_grail_settings_and_names_an_o
     )
 
 
+def test_every_method_of_the_grail_family_is_analysable() -> None:
+    """`token_analysis.methods` analyses grail_shuffled's runs (GRAIL's options, its own settings); a method that
+    is not of the family, or not in the study, is refused by name."""
+    overrides = {"token_analysis": {"methods": ["grail", "grail_shuffled"]}}
+    bench = load_study([CONFIGS / "credit_bench.yaml"], overrides | {"methods": {"grail_shuffled": {"grail_std": 0.7}}})
+    assert {run["method"] for run in bench.grail_runs()} == {"grail", "grail_shuffled"}
+    assert bench.token_analysis_spec("grail_shuffled")["grail_std"] == 0.7
+    assert {run["method"] for run in load_study([CONFIGS / "credit_bench.yaml"]).grail_runs()} == {"grail"}
+    with pytest.raises(InputError, match=r"`token_analysis.methods`: 'oar_g' \(credit oar_g\) is not of the GRAIL"):
+        load_study([CONFIGS / "credit_bench.yaml"], {"token_analysis": {"methods": ["oar_g"]}})
+    with pytest.raises(InputError, match=r"`token_analysis.methods`: 'grial' is not among the study's methods"):
+        load_study([CONFIGS / "credit_bench.yaml"], {"token_analysis": {"methods": ["grial"]}})
+
+
 def test_default_study_plan() -> None:
     study = load_study([CONFIGS / "default.yaml"])
     assert len(study.runs()) == 1 * 3 * 2
@@ -283,6 +298,38 @@ def test_credit_placement_is_planned_for_a_decisive_benchmark_and_the_rollouts_m
     assert load_study([CONFIGS / "default.yaml"]).placement_models() == []  # no decisive-step benchmark
     off = load_study([CONFIGS / "credit_bench.yaml"], {"credit_truth": {"enabled": False}})
     assert off.placement_models() == []
+
+
+def test_placement_only_methods_are_scored_not_trained() -> None:
+    """`credit_truth.placement_only` scores a method on the rollouts (placement, viewer) without training it; a
+    method that `methods_only` leaves out of training stays scored too; the report's header names both."""
+    ktae = {"methods": {"ktae": {"credit": "ktae", "credit_options": {"ktae_alpha": 0.5}}}}
+    bench = load_study([CONFIGS / "credit_bench.yaml"], ktae | {"credit_truth": {"placement_only": ["ktae"]}})
+    assert "ktae" not in bench.methods and {run["method"] for run in bench.runs()} == {
+        "grpo", "grail", "oar_g", "oracle", "grail_shuffled"
+    }  # fmt: skip
+    assert bench.credit_specs()["ktae"] == {"credit": "ktae", "credit_options": {"ktae_alpha": 0.5}}
+    assert "pipeline.credit.methods.ktae" in bench.credit_modules(scored=True)
+    assert "pipeline.credit.methods.ktae" not in bench.credit_modules()
+    assert methods_that_ran(bench.config).endswith("grail_shuffled (placement only: ktae)")
+    # a method's specs carry only its own options and the shared ones (not another method's grail_* keys)
+    assert set(bench.credit_specs()["oar_g"]) == {"credit", "oar_g_tau", "oar_g_beta", "oar_g_eps", "oar_g_noise_std"}
+    only = load_study([CONFIGS / "credit_bench.yaml"], {"methods_only": ["grpo", "oracle"]})
+    assert set(only.methods) == {"grpo", "oracle"} and "grail" in only.credit_specs()
+
+
+@pytest.mark.parametrize(
+    ("truth", "message"),
+    [
+        ({"placement_only": ["ktae_typo"]}, "credit_truth.placement_only`: ktae_typo not among the study's methods"),
+        ({"placement_only": ["grpo"]}, "credit_truth.placement_only`: 'grpo' is credit_truth.rollouts_of"),
+        ({"placement_only": ["oracle"]}, "credit_truth.placement_only`: 'oracle' is credit_truth.ceiling"),
+        ({"placement_only": ["grail"], "enabled": False}, "grail would run nowhere"),
+    ],
+)
+def test_placement_only_is_checked(truth: dict, message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_study([CONFIGS / "credit_bench.yaml"], {"credit_truth": truth})
 
 
 def test_paper_study_plan() -> None:
