@@ -114,7 +114,9 @@ class Study(StudySettings):
             },
             declared_methods={name: MethodConfig(name, spec) for name, spec in config["methods"].items()},
             training=config["training"],
-            evaluation=EvaluationConfig(evaluation, checkpoints, baseline, job_per, gpu_sizing),
+            evaluation=EvaluationConfig(
+                spec=evaluation, checkpoints=checkpoints, baseline=baseline, job_per=job_per, gpu_sizing=gpu_sizing
+            ),
             token_analysis=TokenAnalysisConfig(
                 enabled=analysis["enabled"],
                 benchmark=analysis.get("benchmark"),

@@ -265,14 +265,36 @@ class MethodConfig:
 
 
 @dataclass(frozen=True)
-class EvaluationConfig:
-    """EVAL_SPEC for the evaluate stage, plus what to evaluate: checkpoints (labels) and the baseline, and how many
-    GPUs each job asks for on the vllm backend (``gpu_sizing``)."""
+class EvaluationPlan:
+    """The ``evaluation`` keys that plan jobs (the stage's are ``EvalSpec``), declared here
+    (``pipeline.core.declared``)."""
+
+    checkpoints: tuple[str | int, ...] = setting(
+        ("final",),
+        "what each run is evaluated at: `final` and/or training steps (exported by the train job)",
+        json={
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"anyOf": [{"const": "final"}, {"type": "integer", "minimum": 1}]},
+        },
+    )
+    baseline: bool = setting(True, "also evaluate each model's starting point (method `base`, checkpoint `start`)")
+    job_per: Literal["checkpoint", "benchmark"] = setting(
+        "checkpoint",
+        "checkpoint: one evaluate job per (run, checkpoint) serves all its benchmarks with one engine start-up (each "
+        "benchmark its own samples file; a changed benchmark regenerates only its own samples); benchmark: one job "
+        "per (run, checkpoint, benchmark), shorter jobs for a site that limits job length, an engine start-up each",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluationConfig(EvaluationPlan):
+    """EVAL_SPEC for the evaluate stage, plus what to evaluate: the plan's settings (checkpoints as labels), and how
+    many GPUs each job asks for on the vllm backend (``gpu_sizing``)."""
 
     spec: dict[str, Any]
     checkpoints: tuple[str, ...]
-    baseline: bool
-    job_per: str  # checkpoint | benchmark: what one evaluate job covers
     gpu_sizing: GpuSizing = field(default_factory=GpuSizing)
 
 
