@@ -19,7 +19,9 @@ needs it), in its own batch (one prompt, the completions padded to the group's l
 ``--batch-size`` rows per forward and backward), so no rollout's weights depend on which other items were weighed
 or on the batch size while it holds a group. Per seed, whole groups are taken in benchmark order until
 ``--max-rollouts`` rollouts whose advantage is not zero are held (GRPO's centred group reward over the item's
-samples; a zero advantage carries no loss), and those rollouts are scored. Each completion's per-token truth comes
+samples; a zero advantage carries no loss), and those rollouts are scored. A method's noise (OAR-G's, grail_shuffled's
+permutations) is seeded per group, from ``--seed``, the training seed and the item (``offline_credit.group_seed``).
+Each completion's per-token truth comes
 from its problem (``pipeline.tasks.decisive.token_truth``), never from a model.
 
 Each method gets two placements per sign: on every token, and outside the answer's box (the queried chain against
@@ -94,6 +96,7 @@ class ScoredGroup:
     """An item's evaluation samples, whole: every rollout (empty ones too, as training sees them) and its reward;
     ``scored`` are those with a non-zero advantage and a token, whose placement counts."""
 
+    item: str
     problem: str
     rollouts: list[ScoredRollout]
     rewards: list[float]
@@ -119,7 +122,7 @@ def scored_groups(
             rollouts.append(
                 ScoredRollout(seed, problems[item], ids, bool(sample["correct"]), advantage, decisive, in_answer)
             )
-        group = ScoredGroup(problems[item], rollouts, rewards)
+        group = ScoredGroup(item, problems[item], rollouts, rewards)
         if group.scored:
             chosen.append(group)
             held += len(group.scored)
@@ -144,7 +147,7 @@ def weigh(
         batch = rollout_batch(sampled, advantages, tokenizer.pad_token_id)
         rewards = torch.tensor(group.rewards)
         for name, method in methods.items():
-            result = method_result(method, model, tokenizer, batch, rewards)
+            result = method_result(method, model, tokenizer, batch, rewards, f"{group.rollouts[0].seed}/{group.item}")
             weights = result.weights
             if weights is None:
                 weights = relative_advantages(result.advantages, batch["advantages"])

@@ -141,7 +141,7 @@ def compute_views(
         sampled = [Rollout(prompt, ids, bool(reward)) for ids, reward in zip(completions, rewards, strict=True)]
         batch = rollout_batch(sampled, centred_advantages(rewards), tokenizer.pad_token_id)
         computed = {
-            name: method_weights(method, model, tokenizer, batch, torch.tensor(rewards))
+            name: method_weights(method, model, tokenizer, batch, torch.tensor(rewards), item)
             for name, method in methods.items()
         }
         unweighted |= {name for name, values in computed.items() if values is None}

@@ -12,6 +12,7 @@ weighed, nor on the batch size while it holds a whole group; a group method (``g
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any
 
 import torch
@@ -72,20 +73,29 @@ def centred_advantages(rewards: list[float]) -> list[float]:
     return [reward - mean for reward in rewards]
 
 
+def group_seed(seed: int, group: str) -> int:
+    """The seed of a group's noise: ``seed`` and the group's name (its item id) hashed (SHA-256, 63 bits), so that
+    each group draws its own noise (OAR-G's, grail_shuffled's permutations), the same whatever else is weighed."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{group}".encode()).digest()[:8], "big") >> 1
+
+
 def method_result(
     method: CreditMethod,
     model: Any,
     tokenizer: Any,
     batch: dict[str, torch.Tensor],
     rewards: torch.Tensor | None = None,
+    group: str = "",
 ) -> CreditResult:
     """The ``CreditResult`` of ``method`` on ``batch`` (prompt/completion ids and masks, advantages), computed by
-    the method as in training with a fresh ``OfflineHost``. A group method gets the batch as one group (its
-    ``rewards``; the policy's statistics when it asks for them); a per-row method its boxed spans."""
+    the method as in training with a fresh ``OfflineHost`` whose noise is seeded by ``group_seed(seed, group)``. A
+    group method gets the batch as one group (its ``rewards``; the policy's statistics when it asks for them); a
+    per-row method its boxed spans."""
     from accelerate import Accelerator
 
     args = method.args
-    host = OfflineHost(args, Accelerator(cpu=next(model.parameters()).device.type == "cpu"), tokenizer)
+    noise = dataclasses.replace(args, seed=group_seed(args.seed, group))
+    host = OfflineHost(noise, Accelerator(cpu=next(model.parameters()).device.type == "cpu"), tokenizer)
     if method.groups:
         if rewards is None:
             raise ValueError(f"credit method {method.name!r} works on groups: pass the group's rewards")
@@ -122,9 +132,10 @@ def method_weights(
     tokenizer: Any,
     batch: dict[str, torch.Tensor],
     rewards: torch.Tensor | None = None,
+    group: str = "",
 ) -> torch.Tensor | None:
     """(B, T) weights of ``method`` on ``batch`` (``method_result``); None for a method without weights (additive)."""
-    result = method_result(method, model, tokenizer, batch, rewards)
+    result = method_result(method, model, tokenizer, batch, rewards, group)
     return None if result.weights is None else result.weights.detach()
 
 

@@ -15,8 +15,8 @@ import torch
 
 from pipeline.core.io import InputError
 from pipeline.credit_placement import main, outside_answer, scored_groups, weigh
-from pipeline.evaluation.offline_credit import credit_methods
-from pipeline.evaluation.token_weights import TokenAnalysisSpec
+from pipeline.evaluation.offline_credit import credit_methods, group_seed, method_result
+from pipeline.evaluation.token_weights import Rollout, TokenAnalysisSpec, prompt_ids, rollout_batch
 from pipeline.models.loading import load_model, load_tokenizer
 from pipeline.models.tiny_model import TinyModelSpec, save_tiny_model
 from pipeline.report import credit_placement_section
@@ -193,3 +193,25 @@ def test_a_group_method_gets_its_whole_group(tiny_policy, monkeypatch) -> None:
         assert len(values) > 2, name
     rewards = torch.tensor(groups[0].rewards)
     assert rewards.tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_each_group_draws_its_own_noise(tiny_policy) -> None:
+    """grail_shuffled's permutations come from a generator seeded by (seed, group): the same group gets the same
+    draw, another group another (one seed for every group repeated one permutation on every group's rows, which
+    put the shuffled control off chance)."""
+    model, tokenizer = tiny_policy
+    methods, _ = credit_methods({"shuffled": {"credit": "grail_shuffled", "grail_symmetry": "both"}}, 0.7, 0)
+    problem = PROBLEMS[0]
+    solution = worked_solution(problem["problem"], problem["answer"])
+    ids = tokenizer(solution, add_special_tokens=False)["input_ids"]
+    prompt = prompt_ids(tokenizer, problem["problem"], TokenAnalysisSpec(prompt_template="bare"))
+    rollouts = [Rollout(prompt, ids, True), Rollout(prompt, ids, False)]
+    batch = rollout_batch(rollouts, [0.5, -0.5], tokenizer.pad_token_id)
+    draws = {
+        group: method_result(methods["shuffled"], model, tokenizer, batch, group=group).weights
+        for group in ("0/q1", "0/q1 again", "0/q2")
+    }
+    again = method_result(methods["shuffled"], model, tokenizer, batch, group="0/q1").weights
+    assert torch.equal(draws["0/q1"], again)
+    assert not torch.equal(draws["0/q1"], draws["0/q2"]) and not torch.equal(draws["0/q1"], draws["0/q1 again"])
+    assert group_seed(0, "q1") != group_seed(0, "q2") != group_seed(1, "q2")
