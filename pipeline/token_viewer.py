@@ -43,7 +43,7 @@ from pipeline.core.progress import progress
 from pipeline.core.specs import dataclass_from_mapping
 from pipeline.credit import find_boxed_spans
 from pipeline.credit.method import CreditMethod
-from pipeline.evaluation.offline_credit import centred_advantages, credit_methods, method_weights
+from pipeline.evaluation.offline_credit import centred_advantages, credit_methods, method_result
 from pipeline.evaluation.token_weights import (
     Rollout,
     TokenAnalysisSpec,
@@ -141,7 +141,7 @@ def compute_views(
         sampled = [Rollout(prompt, ids, bool(reward)) for ids, reward in zip(completions, rewards, strict=True)]
         batch = rollout_batch(sampled, centred_advantages(rewards), tokenizer.pad_token_id)
         computed = {
-            name: method_weights(method, model, tokenizer, batch, torch.tensor(rewards), item)
+            name: method_result(method, model, tokenizer, batch, torch.tensor(rewards), item).weights
             for name, method in methods.items()
         }
         unweighted |= {name for name, values in computed.items() if values is None}

@@ -87,10 +87,10 @@ def method_result(
     rewards: torch.Tensor | None = None,
     group: str = "",
 ) -> CreditResult:
-    """The ``CreditResult`` of ``method`` on ``batch`` (prompt/completion ids and masks, advantages), computed by
-    the method as in training with a fresh ``OfflineHost`` whose noise is seeded by ``group_seed(seed, group)``. A
-    group method gets the batch as one group (its ``rewards``; the policy's statistics when it asks for them); a
-    per-row method its boxed spans."""
+    """The advantages and weights (detached; ``weights`` None for a method without: additive) of ``method`` on
+    ``batch`` (prompt/completion ids and masks, advantages), computed by the method as in training with a fresh
+    ``OfflineHost`` whose noise is seeded by ``group_seed(seed, group)``. A group method gets the batch as one group
+    (its ``rewards``; the policy's statistics when it asks for them); a per-row method its boxed spans."""
     from accelerate import Accelerator
 
     args = method.args
@@ -117,26 +117,15 @@ def method_result(
             rows,
             statistics,
         )
-        return method.group_advantages(inputs)
-    spans = None
-    if method.needs_spans:
-        ids, mask = batch["completion_ids"], batch["completion_mask"]
-        spans = find_boxed_spans(tokenizer, ids, mask, which=args.answer_span, alignment=args.answer_alignment)
-    with torch.enable_grad():
-        return method.advantages(CreditInputs(batch, spans, model, host, share_loss_forward=False))
-
-
-def method_weights(
-    method: CreditMethod,
-    model: Any,
-    tokenizer: Any,
-    batch: dict[str, torch.Tensor],
-    rewards: torch.Tensor | None = None,
-    group: str = "",
-) -> torch.Tensor | None:
-    """(B, T) weights of ``method`` on ``batch`` (``method_result``); None for a method without weights (additive)."""
-    result = method_result(method, model, tokenizer, batch, rewards, group)
-    return None if result.weights is None else result.weights.detach()
+        result = method.group_advantages(inputs)
+    else:
+        spans = None
+        if method.needs_spans:
+            ids, mask = batch["completion_ids"], batch["completion_mask"]
+            spans = find_boxed_spans(tokenizer, ids, mask, which=args.answer_span, alignment=args.answer_alignment)
+        with torch.enable_grad():
+            result = method.advantages(CreditInputs(batch, spans, model, host, share_loss_forward=False))
+    return CreditResult(result.advantages.detach(), None if result.weights is None else result.weights.detach(), {})
 
 
 def relative_advantages(token_advantages: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:

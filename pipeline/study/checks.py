@@ -75,11 +75,7 @@ def _credit_truth_errors(config: Mapping[str, Any]) -> list[str]:
             f"config key `credit_truth.rollouts_of`: unknown method '{method}' (methods: {', '.join(config['methods'])})"
         )
     scored_only = truth.get("placement_only") or []
-    if unknown := [name for name in scored_only if name not in config["methods"]]:
-        errors.append(
-            f"config key `credit_truth.placement_only`: {', '.join(unknown)} not among the study's methods "
-            f"({', '.join(config['methods'])})"
-        )
+    errors += unknown_methods("credit_truth.placement_only", scored_only, config)
     for key in ("rollouts_of", "floor", "ceiling"):
         if (method := truth.get(key, truth.get("floor"))) in scored_only:
             errors.append(
@@ -99,14 +95,10 @@ def _analysed_method_errors(config: Mapping[str, Any]) -> list[str]:
     from pipeline.credit.method import credit_method  # no torch: planning loads the methods without it
     from pipeline.credit.methods.grail import GrailOptions
 
-    errors = []
-    for name in config["token_analysis"].get("methods") or ():
-        if name not in config["methods"]:
-            errors.append(
-                f"config key `token_analysis.methods`: '{name}' is not among the study's methods "
-                f"({', '.join(config['methods'])})"
-            )
-        elif not issubclass(credit_method(config["methods"][name]["credit"]).options, GrailOptions):
+    analysed = config["token_analysis"].get("methods") or ()
+    errors = unknown_methods("token_analysis.methods", analysed, config)
+    for name in (name for name in analysed if name in config["methods"]):
+        if not issubclass(credit_method(config["methods"][name]["credit"]).options, GrailOptions):
             errors.append(
                 f"config key `token_analysis.methods`: '{name}' (credit {config['methods'][name]['credit']}) is not of "
                 "the GRAIL family: the analysis recomputes GRAIL's weights with the method's GRAIL options"
@@ -139,14 +131,17 @@ def methods_that_ran(config: Mapping[str, Any]) -> str:
     return ", ".join(ran) + (f" ({'; '.join(notes)})" if notes else "")
 
 
+def unknown_methods(key: str, names: Any, config: Mapping[str, Any]) -> list[str]:
+    """The error of a config key that lists ``names`` of methods, for those that ``methods`` does not define."""
+    if unknown := [name for name in names or () if name not in config["methods"]]:
+        return [
+            f"config key `{key}`: {', '.join(unknown)} not among the study's methods ({', '.join(config['methods'])})"
+        ]
+    return []
+
+
 def _name_errors(config: Mapping[str, Any]) -> list[str]:
-    errors = []
-    unknown = [name for name in config.get("methods_only") or () if name not in config["methods"]]
-    if unknown:
-        errors.append(
-            f"config key `methods_only`: {', '.join(unknown)} not among the study's methods "
-            f"({', '.join(config['methods'])})"
-        )
+    errors = unknown_methods("methods_only", config.get("methods_only"), config)
     if BASELINE_METHOD in config["methods"]:
         errors.append(f"config key `methods.{BASELINE_METHOD}`: the name is reserved for the starting model")
     return errors

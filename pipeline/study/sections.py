@@ -264,6 +264,15 @@ class MethodConfig:
         return {key: value for key, value in self.spec.items() if not is_credit_key(key)}
 
 
+# the JSON schema of a list of checkpoints: `final` and/or training steps
+CHECKPOINT_LIST = {
+    "type": "array",
+    "minItems": 1,
+    "uniqueItems": True,
+    "items": {"anyOf": [{"const": "final"}, {"type": "integer", "minimum": 1}]},
+}
+
+
 @dataclass(frozen=True)
 class EvaluationPlan:
     """The ``evaluation`` keys that plan jobs (the stage's are ``EvalSpec``), declared here
@@ -272,12 +281,7 @@ class EvaluationPlan:
     checkpoints: tuple[str | int, ...] = setting(
         ("final",),
         "what each run is evaluated at: `final` and/or training steps (exported by the train job)",
-        json={
-            "type": "array",
-            "minItems": 1,
-            "uniqueItems": True,
-            "items": {"anyOf": [{"const": "final"}, {"type": "integer", "minimum": 1}]},
-        },
+        json=CHECKPOINT_LIST,
     )
     baseline: bool = setting(True, "also evaluate each model's starting point (method `base`, checkpoint `start`)")
     job_per: Literal["checkpoint", "benchmark"] = setting(
@@ -322,12 +326,7 @@ class TokenAnalysisPlan:
         None,
         "default evaluation.checkpoints; a checkpoint not in evaluation.checkpoints is exported by every train job and "
         "evaluated on the analysed benchmark only",
-        json={
-            "type": "array",
-            "minItems": 1,
-            "uniqueItems": True,
-            "items": {"anyOf": [{"const": "final"}, {"type": "integer", "minimum": 1}]},
-        },
+        json=CHECKPOINT_LIST,
         schema_default=False,
     )
     methods: tuple[str, ...] | None = setting(

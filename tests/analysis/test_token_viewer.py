@@ -185,9 +185,11 @@ def viewer_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[di
 def test_stage_progress_is_readable_in_a_log_file(viewer_page) -> None:
     _, _, log = viewer_page
     assert "\r" not in log
+    # the last refresh and the close may both print the finished bar when a checkpoint takes over the refresh
+    # interval (a loaded machine)
     final = [line for line in log.splitlines() if line.startswith("token weights: 100%")]
-    assert len(final) == 1 and re.search(
-        r"\| 2/2 \[\d\d:\d\d<00:00, +[\d.]+(s/checkpoint|checkpoint/s)\]$", final[0]
+    assert final and all(
+        re.search(r"\| 2/2 \[\d\d:\d\d<00:00, +[\d.]+(s/checkpoint|checkpoint/s)\]$", line) for line in final
     ), log
 
 

@@ -129,15 +129,15 @@ def test_entropy_example_trains_with_one_forward_per_micro_step_as_grpo(random_m
 
 
 def test_token_viewer_weights_the_entropy_example_offline(random_model_dir, tmp_path, examples_on_path):
-    """The viewer's path (``pipeline.evaluation.offline_credit.method_weights``, an ``OfflineHost``): the example's weights on
+    """The viewer's path (``pipeline.evaluation.offline_credit.method_result``, an ``OfflineHost``): the example's weights on
     every real token, within its clip, 0 on padding."""
-    from pipeline.evaluation.offline_credit import credit_methods, method_weights
+    from pipeline.evaluation.offline_credit import credit_methods, method_result
 
     trainer = make_trainer(random_model_dir, tmp_path, **PRECISION)
     batch = boxed_batch(trainer.processing_class, COMPLETIONS, [1.0, -1.0, 0.5, -0.5, 0.0, 1.0])
     methods, unweighted = credit_methods({"entropy": {"credit": "examples.entropy_weights"}}, TEMPERATURE, seed=0)
     model = trainer.accelerator.unwrap_model(trainer.model)
-    weights = method_weights(methods["entropy"], model, trainer.processing_class, batch)
+    weights = method_result(methods["entropy"], model, trainer.processing_class, batch).weights
     mask = batch["completion_mask"].bool()
     assert not unweighted and weights.shape == mask.shape and not weights[~mask].any()
     assert ((weights[mask] >= 0.5) & (weights[mask] <= 2.0)).all() and weights[mask].std() > 0
