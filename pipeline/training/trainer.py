@@ -213,11 +213,24 @@ class GrailGRPOTrainer(GRPOTrainer):
         group_size = self.num_generations if self.model.training else self.num_generations_eval
         statistics = None
         if self.credit.token_statistics:
-            local = CreditInputs(batch, None, self.model, self, share_loss_forward=False).token_statistics()
+            # one no-grad forward per micro-batch of rows, not of the whole generation batch: its activations
+            # are a micro-step's, as the loss's are
+            sequence_keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+            chunk = self.args.per_device_train_batch_size
+            parts = [
+                CreditInputs(
+                    {key: batch[key][start : start + chunk] for key in sequence_keys},
+                    None,
+                    self.model,
+                    self,
+                    share_loss_forward=False,
+                ).token_statistics()
+                for start in range(0, local_rows, chunk)
+            ]
             statistics = TokenStatistics(
                 *(
-                    accelerator.gather(accelerator.pad_across_processes(t, dim=1))
-                    for t in (local.logps, local.entropies)
+                    accelerator.gather(accelerator.pad_across_processes(torch.cat(values), dim=1))
+                    for values in ([p.logps for p in parts], [p.entropies for p in parts])
                 )
             )
         inputs = GroupInputs(
