@@ -253,7 +253,7 @@ class CreditMethod:
     headline: ClassVar[tuple[str, ...]] = ()
     per_token: ClassVar[bool] = True  # False: the advantages stay TRL's (B,) ones, the loss is TRL's own
     groups: ClassVar[bool] = False  # True: ``group_advantages`` on whole groups, once per generation batch
-    token_statistics: ClassVar[bool] = False  # a group method's GroupInputs.statistics (one no-grad forward a batch)
+    token_statistics: ClassVar[bool] = False  # GroupInputs.statistics: a no-grad forward per micro-batch
     required: ClassVar[dict[str, str]] = {}  # option -> why a study config must set it explicitly
 
     @classmethod
