@@ -156,17 +156,22 @@ EOF
   sacctmgr -i add cluster ci >/dev/null || true
   sacctmgr -i add account ciacct Description=ci Organization=ci >/dev/null || true
   sacctmgr -i add user root DefaultAccount=ciacct >/dev/null || true
-  if [ "$SITE" = 1 ]; then
-    sacctmgr -i add qos grail-gpu MaxWall=1-00:00:00 MaxTRESPerUser=gres/gpu=8 Flags=DenyOnLimit >/dev/null || true
-    sacctmgr -i add account grail-lab Description=site Organization=site >/dev/null || true
-    sacctmgr -i add user root Account=grail-lab >/dev/null || true
-    sacctmgr -i modify user root set QOS=normal,grail-gpu DefaultQOS=normal >/dev/null || true
-  fi
 fi
 
 # --- daemons -------------------------------------------------------------
 pgrep -x slurmctld >/dev/null || /usr/sbin/slurmctld
 for _ in $(seq 40); do scontrol ping >/dev/null 2>&1 && break; sleep 0.5; done
+
+if [ "$SITE" = 1 ] && ! sacctmgr -n -P list qos format=name 2>/dev/null | grep -qx grail-gpu; then
+  # The QOS limits gres/gpu, a TRES the database knows only once slurmctld has registered its
+  # AccountingStorageTRES: on a fresh database, adding it before that fails ("no TRES known by type gres/gpu").
+  for _ in $(seq 60); do sacctmgr -n -P list tres 2>/dev/null | grep -q '^gres|gpu|' && break; sleep 0.5; done
+  sacctmgr -i add qos grail-gpu MaxWall=1-00:00:00 MaxTRESPerUser=gres/gpu=8 Flags=DenyOnLimit >/dev/null
+  sacctmgr -i add account grail-lab Description=site Organization=site >/dev/null || true
+  sacctmgr -i add user root Account=grail-lab >/dev/null || true
+  sacctmgr -i modify user root set QOS=normal,grail-gpu DefaultQOS=normal >/dev/null
+fi
+
 pgrep -x slurmd >/dev/null || /usr/sbin/slurmd -N localhost
 for _ in $(seq 60); do [ "$(sinfo -h -n localhost -o %T 2>/dev/null)" = idle ] && break; sleep 0.5; done
 if [ "$SITE" = 1 ] && ! scontrol show reservation grail-resv >/dev/null 2>&1; then
