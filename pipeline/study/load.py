@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.core.io import InputError
+from pipeline.core.io import InputError, read_yaml
 from pipeline.study import inputs
 from pipeline.study.config import Study
 from pipeline.study.schema import check_config_schema, coerce_overrides, fill_defaults
@@ -36,7 +36,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     """One config file's top-level mapping; InputError naming the file otherwise."""
     try:
         with open(path, encoding="utf-8") as handle:
-            config = yaml.safe_load(handle)
+            config = read_yaml(handle)
     except (OSError, yaml.YAMLError) as error:
         raise InputError(f"{path}: cannot read the study config: {error}") from error
     if not isinstance(config, dict):

@@ -11,11 +11,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from pipeline.core.io import InputError
+from pipeline.core.io import InputError, read_yaml
 from pipeline.core.repo import SCHEMA_PATH
 from pipeline.core.specs import annotation_accepts
 
@@ -23,7 +22,7 @@ from pipeline.core.specs import annotation_accepts
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
     """The JSON Schema (YAML) as a dict."""
     with open(path, encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+        return read_yaml(handle)
 
 
 def _dotted(path: Iterable[Any]) -> str:

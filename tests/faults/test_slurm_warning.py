@@ -11,10 +11,11 @@ the Snakemake that the jobstep executor starts with `srun`, the rule's shell, th
 stage may act on it; every layer above must survive it, or the step dies with status 138 while the checkpoint is
 still being written. `scancel --signal=USR1 JOB` sends exactly that signal (all steps, not the batch shell).
 
-The first window holds after checkpoint-2 (tests/hold_stage) until the launcher's own warning, 60 s into the
-window (a 3-minute limit, a 120 s lead); the second holds after checkpoint-4 until the test sends Slurm's. With
+The first window holds after checkpoint-2 (tests/hold_stage) until the launcher's own warning, 2 minutes into
+the window (a 4-minute limit, a 120 s lead: with a 3-minute limit, a loaded 2-core machine spent the first minute
+on the jobstep's Snakemake and the stage's start-up, and the warning came before the first step); the second holds after checkpoint-4 until the test sends Slurm's. With
 `retries: 1` and `time_windows: 8` the run needs at least three windows of one Slurm job and must finish in that
-one attempt (the launcher warns every window 60 s in: on a loaded machine the third does not finish the run, and
+one attempt (the launcher warns every window 2 minutes in: on a loaded machine the third does not finish the run, and
 the next ones go on). Slurm holds a requeued job for about two minutes (BeginTime); the test lifts the hold (`scontrol update
 StartTime=now+2`).
 
@@ -25,7 +26,7 @@ Broken on purpose: with the launcher's requeue removed (close_window returning F
 Snakemake saw the first window's 75 as a failure and retried the job in a new Slurm job, so the test's warning
 went to a job that no longer ran; with the gate removed from run_cli, the bad job's retry ran the stage again
 (its log without the "not run again" line); before the Snakefile ignored SIGUSR1 the jobstep died of the warning
-(status 138); with the launcher arming no warning, the first window held until the test's 400 s ran out.
+(status 138); with the launcher arming no warning, the first window held until the test's 600 s ran out.
 """
 
 from __future__ import annotations
@@ -64,10 +65,10 @@ def accounting() -> bool:
 
 def wait_for_the_next_window(job: str, run_dir: Path, step: int, snakemake: subprocess.Popen) -> None:
     """Lift the requeue hold of ``job`` until its next run published checkpoint-``step``."""
-    deadline = time.monotonic() + 400
+    deadline = time.monotonic() + 600
     while step not in checkpoint_steps(run_dir):
         assert snakemake.poll() is None, f"Snakemake ended (status {snakemake.returncode}) before checkpoint-{step}"
-        assert time.monotonic() < deadline, f"no checkpoint-{step} within 400 s: {scontrol_job(job)}"
+        assert time.monotonic() < deadline, f"no checkpoint-{step} within 600 s: {scontrol_job(job)}"
         lift_requeue_hold(job)
         time.sleep(0.5)
 
@@ -76,7 +77,7 @@ def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path)
     config = small_study()
     config["resources"] = {
         "default": {"cpus": 1, "mem_mb": 1000, "runtime": 10},
-        "train": {"runtime": 3, "time_limit_warning_s": 120},  # the launcher's warning 60 s into each window
+        "train": {"runtime": 4, "time_limit_warning_s": 120},  # the launcher's warning 2 minutes into each window
     }
     config["time_windows"] = WINDOWS
     # beside it, a job with bad input that only its stage can find (a hub dataset not in the offline cache: the plan's
@@ -99,7 +100,7 @@ def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path)
             command, cwd=study, env=stage_env(**hold_training_env(2, 4)), stdout=log, stderr=subprocess.STDOUT
         )
         try:
-            wait_until(lambda: 2 in checkpoint_steps(run_dir), "checkpoint-2", snakemake, timeout=400)
+            wait_until(lambda: 2 in checkpoint_steps(run_dir), "checkpoint-2", snakemake, timeout=600)
             job, slurm_log = SUBMITTED_TRAIN_JOB.findall(output.read_text(encoding="utf-8"))[0]
             wait_for_the_next_window(job, run_dir, 4, snakemake)  # the launcher's warning: window 1 saved step 3
             resumed = (study / TRAIN_LOG).read_text(encoding="utf-8")
