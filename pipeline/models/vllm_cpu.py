@@ -1,5 +1,5 @@
 """The changes the project makes to vLLM's start on its CPU platform: weights stay where weight syncs write them,
-a bounded KV cache, and module globals that its kernel scan can read.
+engines without torch.compile, a bounded KV cache, and module globals that its kernel scan can read.
 
 TRL's colocate mode (``use_vllm: true, vllm_mode: colocate``) copies the policy's weights into the in-process vLLM
 engine before each generation round (``load_weights`` through each parameter's ``weight_loader``). On vLLM's CPU
@@ -17,6 +17,10 @@ skips, ``_cpu_skip_gemm_dispatch``), so a synced weight is used by the next gene
 speed-up of the engine's generation. The trainer calls it before TRL builds the engine; on any other platform it
 does nothing.
 
+``eager_cpu_engines`` builds the engines TRL starts without torch.compile, as the evaluation's CPU engines are:
+on the CPU vLLM otherwise compiles the model with Inductor at each engine start, and a fresh machine builds the
+C++ kernels of every model shape again.
+
 ``default_cpu_kv_cache`` fixes the KV cache of a CPU engine (``VLLM_CPU_KVCACHE_SPACE``, GiB) unless the user set
 it. Without it vLLM sizes the cache as ``gpu_memory_utilization`` x the NUMA node's memory minus what the process
 already holds, and in colocate mode that process is the trainer: a fraction small enough to leave room for two
@@ -29,6 +33,7 @@ a Snakemake workflow holds a global that vLLM's start-up scan of all modules can
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -56,6 +61,34 @@ def keep_cpu_weights_in_place() -> bool:
 
     for method in (UnquantizedLinearMethod, UnquantizedEmbeddingMethod):
         method.process_weights_after_loading = compute_with_live_weight
+    return True
+
+
+def eager_cpu_engines() -> bool:
+    """On vLLM's CPU platform, build every engine from now on as ``LLM(..., enforce_eager=True)`` unless the caller
+    says otherwise, as the evaluation's CPU engines are built (pipeline.evaluation.vllm_backend); True when it did
+    (idempotent), False on any other platform.
+
+    TRL builds the colocated engine with its own arguments, none of them ``enforce_eager``, and vLLM's CPU platform
+    then compiles the model with Inductor at every engine start (``CompilationMode.DYNAMO_TRACE_ONCE``: C++ kernels
+    built by the machine's compiler, cached per machine under ~/.cache/vllm and the Inductor cache)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return False
+    from vllm import LLM
+
+    build = LLM.__init__
+    if getattr(build, "eager_on_cpu", False):
+        return True
+
+    @functools.wraps(build)
+    def build_eagerly(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("enforce_eager", True)
+        build(self, *args, **kwargs)
+
+    build_eagerly.eager_on_cpu = True  # type: ignore[attr-defined]
+    LLM.__init__ = build_eagerly  # type: ignore[method-assign]
     return True
 
 

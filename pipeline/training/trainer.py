@@ -39,7 +39,12 @@ from pipeline.credit.method import (
     logps_and_entropies_from_logits,
     scaled,
 )
-from pipeline.models.vllm_cpu import default_cpu_kv_cache, globals_vllm_can_scan, keep_cpu_weights_in_place
+from pipeline.models.vllm_cpu import (
+    default_cpu_kv_cache,
+    eager_cpu_engines,
+    globals_vllm_can_scan,
+    keep_cpu_weights_in_place,
+)
 from pipeline.training.grpo_config import GrailGRPOConfig
 from pipeline.training.trainer_metrics import log_advantage_metrics, log_credit_stats
 
@@ -77,6 +82,7 @@ class GrailGRPOTrainer(GRPOTrainer):
         if colocated:
             # TRL builds the engine in this process and syncs weights into it: pipeline/models/vllm_cpu.py
             keep_cpu_weights_in_place()
+            eager_cpu_engines()
             default_cpu_kv_cache()
         with globals_vllm_can_scan() if colocated else nullcontext():
             super().__init__(model, reward_funcs, args, **kwargs)

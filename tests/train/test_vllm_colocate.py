@@ -40,8 +40,12 @@ CREDIT_METRICS = {"grpo": "reward", "grail": "grail/weight_mean", "oar_g": "oar_
 def test_colocate_training_logs_importance_sampling(model_dir, train_jsonl, tmp_path, credit):
     run_dir = tmp_path / credit
     command = train_command(model_dir, train_jsonl, run_dir, training_spec=VLLM_SPEC, method_spec={"credit": credit})
-    result = run_train(command, pseudo_random_reward_env())
+    vllm_cache = tmp_path / "vllm_cache"
+    result = run_train(command, pseudo_random_reward_env(), {"VLLM_CACHE_ROOT": str(vllm_cache)})
     assert result.returncode == 0, result.stderr[-4000:]
+    # the engine TRL built ran eagerly (pipeline.models.vllm_cpu.eager_cpu_engines): vLLM compiled nothing, so it
+    # cached nothing (a compiled engine writes its graphs under VLLM_CACHE_ROOT/torch_compile_cache)
+    assert not (vllm_cache / "torch_compile_cache").exists()
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [entry for entry in steps if "loss" in entry]
     assert len(steps) == VLLM_SPEC["max_steps"]
@@ -135,6 +139,25 @@ def test_weight_patch_applies_on_the_cpu_platform_only(monkeypatch, vllm_methods
     assert vllm_cpu.keep_cpu_weights_in_place() is cpu
     patched = [method.process_weights_after_loading for method in vllm_methods]
     assert patched == ([vllm_cpu.compute_with_live_weight] * 2 if cpu else originals)
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("cpu", [True, False])
+def test_engines_are_built_eagerly_on_the_cpu_platform_only(monkeypatch, cpu):
+    import vllm.platforms
+    from vllm import LLM
+
+    monkeypatch.setattr(LLM, "__init__", LLM.__init__)
+    built_with = []
+    monkeypatch.setattr(LLM, "__init__", lambda self, *args, **kwargs: built_with.append(kwargs))
+    monkeypatch.setattr(vllm.platforms, "current_platform", FakePlatform(cpu))
+    assert vllm_cpu.eager_cpu_engines() is cpu
+    assert vllm_cpu.eager_cpu_engines() is cpu  # idempotent: one wrapper
+    LLM(model="m")
+    LLM(model="m", enforce_eager=False)  # a caller's own choice stays
+    assert built_with == ([{"model": "m", "enforce_eager": True}] if cpu else [{"model": "m"}]) + [
+        {"model": "m", "enforce_eager": False}
+    ]
 
 
 @pytest.mark.vllm
