@@ -50,8 +50,8 @@ fi
 # studies), so a third worker fills the CPU time two leave idle (measured: pytest 48 -> 40 minutes on this machine;
 # peak memory about 16 GB of 24); the work units and their order are tests/conftest.py's (the Slurm tests on one
 # worker, the long poles first). The slowest tests in the log, to see where the suite's time goes.
-# The suite starts about two thousand Python processes (stages, Snakemake runs, Slurm job steps); an environment that
-# sets PYTHONDONTWRITEBYTECODE (this machine's image does) makes each compile the package's modules from source
+# The suite starts many Python processes (stages, Snakemake runs, Slurm job steps); an environment that sets
+# PYTHONDONTWRITEBYTECODE (this machine's image does) makes each compile the package's modules from source
 # again (about 0.35 s of CPU a stage process here), so the suite writes the bytecode caches (.gitignore'd).
 unset PYTHONDONTWRITEBYTECODE
 python3 -m pytest -n 3 --dist loadgroup --no-loadscope-reorder -ra --durations=60 "$@"

@@ -13,7 +13,8 @@ still being written. `scancel --signal=USR1 JOB` sends exactly that signal (all 
 
 The first window holds after checkpoint-2 (tests/hold_stage) until the launcher's own warning, 2 minutes into
 the window (a 4-minute limit, a 120 s lead: with a 3-minute limit, a loaded 2-core machine spent the first minute
-on the jobstep's Snakemake and the stage's start-up, and the warning came before the first step); the second holds after checkpoint-4 until the test sends Slurm's. With
+on the jobstep's Snakemake and the stage's start-up, and the warning came before the first step); the second
+holds after checkpoint-4 until the test sends Slurm's. With
 `retries: 1` and `time_windows: 8` the run needs at least three windows of one Slurm job and must finish in that
 one attempt (the launcher warns every window 2 minutes in: on a loaded machine the third does not finish the run, and
 the next ones go on). Slurm holds a requeued job for about two minutes (BeginTime); the test lifts the hold (`scontrol update
@@ -56,6 +57,7 @@ TRAIN_LOG = "results/logs/train/tiny/grpo/seed0.log"
 SUBMITTED_TRAIN_JOB = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: (\S*/slurm_logs/rule_train/\S*)\)")
 MAX_STEPS = 12
 WINDOWS = 8
+CHECKPOINT_WAIT_S = 600  # for each awaited checkpoint: a window's start-up and steps on a loaded machine
 
 
 def accounting() -> bool:
@@ -65,10 +67,10 @@ def accounting() -> bool:
 
 def wait_for_the_next_window(job: str, run_dir: Path, step: int, snakemake: subprocess.Popen) -> None:
     """Lift the requeue hold of ``job`` until its next run published checkpoint-``step``."""
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + CHECKPOINT_WAIT_S
     while step not in checkpoint_steps(run_dir):
         assert snakemake.poll() is None, f"Snakemake ended (status {snakemake.returncode}) before checkpoint-{step}"
-        assert time.monotonic() < deadline, f"no checkpoint-{step} within 600 s: {scontrol_job(job)}"
+        assert time.monotonic() < deadline, f"no checkpoint-{step} within {CHECKPOINT_WAIT_S} s: {scontrol_job(job)}"
         lift_requeue_hold(job)
         time.sleep(0.5)
 
@@ -100,7 +102,7 @@ def test_three_time_windows_finish_in_one_attempt_with_one_retry(tmp_path: Path)
             command, cwd=study, env=stage_env(**hold_training_env(2, 4)), stdout=log, stderr=subprocess.STDOUT
         )
         try:
-            wait_until(lambda: 2 in checkpoint_steps(run_dir), "checkpoint-2", snakemake, timeout=600)
+            wait_until(lambda: 2 in checkpoint_steps(run_dir), "checkpoint-2", snakemake, timeout=CHECKPOINT_WAIT_S)
             job, slurm_log = SUBMITTED_TRAIN_JOB.findall(output.read_text(encoding="utf-8"))[0]
             wait_for_the_next_window(job, run_dir, 4, snakemake)  # the launcher's warning: window 1 saved step 3
             resumed = (study / TRAIN_LOG).read_text(encoding="utf-8")

@@ -147,7 +147,6 @@ def test_engines_are_built_eagerly_on_the_cpu_platform_only(monkeypatch, cpu):
     import vllm.platforms
     from vllm import LLM
 
-    monkeypatch.setattr(LLM, "__init__", LLM.__init__)
     built_with = []
     monkeypatch.setattr(LLM, "__init__", lambda self, *args, **kwargs: built_with.append(kwargs))
     monkeypatch.setattr(vllm.platforms, "current_platform", FakePlatform(cpu))
