@@ -1,7 +1,7 @@
 """RL learns, through ``python -m pipeline.train``: on a task whose best policy needs no reading of the prompt (every
 row asks ``1+1=?``), GRPO, GRAIL and OAR-G raise the outcome reward of the warmed-up tiny model (which answers 2 about
-one time in ten) to about 0.9 within 30 steps, with Hugging Face generation and with vLLM generating the rollouts in
-colocate mode. These fail on a flipped advantage, and the vLLM ones when the trained weights stop reaching
+one time in ten) to about 0.9 within 30 steps with Hugging Face generation, and GRAIL does with vLLM generating the
+rollouts in colocate mode. These fail on a flipped advantage, and the vLLM ones when the trained weights stop reaching
 the engine (it then keeps sampling the start model). The two-bit sums of the other tests are no such check: their
 warmed-up model answers alike whatever the question, and 40 steps of TRL's own GRPOTrainer (learning rate 1e-4 or
 3e-4) leave its reward at about 0.4."""
@@ -51,6 +51,7 @@ def test_rl_raises_the_reward_with_hf_generation(model_dir, one_prompt_jsonl, tm
 
 @pytest.mark.vllm
 @pytest.mark.slow
-@pytest.mark.parametrize("credit", ["grpo", "grail"])
-def test_rl_raises_the_reward_with_vllm_colocate(model_dir, one_prompt_jsonl, tmp_path, credit):
-    assert_reward_rises(model_dir, one_prompt_jsonl, tmp_path / credit, VLLM_LEARNING_SPEC, credit)
+def test_rl_raises_the_reward_with_vllm_colocate(model_dir, one_prompt_jsonl, tmp_path):
+    """GRAIL only (CI time): the engine's rollouts and the weight sync are the credit method's business in no way, and
+    GRPO's colocated path trains in tests/train/test_vllm_colocate.py."""
+    assert_reward_rises(model_dir, one_prompt_jsonl, tmp_path / "grail", VLLM_LEARNING_SPEC, "grail")

@@ -88,8 +88,9 @@ def logp_differences(model: Path, train_jsonl: Path, out: Path, launch: str, *ho
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("model", "launch"),
+    # Qwen3-shaped on two processes (DDP, and the paper's ZeRO-2), SmolLM2 on one: the one-process Qwen3-shaped run
+    # (0.0007-0.0008 after updates, module docstring) ran here too until CI's time was short
     [
-        ("qwen3_shaped", "one_process"),
         ("qwen3_shaped", "ddp"),
         ("qwen3_shaped", "zero2"),
         ("smollm2_two_layers", "one_process"),
