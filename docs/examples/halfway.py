@@ -10,11 +10,16 @@ Name it in a study config by its import path, e.g. ``credit: mylab.credit.halfwa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
-
+from pipeline.core.deferred import DeferredModule
 from pipeline.credit.method import CreditInputs, CreditMethod, CreditResult, Range, carries_loss, scaled
 from pipeline.credit.stats import weight_stats
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported at first use: every Snakemake start loads this module to check its options, and needs no torch
+    torch = DeferredModule("torch")
 
 
 @dataclass
