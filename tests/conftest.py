@@ -172,11 +172,6 @@ LONG_POLES = (
     "tests/faults/test_workflow_faults.py",
     "tests/pipeline/test_quick_recipe.py",
     "tests/train/test_zero2.py",
-    # runs of 2-6 minutes each (vLLM engines in the training processes): last of the long poles, after the SmolLM2
-    # study's vLLM runs have ended (memory), and never the suite's tail
-    "tests/train/test_weight_sync.py",
-    "tests/train/test_vllm_colocate.py",
-    "tests/train/test_learning.py",
 )
 # Modules whose tests are independent runs that share nothing costly at module scope: each test is its own unit of
 # work, so that they spread over the workers. Every other module is one unit (its module fixtures are built once).
