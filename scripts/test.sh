@@ -57,6 +57,7 @@ unset PYTHONDONTWRITEBYTECODE
 # One compute thread a process (a study's jobs still get their rule's threads from Snakemake): three workers share two
 # cores, and processes that each run a thread per core beside one another spend it waiting on their OpenMP threads;
 # vLLM's CPU engines would also pin their threads to the cores (nobind leaves that to the kernel). Measured: three
-# colocated vLLM training tests side by side 152 -> 117 s, 291 -> 223 s of CPU.
+# colocated vLLM training tests side by side 152 -> 117 s, 291 -> 223 s of CPU; over the whole suite about even (some
+# non-vLLM training tests with a core to spare ran slower), pytest 80 min 57 s in all on the AVX2 CI machine.
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind
 python3 -m pytest -n 3 --dist loadgroup --no-loadscope-reorder -ra --durations=60 "$@"
