@@ -64,6 +64,7 @@ from typing import Any
 from pipeline.core.io import InputError, load_spec
 from pipeline.core.specs import stage_spec
 from pipeline.runtime.preemption import PreemptionSignals
+from pipeline.training.tracking import TrackingConfig, environment, load_tracking, tensorboard_environment, wandb_run
 
 # Run as a stage, record the signals before importing torch, transformers and TRL (seconds): Slurm's warning
 # arriving meanwhile would otherwise kill the job (status 138) instead of stopping it (status 75).
@@ -84,8 +85,29 @@ def hide_vllm_unless_used(argv: list[str]) -> bool:
     return True
 
 
+def hide_wandb_unless_reported(argv: list[str]) -> bool:
+    """Hide an installed Weights & Biases from a run whose ``--tracking`` does not report to it; True when hidden.
+
+    TRL imports wandb whenever it is installed (``trl.extras.profiling``, ``trl.trainer.grpo_trainer``), about 0.9 s
+    of this stage's start-up CPU time, and each of its uses asks for ``"wandb"`` in ``report_to`` first. Hidden as
+    vLLM is (``hide_vllm_unless_used``); a ``--tracking`` that cannot be read leaves it visible, to the stage's own
+    validation."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--tracking", default="{}")
+    known, _ = parser.parse_known_args(argv)
+    try:
+        reported = load_tracking(known.tracking).integrations()
+    except InputError:
+        return False
+    if "wandb" in reported or "wandb" in sys.modules:
+        return False
+    sys.modules["wandb"] = None
+    return True
+
+
 if __name__ == "__main__":
     hide_vllm_unless_used(sys.argv[1:])
+    hide_wandb_unless_reported(sys.argv[1:])
 
 import torch
 from datasets import Dataset
@@ -138,7 +160,6 @@ from pipeline.training.run_state import (
     run_lock,
     set_aside_after,
 )
-from pipeline.training.tracking import TrackingConfig, environment, load_tracking, tensorboard_environment, wandb_run
 
 logger = logging.getLogger("pipeline.train")
 
