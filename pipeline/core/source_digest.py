@@ -28,9 +28,12 @@ import hashlib
 import importlib.util
 import json
 import re
+import sys
 from functools import cache
 from pathlib import Path
+from typing import Any
 
+from pipeline.core.kept import kept_answer
 from pipeline.core.repo import PACKAGE_DIR
 
 CODE_TAG = "code "  # the param's prefix: marks the code digests among a job's recorded params
@@ -53,33 +56,68 @@ class _WithoutDocstrings(ast.NodeTransformer):
 
 def normalized_source(source: str) -> str:
     """``ast.dump`` of ``source`` without docstrings, line numbers or columns (comments never reach the tree)."""
-    return ast.dump(_WithoutDocstrings().visit(ast.parse(source)))
+    return _normalized(ast.parse(source))
+
+
+def _normalized(tree: ast.AST) -> str:
+    return ast.dump(_WithoutDocstrings().visit(tree))
 
 
 def module_digest(path: Path | None) -> str:
     """First 16 hex digits of SHA-256 over the normalized source of ``path``; ``absent`` for no file."""
     if path is None:
         return ABSENT
-    return _source_digest(path.read_text(encoding="utf-8"))
+    return _source_facts(path.read_text(encoding="utf-8"))["digest"]
 
 
 # Cached per source text (reading a file is cheap, parsing it is not): one plan digests each rule's roots (16 rules,
 # about 380 module digests of 25-60 distinct files), and parsing them again for every rule was most of a dry run.
-@cache
-def _source_digest(source: str) -> str:
-    return hashlib.sha256(normalized_source(source).encode()).hexdigest()[:16]
+# Kept on disk too (pipeline.core.kept), keyed by the source text, this module's own source (which decides the
+# answer with the source) and the Python build (whose ast.dump it is): every Snakemake start and every training run
+# parsed the same 110 files again, about 1.5 s of CPU on CI's machine.
+KEPT_SOURCES = 4096  # a few code versions of every module
 
 
 @cache
-def _source_imports(source: str) -> tuple[tuple[int, str | None, tuple[str, ...]], ...]:
-    """The import statements of a source as (level, module, names): ``import a.b`` is (0, None, ("a.b",))."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
+def _own_source_key() -> str:
+    return hashlib.sha256(f"{sys.version}\0".encode() + Path(__file__).read_bytes()).hexdigest()
+
+
+def _facts(source: str) -> dict[str, Any]:
+    tree = ast.parse(source)
+    imports = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            found.append((node.level, node.module, tuple(alias.name for alias in node.names)))
+            imports.append([node.level, node.module, [alias.name for alias in node.names]])
         elif isinstance(node, ast.Import):
-            found.append((0, None, tuple(alias.name for alias in node.names)))
-    return tuple(found)
+            imports.append([0, None, [alias.name for alias in node.names]])
+    digest = hashlib.sha256(_normalized(tree).encode()).hexdigest()[:16]  # after the walk: it drops docstrings
+    return {"digest": digest, "imports": imports}
+
+
+def _well_formed(facts: Any) -> bool:
+    return (
+        isinstance(facts, dict)
+        and isinstance(facts.get("digest"), str)
+        and isinstance(facts.get("imports"), list)
+        and all(
+            isinstance(entry, list)
+            and len(entry) == 3
+            and isinstance(entry[0], int)
+            and (entry[1] is None or isinstance(entry[1], str))
+            and isinstance(entry[2], list)
+            and all(isinstance(name, str) for name in entry[2])
+            for entry in facts["imports"]
+        )
+    )
+
+
+@cache
+def _source_facts(source: str) -> dict[str, Any]:
+    """``{"digest": digest of the source (module docstring), "imports": [[level, module, [names]], ...]}``, the
+    import statements as ``ast`` gives them: ``import a.b`` is ``[0, None, ["a.b"]]``."""
+    key = hashlib.sha256(_own_source_key().encode() + source.encode()).hexdigest()[:32]
+    return kept_answer("source-digests", key, lambda: _facts(source), _well_formed, KEPT_SOURCES)
 
 
 def _package_dirs(top: str, package_dir: Path) -> list[Path]:
@@ -113,7 +151,7 @@ def imported_modules(module: str, packages: set[str], package_dir: Path = PACKAG
         return set()
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     found: set[str] = set()
-    for level, module_name, names in _source_imports(path.read_text(encoding="utf-8")):
+    for level, module_name, names in _source_facts(path.read_text(encoding="utf-8"))["imports"]:
         if level == 0 and module_name is None:  # import a.b
             found |= {name for name in names if name.split(".")[0] in packages}
             continue

@@ -142,8 +142,8 @@ def test_changed_modules_and_parsing() -> None:
     assert parse_source_digest("0123abcd") is None
     digests = module_digests("pipeline.core.layout")
     # pipeline/__init__ imports pipeline.core.kernels (the CPU kernel pin), pipeline.core.orphans (with what it
-    # imports) and pipeline.core.distributions, so every module's digest covers them
-    first = ("pipeline", "pipeline.core", "pipeline.core.distributions", "pipeline.core.kernels")
+    # imports) and pipeline.core.distributions (with pipeline.core.kept), so every module's digest covers them
+    first = ("pipeline", "pipeline.core", "pipeline.core.distributions", "pipeline.core.kept", "pipeline.core.kernels")
     first += ("pipeline.core.orphans", "pipeline.core.locks")
     assert parse_source_digest(source_digest("pipeline.core.layout")) == {
         name: digests[name] for name in (*first, "pipeline.core.exit_codes", "pipeline.core.layout")

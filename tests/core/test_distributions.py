@@ -59,7 +59,7 @@ def fresh_scan(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     the test passed or not."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     distributions._scanned_once.cache_clear()
-    yield tmp_path / "cache" / "grail-pipeline"
+    yield tmp_path / "cache" / "grail-pipeline" / "packages"
     distributions._scanned_once.cache_clear()
 
 
@@ -75,7 +75,7 @@ def test_the_scan_runs_once_and_every_caller_gets_its_own_copy(monkeypatch: pyte
     first["yaml"].append("changed by a caller")
     assert distributions.packages_distributions() == {"yaml": ["PyYAML"]}
     assert len(scans) == 1
-    assert [json.loads(path.read_text()) for path in fresh_scan.glob("packages-*.json")] == [{"yaml": ["PyYAML"]}]
+    assert [json.loads(path.read_text()) for path in fresh_scan.glob("*.json")] == [{"yaml": ["PyYAML"]}]
 
 
 def test_a_stage_process_answers_as_the_standard_library_does() -> None:
@@ -137,7 +137,7 @@ def test_an_unusable_cache_means_scanning(monkeypatch: pytest.MonkeyPatch, fresh
     home in a container) is no error."""
     expected = distributions._ORIGINAL()
     fresh_scan.mkdir(parents=True)
-    answer_file = fresh_scan / f"packages-{distributions.installed_key(sys.path)}.json"
+    answer_file = fresh_scan / f"{distributions.installed_key(sys.path)}.json"
     answer_file.write_text('{"yaml": "PyYAML"')
     assert distributions.packages_distributions() == expected
     assert json.loads(answer_file.read_text()) == expected
