@@ -71,18 +71,24 @@ from pipeline.training.tracking import TrackingConfig, environment, load_trackin
 STARTUP_SIGNALS = PreemptionSignals().install() if __name__ == "__main__" else None
 
 
+def _hide_unimported(module: str) -> bool:
+    """``sys.modules[module] = None`` unless it is imported already: ``importlib.util.find_spec(module)``, which the
+    libraries' availability checks ask, then answers None; True when hidden."""
+    if module in sys.modules:
+        return False
+    sys.modules[module] = None
+    return True
+
+
 def hide_vllm_unless_used(argv: list[str]) -> bool:
     """Hide an installed vLLM from a run whose specs do not turn ``use_vllm`` on; True when hidden.
 
     TRL imports vLLM whenever it is installed (``trl.generation.vllm_generation``), about 40 % of this stage's
-    start-up CPU time, paid by every training job on a machine with vLLM. ``sys.modules["vllm"] = None`` makes
-    ``importlib.util.find_spec("vllm")``, which TRL's ``is_vllm_available`` asks, answer None. A spec that cannot be
-    read here is left, with vLLM visible, to the stage's own validation (which names the problem)."""
+    start-up CPU time, paid by every training job on a machine with vLLM; TRL's ``is_vllm_available`` asks
+    ``find_spec``. A spec that cannot be read here is left, with vLLM visible, to the stage's own validation (which
+    names the problem)."""
     spec = stage_spec(argv)
-    if spec is None or "vllm" in sys.modules or spec.get("use_vllm"):
-        return False
-    sys.modules["vllm"] = None
-    return True
+    return spec is not None and not spec.get("use_vllm") and _hide_unimported("vllm")
 
 
 def hide_wandb_unless_reported(argv: list[str]) -> bool:
@@ -99,10 +105,7 @@ def hide_wandb_unless_reported(argv: list[str]) -> bool:
         reported = load_tracking(known.tracking).integrations()
     except InputError:
         return False
-    if "wandb" in reported or "wandb" in sys.modules:
-        return False
-    sys.modules["wandb"] = None
-    return True
+    return "wandb" not in reported and _hide_unimported("wandb")
 
 
 if __name__ == "__main__":
